@@ -1,0 +1,1 @@
+"""Drift engine: reference profiles, streaming windows, statistical tests."""

@@ -1,0 +1,1 @@
+"""GPU memory monitor: NVML sampling, leak and fragmentation detection."""
