@@ -30,7 +30,7 @@ def main(argv: list[str] | None = None) -> int:
             )
             return 2
         raise
-    return cli_main(argv)
+    return int(cli_main(argv))
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -488,7 +488,7 @@ class Encoder:
             )
             out.append(self._record(EV_RECORD, body))
             return out
-        if t == EV_BATCH or t == EV_QUEUE:
+        if t in (EV_BATCH, EV_QUEUE):
             _, ctx, n = ev
             svc, model, ver = ctx
             n = min(max(int(n), 0), _U32_MAX)
@@ -695,7 +695,7 @@ class Decoder:
             if off != end:
                 raise WireError("bad_record", "stage")
             return (EV_STAGE, (self._s(s, sv), self._s(s, mo), self._s(s, ve)), end_ns, rid, st)
-        if rtype == EV_BATCH or rtype == EV_QUEUE:
+        if rtype in (EV_BATCH, EV_QUEUE):
             if end - off != _CTX_U32.size:
                 raise WireError("bad_record", "batch/queue")
             sv, mo, ve, v = _CTX_U32.unpack_from(buf, off)
