@@ -126,6 +126,15 @@ _RECORD = struct.Struct("<HHHqI")
 _CTX_U32 = struct.Struct("<HHHI")
 _DROP = struct.Struct("<BQ")
 _ALLOC = struct.Struct("<qBQQQQQQB")
+_CTX = struct.Struct("<HHH")
+_REQUEST_TAIL = struct.Struct("<qQBHB")
+_RECORD_TAIL = struct.Struct("<qI")
+# Record header (type, length) and the fixed start of a RECORD payload, read in one call.
+_RECORD_HEAD = struct.Struct("<3xHHHqI")
+_I64 = struct.Struct("<q")
+_U32 = struct.Struct("<I")
+_U8_BYTES = [bytes([i]) for i in range(256)]
+_NAN_F64 = struct.pack("<d", math.nan)
 
 _U32_MAX = 0xFFFFFFFF
 _U64_MAX = 0xFFFFFFFFFFFFFFFF
@@ -211,12 +220,23 @@ def classify(value: Any) -> tuple[int, Any] | None:
     return None
 
 
+class _TooLarge(Exception):
+    """An event does not fit a frame (string table or record length limit)."""
+
+
 class _FrameBuilder:
     """Accumulates records and a string table for one frame."""
 
-    __slots__ = ("strings", "table", "table_len", "records", "size")
+    __slots__ = ("strings", "table", "table_len", "records", "n_records", "size", "ctxs", "announced", "pre")
 
     def __init__(self) -> None:
+        self.n_records = 0
+        #: Context tuple -> its packed three string refs, so a frame packs each context once.
+        self.ctxs: dict[Any, bytes] = {}
+        #: Schema IDs announced in this frame.
+        self.announced: set[int] = set()
+        #: SCHEMA records to put before the record being encoded.
+        self.pre: list[bytes] = []
         self.strings: dict[str, int] = {}
         self.table: list[bytes] = []
         self.table_len = 0
@@ -230,7 +250,7 @@ class _FrameBuilder:
         if r is None:
             r = len(self.table)
             if r >= NONE_REF:
-                raise OverflowError("string table full")
+                raise _TooLarge("string table full")
             b = _clip(s)
             self.table.append(_U8.pack(len(b)) + b)
             self.table_len += 1 + len(b)
@@ -268,8 +288,10 @@ class Encoder:
         self._max_schemas = max_schemas
         self._seq = 0
         self._next_schema = 1
-        # key -> [schema_id, numeric_names, categorical_names, last_announced_ns]
+        # key -> [schema_id, numeric_names, categorical_names, last_announced_ns, numeric Struct]
         self._schemas: OrderedDict[tuple[tuple[str, int], ...], list[Any]] = OrderedDict()
+        # Fast path: names of an all-numeric feature dict -> its schema entry.
+        self._fast: dict[tuple[Any, ...], list[Any]] = {}
         #: Events the encoder itself dropped, by reason name (cumulative).
         self.drops: dict[str, int] = {}
 
@@ -285,38 +307,66 @@ class Encoder:
         frame. Events that cannot be encoded are counted in ``self.drops``
         and skipped; this method does not raise for bad event content.
         """
-        frames: list[bytes] = []
+        return [f for f, _ in self.encode_counted(events, extra)]
+
+    def encode_counted(
+        self, events: list[tuple[Any, ...]], extra: list[tuple[Any, ...]] | None = None
+    ) -> list[tuple[bytes, int]]:
+        """Like :meth:`encode`, but each frame comes with how many of ``events`` it carries.
+
+        The sender needs the counts to report exactly how many events a lost
+        frame cost. ``extra`` events are not counted.
+        """
+        frames: list[tuple[bytes, int]] = []
         fb = _FrameBuilder()
-        announced: set[int] = set()
         now = self._clock()
-        for ev in (extra or []) + events:
+        max_frame = self.max_frame
+        n_extra = len(extra) if extra else 0
+        counted = 0
+        pending: list[Any] = []  # schema entries announced by the event being encoded
+        for i, ev in enumerate((extra + events) if extra else events):
+            if pending:
+                pending.clear()
             try:
-                rec = self._encode_event(fb, ev, announced, now)
-            except OverflowError:
-                rec = None
+                rec: bytes | None = self._encode_event(fb, ev, now, pending)
+            except _TooLarge:
+                rec = None  # string table full or record too big: retry on a fresh frame
             except Exception:
                 self._drop("encode_error")
                 continue
-            if rec is None or fb.size + fb.table_len + sum(len(r) for r in rec) > self.max_frame:
-                # Does not fit in the current frame: flush and retry on a fresh one.
+            if rec is None or fb.size + fb.table_len + len(rec) > max_frame:
+                # Does not fit in the current frame: flush it and retry on a fresh one.
                 if fb.records:
-                    frames.append(self._finish(fb, now))
+                    frames.append((self._finish(fb, now), counted))
+                    counted = 0
                 fb = _FrameBuilder()
-                announced = set()
+                pending.clear()
                 try:
-                    rec = self._encode_event(fb, ev, announced, now)
-                except Exception:
+                    rec = self._encode_event(fb, ev, now, pending)
+                except _TooLarge:
                     rec = None
-                if rec is None or fb.size + fb.table_len + sum(len(r) for r in rec) > self.max_frame:
+                except Exception:
+                    self._drop("encode_error")
+                    fb = _FrameBuilder()
+                    continue
+                if rec is None or fb.size + fb.table_len + len(rec) > max_frame:
                     self._drop("event_too_large")
                     fb = _FrameBuilder()
-                    announced = set()
                     continue
-            for r in rec:
-                fb.records.append(r)
-                fb.size += len(r)
+            fb.records.append(rec)
+            fb.size += len(rec)
+            if pending:
+                fb.n_records += 1 + len(fb.pre)  # SCHEMA records travel in the same bytes
+                for entry in pending:
+                    # Only now is the schema really in a frame.
+                    entry[3] = now
+                    fb.announced.add(entry[0])
+            else:
+                fb.n_records += 1
+            if i >= n_extra:
+                counted += 1
         if fb.records:
-            frames.append(self._finish(fb, now))
+            frames.append((self._finish(fb, now), counted))
         return frames
 
     def forget_announcements(self) -> None:
@@ -333,42 +383,70 @@ class Encoder:
     def _finish(self, fb: _FrameBuilder, now: int) -> bytes:
         self._seq = (self._seq + 1) & _U32_MAX
         head = _HEADER.pack(
-            MAGIC, VERSION, 0, self.pid, self.producer_id, self._seq, now, len(fb.table), len(fb.records)
+            MAGIC, VERSION, 0, self.pid, self.producer_id, self._seq, now, len(fb.table), fb.n_records
         )
         return b"".join([head, *fb.table, *fb.records])
 
     @staticmethod
     def _record(rtype: int, payload: bytes) -> bytes:
         if len(payload) > 0xFFFF:
-            raise OverflowError("record too large")
+            raise _TooLarge("record too large")
         return _REC.pack(rtype, len(payload)) + payload
 
     @staticmethod
     def _rid(rid: Any) -> bytes:
         if not rid:
             return b"\x00"
+        if type(rid) is str:
+            b = rid.encode("utf-8", "replace")
+            if len(b) <= MAX_REQUEST_ID:
+                return _U8_BYTES[len(b)] + b
         b = _clip(str(rid), MAX_REQUEST_ID)
-        return _U8.pack(len(b)) + b
+        return _U8_BYTES[len(b)] + b
 
-    def _stage(self, fb: _FrameBuilder, st: tuple[Any, ...]) -> bytes:
-        name, dur, stream = st
-        dur = min(max(int(dur), 0), _U64_MAX)
-        if stream is None:
-            return _STAGE.pack(fb.ref(name), dur, 0)
-        ttft, items, gaps = stream
-        gaps = gaps[:MAX_GAPS]
-        n = len(gaps)
-        return b"".join(
-            (
-                _STAGE.pack(fb.ref(name), dur, 1),
-                _STREAM.pack(min(max(int(ttft), 0), _U64_MAX), min(int(items), _U32_MAX), n),
-                struct.pack(f"<{n}I", *[min(max(int(g), 0), _U32_MAX) for g in gaps]),
-            )
-        )
+    @staticmethod
+    def _ctx(fb: _FrameBuilder, ctx: Any) -> bytes:
+        b = fb.ctxs.get(ctx)
+        if b is None:
+            svc, model, ver = ctx
+            b = _CTX.pack(fb.ref(svc), fb.ref(model), fb.ref(ver))
+            fb.ctxs[ctx] = b
+        return b
+
+    def _stages(self, fb: _FrameBuilder, stages: Any) -> list[bytes]:
+        strings = fb.strings
+        out = []
+        for st in stages:
+            name, dur, stream = st
+            r = strings.get(name)
+            if r is None:
+                r = fb.ref(name)
+            if stream is None:
+                try:
+                    out.append(_STAGE.pack(r, dur, 0))
+                except struct.error:
+                    out.append(_STAGE.pack(r, _u64(dur), 0))
+                continue
+            ttft, items, gaps = stream
+            gaps = gaps[:MAX_GAPS]
+            n = len(gaps)
+            try:
+                g = struct.pack(f"<{n}I", *gaps)
+            except struct.error:
+                g = struct.pack(f"<{n}I", *[min(max(int(x), 0), _U32_MAX) for x in gaps])
+            out.append(_STAGE.pack(r, _u64(dur), 1))
+            out.append(_STREAM.pack(_u64(ttft), min(max(int(items), 0), _U32_MAX), n))
+            out.append(g)
+        return out
 
     def _value(self, fb: _FrameBuilder, v: Any) -> bytes:
         if v is None:
             return b"\x00"
+        t = type(v)
+        if t is str:
+            return b"\x02" + _U16.pack(fb.ref(v))
+        if t is float and v - v == 0.0:
+            return b"\x01" + _F64.pack(v)
         c = classify(v)
         if c is None:
             self._drop("invalid_value")
@@ -380,14 +458,60 @@ class Encoder:
             return b"\x01" + _F64.pack(val)
         return b"\x02" + _U16.pack(fb.ref(val))
 
+    def _conf(self, conf: Any) -> bytes:
+        if conf is None:
+            return _NAN_F64
+        if type(conf) is float and conf - conf == 0.0:
+            return _F64.pack(conf)
+        c = classify(conf)
+        if c is None or c[0] != KIND_NUMERIC:
+            self._drop("invalid_value")
+            return _NAN_F64
+        return _F64.pack(c[1])
+
+    def _features(self, fb: _FrameBuilder, features: Any, now: int, pending: list[Any]) -> tuple[int, bytes]:
+        """Schema ID and packed values; appends the SCHEMA record to fb when it must be announced."""
+        # Fast path: every value a finite number, and a key list seen before.
+        if type(features) is dict:
+            keys = tuple(features)
+            entry = self._fast.get(keys)
+            if entry is not None:
+                vals = tuple(features.values())
+                try:
+                    total = sum(vals)
+                    ok = total - total == 0.0  # False for NaN or inf anywhere
+                except TypeError:
+                    ok = False
+                if ok:
+                    try:
+                        packed = entry[4].pack(*vals)
+                    except (struct.error, TypeError, OverflowError):
+                        packed = None
+                    if packed is not None:
+                        self._announce(fb, entry, now, pending)
+                        return entry[0], packed
+        got = self._schema_for(features)
+        if got is None:
+            return 0, b""
+        entry, nums, cats = got
+        self._announce(fb, entry, now, pending)
+        return entry[0], entry[4].pack(*nums) + struct.pack(f"<{len(cats)}H", *[fb.ref(c) for c in cats])
+
+    def _announce(self, fb: _FrameBuilder, entry: list[Any], now: int, pending: list[Any]) -> None:
+        sid = entry[0]
+        if sid in fb.announced or entry in pending:
+            return
+        last = entry[3]
+        if last is None or now - last >= self._repeat_ns:
+            fb.pre.append(self._schema_record(fb, entry))
+            pending.append(entry)
+
     def _schema_for(self, features: Any) -> tuple[list[Any], list[float], list[str | None]] | None:
-        if not isinstance(features, dict):
-            try:
-                features = dict(features)
-            except Exception:
-                self._drop("invalid_value")
-                return None
-        items = list(features.items())
+        try:
+            items = list(features.items() if isinstance(features, dict) else dict(features).items())
+        except Exception:  # not a mapping, or one that fails to iterate
+            self._drop("invalid_value")
+            return None
         if len(items) > MAX_FEATURES:
             self._drop("too_many_features", len(items) - MAX_FEATURES)
             items = items[:MAX_FEATURES]
@@ -396,13 +520,16 @@ class Encoder:
         cats: list[str | None] = []
         num_names: list[str] = []
         cat_names: list[str] = []
+        clean = True
         for name, value in items:
             if type(name) is not str or not name or len(name) > 64:
                 self._drop("bad_name")
+                clean = False
                 continue
             c = classify(value)
             if c is None:
                 self._drop("invalid_value")
+                clean = False
                 continue
             kind, val = c
             key.append((name, kind))
@@ -415,117 +542,111 @@ class Encoder:
         k = tuple(key)
         entry = self._schemas.get(k)
         if entry is None:
-            entry = [self._next_schema, num_names, cat_names, None]
+            entry = [self._next_schema, num_names, cat_names, None, struct.Struct(f"<{len(num_names)}d")]
             self._next_schema = (self._next_schema % _U32_MAX) + 1
             self._schemas[k] = entry
             if len(self._schemas) > self._max_schemas:
-                self._schemas.popitem(last=False)
+                _, old = self._schemas.popitem(last=False)
+                self._fast.pop(tuple(old[1]), None)
         else:
             self._schemas.move_to_end(k)
+        if clean and not cat_names and type(features) is dict and len(items) == len(features):
+            if len(self._fast) >= self._max_schemas:
+                self._fast.clear()
+            self._fast[tuple(num_names)] = entry
         return entry, nums, cats
 
-    def _encode_event(
-        self, fb: _FrameBuilder, ev: tuple[Any, ...], announced: set[int], now: int
-    ) -> list[bytes] | None:
+    def _encode_event(self, fb: _FrameBuilder, ev: tuple[Any, ...], now: int, pending: list[Any]) -> bytes | None:
+        """The bytes of one event (its SCHEMA records first), or None for an unknown type.
+
+        Raises on malformed content; the caller counts it as ``encode_error``.
+        """
         t = ev[0]
+        if fb.pre:
+            fb.pre = []
         if t == EV_REQUEST:
             _, ctx, end_ns, dur, outcome, err, rid, trace, stages = ev
-            svc, model, ver = ctx
-            stages = stages[:255]
-            trace_b = bytes(trace)[:16] if trace else b""
-            body = b"".join(
-                (
-                    _REQUEST.pack(
-                        fb.ref(svc), fb.ref(model), fb.ref(ver), int(end_ns),
-                        min(max(int(dur), 0), _U64_MAX), int(outcome), fb.ref(err), len(stages),
-                    ),
-                    self._rid(rid),
-                    _U8.pack(len(trace_b)) + trace_b,
-                    *[self._stage(fb, s) for s in stages],
-                )
-            )
-            return [self._record(EV_REQUEST, body)]
-        if t == EV_STAGE:
-            _, ctx, end_ns, rid, st = ev
-            svc, model, ver = ctx
-            body = _STAGE_HDR.pack(fb.ref(svc), fb.ref(model), fb.ref(ver), int(end_ns)) + self._rid(rid) + self._stage(fb, st)
-            return [self._record(EV_STAGE, body)]
+            if len(stages) > 255:
+                stages = stages[:255]
+            if trace:
+                trace_b = bytes(trace)[:16]
+                trace_b = _U8_BYTES[len(trace_b)] + trace_b
+            else:
+                trace_b = b"\x00"
+            try:
+                head = _REQUEST_TAIL.pack(end_ns, dur, outcome, fb.ref(err) if err is not None else NONE_REF, len(stages))
+            except struct.error:
+                head = _REQUEST_TAIL.pack(int(end_ns), _u64(dur), int(outcome), fb.ref(err), len(stages))
+            body = b"".join((self._ctx(fb, ctx), head, self._rid(rid), trace_b, *self._stages(fb, stages)))
+            return self._record(EV_REQUEST, body)
         if t == EV_RECORD:
             _, ctx, unix_ns, rid, pred, conf, label, features = ev
-            svc, model, ver = ctx
-            out: list[bytes] = []
-            schema_id = 0
-            nums: list[float] = []
-            cats: list[str | None] = []
             if features:
-                got = self._schema_for(features)
-                if got is not None:
-                    entry, nums, cats = got
-                    schema_id = entry[0]
-                    if schema_id not in announced and (entry[3] is None or now - entry[3] >= self._repeat_ns):
-                        out.append(self._schema_record(fb, entry))
-                        entry[3] = now
-                    announced.add(schema_id)
-            if conf is None:
-                conf_f = math.nan
+                sid, packed = self._features(fb, features, now, pending)
             else:
-                c = classify(conf)
-                if c is None or c[0] != KIND_NUMERIC:
-                    self._drop("invalid_value")
-                    conf_f = math.nan
-                else:
-                    conf_f = c[1]
+                sid, packed = 0, b""
             body = b"".join(
                 (
-                    _RECORD.pack(fb.ref(svc), fb.ref(model), fb.ref(ver), int(unix_ns), schema_id),
+                    self._ctx(fb, ctx),
+                    _RECORD_TAIL.pack(int(unix_ns), sid),
                     self._rid(rid),
                     self._value(fb, pred),
-                    _F64.pack(conf_f),
+                    self._conf(conf),
                     self._value(fb, label),
-                    struct.pack(f"<{len(nums)}d", *nums),
-                    struct.pack(f"<{len(cats)}H", *[fb.ref(c) for c in cats]),
+                    packed,
                 )
             )
-            out.append(self._record(EV_RECORD, body))
-            return out
+            rec = self._record(EV_RECORD, body)
+            if fb.pre:
+                return b"".join((*fb.pre, rec))
+            return rec
+        if t == EV_STAGE:
+            _, ctx, end_ns, rid, st = ev
+            body = b"".join((self._ctx(fb, ctx), _I64.pack(int(end_ns)), self._rid(rid), *self._stages(fb, (st,))))
+            return self._record(EV_STAGE, body)
         if t in (EV_BATCH, EV_QUEUE):
             _, ctx, n = ev
-            svc, model, ver = ctx
             n = min(max(int(n), 0), _U32_MAX)
-            return [self._record(t, _CTX_U32.pack(fb.ref(svc), fb.ref(model), fb.ref(ver), n))]
+            return self._record(t, self._ctx(fb, ctx) + _U32.pack(n))
         if t == EV_DROPS:
             counts = [(DROP_CODES[k], v) for k, v in ev[1].items() if k in DROP_CODES and v > 0][:255]
             body = _U8.pack(len(counts)) + b"".join(_DROP.pack(c, min(v, _U64_MAX)) for c, v in counts)
-            return [self._record(EV_DROPS, body)]
+            return self._record(EV_DROPS, body)
         if t == EV_HELLO:
             _, ver, lang, host, start = ev
-            return [self._record(EV_HELLO, _HELLO.pack(fb.ref(ver), fb.ref(lang), fb.ref(host), int(start)))]
+            return self._record(EV_HELLO, _HELLO.pack(fb.ref(ver), fb.ref(lang), fb.ref(host), int(start)))
         if t == EV_ALLOC:
             _, unix_ns, dev, a, r, act, ins, retries, ooms, exp = ev
-            vals = [min(max(int(x), 0), _U64_MAX) for x in (a, r, act, ins, retries, ooms)]
-            return [self._record(EV_ALLOC, _ALLOC.pack(int(unix_ns), int(dev) & 0xFF, *vals, 1 if exp else 0))]
-        self._drop("encode_error")
-        return None
+            vals = [_u64(x) for x in (a, r, act, ins, retries, ooms)]
+            return self._record(EV_ALLOC, _ALLOC.pack(int(unix_ns), int(dev) & 0xFF, *vals, 1 if exp else 0))
+        raise ValueError(f"unknown event type {t!r}")
 
     def _schema_record(self, fb: _FrameBuilder, entry: list[Any]) -> bytes:
-        sid, num_names, cat_names, _ = entry
+        sid, num_names, cat_names = entry[0], entry[1], entry[2]
         fields = [(n, KIND_NUMERIC) for n in num_names] + [(n, KIND_CATEGORICAL) for n in cat_names]
         body = _SCHEMA.pack(sid, len(fields)) + b"".join(_SCHEMA_FIELD.pack(fb.ref(n), k) for n, k in fields)
         return self._record(EV_SCHEMA, body)
+
+
+def _u64(x: Any) -> int:
+    return min(max(int(x), 0), _U64_MAX)
 
 
 class Decoder:
     """Decodes frames. Keeps a bounded cache of announced schemas.
 
     Args:
-        max_schemas: schemas remembered across all producers (LRU).
+        max_schemas: schemas remembered across all producers. When full, the
+            schema announced longest ago is forgotten; live producers
+            re-announce theirs every few seconds, so they come back.
     """
 
     def __init__(self, max_schemas: int = 4096) -> None:
-        self._schemas: OrderedDict[tuple[int, int], Schema] = OrderedDict()
+        # (producer_id << 32 | schema_id) -> Schema, in announcement order.
+        self._schemas: dict[int, Schema] = {}
         self._max_schemas = max_schemas
 
-    def decode(self, buf: bytes) -> Frame:
+    def decode(self, buf: bytes | bytearray | memoryview) -> Frame:
         """Decode one frame.
 
         Raises:
@@ -533,192 +654,263 @@ class Decoder:
                 bad record inside an otherwise good frame does not raise: it
                 is skipped and its reason appended to ``Frame.errors``.
         """
+        if type(buf) is not bytes:
+            try:
+                buf = bytes(buf)
+            except Exception:
+                raise WireError("truncated", "not a bytes-like object") from None
         n = len(buf)
-        if n < _HEADER.size:
+        if n < 32:
             raise WireError("truncated", "shorter than the header")
         magic, ver, _flags, pid, producer, seq, sent, n_str, n_rec = _HEADER.unpack_from(buf, 0)
         if magic != MAGIC:
             raise WireError("bad_magic")
         if ver != VERSION:
             raise WireError("bad_version", str(ver))
-        off = _HEADER.size
+        off = 32
         strings: list[str] = []
         append = strings.append
-        for _ in range(n_str):
-            if off >= n:
-                raise WireError("truncated", "string table")
-            ln = buf[off]
-            end = off + 1 + ln
-            if end > n:
-                raise WireError("truncated", "string table")
-            try:
-                append(bytes(buf[off + 1 : end]).decode("utf-8"))
-            except UnicodeDecodeError:
-                raise WireError("bad_string") from None
-            off = end
+        try:
+            for _ in range(n_str):
+                end = off + 1 + buf[off]
+                if end > n:
+                    raise WireError("truncated", "string table")
+                append(buf[off + 1 : end].decode("utf-8"))
+                off = end
+        except IndexError:
+            raise WireError("truncated", "string table") from None
+        except UnicodeDecodeError:
+            raise WireError("bad_string") from None
         records: list[tuple[Any, ...]] = []
         errors: list[str] = []
+        rec_append = records.append
+        ctxs: dict[int, tuple[str | None, str | None, str | None]] = {}
+        pkey = producer << 32
+        schemas = self._schemas
         for _ in range(n_rec):
             if off + 3 > n:
                 errors.append("truncated")
                 break
-            rtype, ln = _REC.unpack_from(buf, off)
-            start = off + 3
-            end = start + ln
+            rtype = buf[off]
+            end = off + 3 + (buf[off + 1] | buf[off + 2] << 8)
             if end > n:
                 errors.append("truncated")
                 break
-            off = end
+            start = off
+            off = end  # the next record starts here, whatever happens to this one
             try:
-                rec = self._record(rtype, buf, start, end, strings, producer)
+                if rtype == EV_RECORD:
+                    a, b, c, unix_ns, sid = _RECORD_HEAD.unpack_from(buf, start)
+                    q = start + 21
+                    ck = a | b << 16 | c << 32
+                    ctx = ctxs.get(ck)
+                    if ctx is None:
+                        ctx = ctxs[ck] = _ctx3(a, b, c, strings)
+                    ln = buf[q]
+                    p = q + 1 + ln
+                    rid = buf[q + 1 : p].decode("utf-8") if ln else None
+                    tag = buf[p]
+                    if tag == TAG_STRING:
+                        pred = strings[buf[p + 1] | buf[p + 2] << 8]
+                        p += 3
+                    elif tag == TAG_FLOAT:
+                        pred = _F64.unpack_from(buf, p + 1)[0]
+                        p += 9
+                    elif tag == TAG_NONE:
+                        pred = None
+                        p += 1
+                    else:
+                        raise WireError("bad_record", "value tag")
+                    conf = _F64.unpack_from(buf, p)[0]
+                    if conf != conf:
+                        conf = None
+                    p += 8
+                    tag = buf[p]
+                    if tag == TAG_NONE:
+                        label = None
+                        p += 1
+                    elif tag == TAG_STRING:
+                        label = strings[buf[p + 1] | buf[p + 2] << 8]
+                        p += 3
+                    elif tag == TAG_FLOAT:
+                        label = _F64.unpack_from(buf, p + 1)[0]
+                        p += 9
+                    else:
+                        raise WireError("bad_record", "value tag")
+                    feats = None
+                    if sid:
+                        schema = schemas.get(pkey | sid)
+                        if schema is None:
+                            raise WireError("unknown_schema")
+                        ns = schema.num_struct
+                        nums = ns.unpack_from(buf, p)
+                        p += ns.size
+                        cs = schema.cat_struct
+                        if cs.size:
+                            crefs = cs.unpack_from(buf, p)
+                            p += cs.size
+                            cats: tuple[str | None, ...] = tuple(
+                                [None if r == NONE_REF else strings[r] for r in crefs]
+                            )
+                        else:
+                            cats = ()
+                        feats = (schema, nums, cats)
+                    if p != end:
+                        raise WireError("bad_record", "record length")
+                    rec_append((EV_RECORD, ctx, unix_ns, rid, pred, conf, label, feats))
+                    continue
+                p = start + 3
+                if rtype == EV_REQUEST:
+                    a, b, c = _CTX.unpack_from(buf, p)
+                    ck = a | b << 16 | c << 32
+                    ctx = ctxs.get(ck)
+                    if ctx is None:
+                        ctx = ctxs[ck] = _ctx3(a, b, c, strings)
+                    end_ns, dur, outcome, err, nst = _REQUEST_TAIL.unpack_from(buf, p + 6)
+                    p += 6 + _REQUEST_TAIL.size
+                    ln = buf[p]
+                    rid = buf[p + 1 : p + 1 + ln].decode("utf-8") if ln else None
+                    p += 1 + ln
+                    ln = buf[p]
+                    trace = buf[p + 1 : p + 1 + ln] if ln else None
+                    p += 1 + ln
+                    stages, p = _stages(buf, p, end, nst, strings)
+                    if p != end or outcome > OUTCOME_CANCELLED:
+                        raise WireError("bad_record", "request")
+                    rec_append(
+                        (EV_REQUEST, ctx, end_ns, dur, outcome, None if err == NONE_REF else strings[err],
+                         rid, trace, stages)
+                    )
+                elif rtype == EV_SCHEMA:
+                    self._schema(buf, p, end, strings, pkey)
+                else:
+                    rec_append(self._other(rtype, buf, p, end, strings))
             except WireError as e:
                 errors.append(e.reason)
-                continue
             except (struct.error, IndexError, UnicodeDecodeError, ValueError):
                 errors.append("bad_record")
-                continue
-            if rec is not None:
-                records.append(rec)
         return Frame(pid, producer, seq, sent, records, errors)
 
-    @staticmethod
-    def _s(strings: list[str], r: int) -> str | None:
-        if r == NONE_REF:
-            return None
-        return strings[r]  # IndexError -> bad_record
+    def _schema(self, buf: bytes, p: int, end: int, strings: list[str], pkey: int) -> None:
+        sid, nf = _SCHEMA.unpack_from(buf, p)
+        p += _SCHEMA.size
+        if p + nf * _SCHEMA_FIELD.size != end or sid == 0:
+            raise WireError("bad_record", "schema")
+        nums_l: list[str] = []
+        cats_l: list[str] = []
+        for _ in range(nf):
+            nref, kind = _SCHEMA_FIELD.unpack_from(buf, p)
+            p += _SCHEMA_FIELD.size
+            if kind == KIND_NUMERIC:
+                nums_l.append(strings[nref])
+            elif kind == KIND_CATEGORICAL:
+                cats_l.append(strings[nref])
+            else:
+                raise WireError("bad_record", "schema kind")
+        key = pkey | sid
+        old = self._schemas.pop(key, None)
+        if old is not None and old.numeric == tuple(nums_l) and old.categorical == tuple(cats_l):
+            self._schemas[key] = old  # a repeat: keep the object, refresh its age
+            return
+        self._schemas[key] = Schema(
+            sid, tuple(nums_l), tuple(cats_l), _struct_for("d", len(nums_l)), _struct_for("H", len(cats_l))
+        )
+        if len(self._schemas) > self._max_schemas:
+            del self._schemas[next(iter(self._schemas))]
 
-    @staticmethod
-    def _rid(buf: Any, off: int, end: int) -> tuple[str | None, int]:
-        ln = buf[off]
-        off += 1
-        if off + ln > end:
-            raise WireError("bad_record", "request id")
-        if not ln:
-            return None, off
-        return bytes(buf[off : off + ln]).decode("utf-8"), off + ln
-
-    def _stage(self, buf: Any, off: int, end: int, strings: list[str]) -> tuple[tuple[Any, ...], int]:
-        sref, dur, flags = _STAGE.unpack_from(buf, off)
-        off += _STAGE.size
-        name = strings[sref]
-        if not flags & 1:
-            return (name, dur, None), off
-        ttft, items, ng = _STREAM.unpack_from(buf, off)
-        off += _STREAM.size
-        if off + 4 * ng > end:
-            raise WireError("bad_record", "gaps")
-        gaps = struct.unpack_from(f"<{ng}I", buf, off)
-        return (name, dur, (ttft, items, gaps)), off + 4 * ng
-
-    def _value(self, buf: Any, off: int, strings: list[str]) -> tuple[Any, int]:
-        tag = buf[off]
-        if tag == TAG_NONE:
-            return None, off + 1
-        if tag == TAG_FLOAT:
-            return _F64.unpack_from(buf, off + 1)[0], off + 9
-        if tag == TAG_STRING:
-            return strings[_U16.unpack_from(buf, off + 1)[0]], off + 3
-        raise WireError("bad_record", "value tag")
-
-    def _record(
-        self, rtype: int, buf: Any, off: int, end: int, strings: list[str], producer: int
-    ) -> tuple[Any, ...] | None:
-        s = strings
-        if rtype == EV_REQUEST:
-            sv, mo, ve, end_ns, dur, outcome, err, nst = _REQUEST.unpack_from(buf, off)
-            off += _REQUEST.size
-            rid, off = self._rid(buf, off, end)
-            tl = buf[off]
-            trace = bytes(buf[off + 1 : off + 1 + tl]) if tl else None
-            off += 1 + tl
-            stages = []
-            for _ in range(nst):
-                st, off = self._stage(buf, off, end, s)
-                stages.append(st)
-            if off != end or outcome > OUTCOME_CANCELLED:
-                raise WireError("bad_record", "request")
-            ctx = (self._s(s, sv), self._s(s, mo), self._s(s, ve))
-            return (EV_REQUEST, ctx, end_ns, dur, outcome, self._s(s, err), rid, trace, stages)
-        if rtype == EV_RECORD:
-            sv, mo, ve, unix_ns, sid = _RECORD.unpack_from(buf, off)
-            off += _RECORD.size
-            rid, off = self._rid(buf, off, end)
-            pred, off = self._value(buf, off, s)
-            conf = _F64.unpack_from(buf, off)[0]
-            off += 8
-            label, off = self._value(buf, off, s)
-            feats = None
-            if sid:
-                schema = self._schemas.get((producer, sid))
-                if schema is None:
-                    raise WireError("unknown_schema")
-                nums = schema.num_struct.unpack_from(buf, off)
-                off += schema.num_struct.size
-                crefs = schema.cat_struct.unpack_from(buf, off)
-                off += schema.cat_struct.size
-                cats = tuple(None if r == NONE_REF else s[r] for r in crefs)
-                feats = (schema, nums, cats)
-            if off != end:
-                raise WireError("bad_record", "record length")
-            ctx = (self._s(s, sv), self._s(s, mo), self._s(s, ve))
-            return (EV_RECORD, ctx, unix_ns, rid, pred, None if conf != conf else conf, label, feats)
-        if rtype == EV_SCHEMA:
-            sid, nf = _SCHEMA.unpack_from(buf, off)
-            off += _SCHEMA.size
-            if off + nf * _SCHEMA_FIELD.size != end or sid == 0:
-                raise WireError("bad_record", "schema")
-            nums_l: list[str] = []
-            cats_l: list[str] = []
-            for _ in range(nf):
-                nref, kind = _SCHEMA_FIELD.unpack_from(buf, off)
-                off += _SCHEMA_FIELD.size
-                if kind == KIND_NUMERIC:
-                    nums_l.append(s[nref])
-                elif kind == KIND_CATEGORICAL:
-                    cats_l.append(s[nref])
-                else:
-                    raise WireError("bad_record", "schema kind")
-            key = (producer, sid)
-            self._schemas[key] = Schema(
-                sid, tuple(nums_l), tuple(cats_l),
-                struct.Struct(f"<{len(nums_l)}d"), struct.Struct(f"<{len(cats_l)}H"),
-            )
-            self._schemas.move_to_end(key)
-            if len(self._schemas) > self._max_schemas:
-                self._schemas.popitem(last=False)
-            return None
+    def _other(self, rtype: int, buf: bytes, p: int, end: int, strings: list[str]) -> tuple[Any, ...]:
         if rtype == EV_STAGE:
-            sv, mo, ve, end_ns = _STAGE_HDR.unpack_from(buf, off)
-            off += _STAGE_HDR.size
-            rid, off = self._rid(buf, off, end)
-            st, off = self._stage(buf, off, end, s)
-            if off != end:
+            ctx = _ctx(buf[p : p + 6], strings)
+            (end_ns,) = _I64.unpack_from(buf, p + 6)
+            p += 14
+            ln = buf[p]
+            rid = buf[p + 1 : p + 1 + ln].decode("utf-8") if ln else None
+            p += 1 + ln
+            stages, p = _stages(buf, p, end, 1, strings)
+            if p != end:
                 raise WireError("bad_record", "stage")
-            return (EV_STAGE, (self._s(s, sv), self._s(s, mo), self._s(s, ve)), end_ns, rid, st)
+            return (EV_STAGE, ctx, end_ns, rid, stages[0])
         if rtype in (EV_BATCH, EV_QUEUE):
-            if end - off != _CTX_U32.size:
+            if end - p != _CTX_U32.size:
                 raise WireError("bad_record", "batch/queue")
-            sv, mo, ve, v = _CTX_U32.unpack_from(buf, off)
-            return (rtype, (self._s(s, sv), self._s(s, mo), self._s(s, ve)), v)
+            (v,) = _U32.unpack_from(buf, p + 6)
+            return (rtype, _ctx(buf[p : p + 6], strings), v)
         if rtype == EV_DROPS:
-            k = buf[off]
-            off += 1
-            if off + k * _DROP.size != end:
+            k = buf[p]
+            p += 1
+            if p + k * _DROP.size != end:
                 raise WireError("bad_record", "drops")
             counts: dict[str, int] = {}
             for _ in range(k):
-                code, v = _DROP.unpack_from(buf, off)
-                off += _DROP.size
-                counts[DROP_REASONS.get(code, "unknown")] = counts.get(DROP_REASONS.get(code, "unknown"), 0) + v
+                code, v = _DROP.unpack_from(buf, p)
+                p += _DROP.size
+                name = DROP_REASONS.get(code, "unknown")
+                counts[name] = counts.get(name, 0) + v
             return (EV_DROPS, counts)
         if rtype == EV_HELLO:
-            if end - off != _HELLO.size:
+            if end - p != _HELLO.size:
                 raise WireError("bad_record", "hello")
-            v, lang, host, start = _HELLO.unpack_from(buf, off)
-            return (EV_HELLO, self._s(s, v), self._s(s, lang), self._s(s, host), start)
+            v, lang, host, start = _HELLO.unpack_from(buf, p)
+            s = strings
+            return (EV_HELLO, _s(s, v), _s(s, lang), _s(s, host), start)
         if rtype == EV_ALLOC:
-            if end - off != _ALLOC.size:
+            if end - p != _ALLOC.size:
                 raise WireError("bad_record", "alloc")
-            vals = _ALLOC.unpack_from(buf, off)
+            vals = _ALLOC.unpack_from(buf, p)
             return (EV_ALLOC, *vals[:8], bool(vals[8]))
         raise WireError("unknown_record")
+
+
+_STRUCTS: dict[tuple[str, int], struct.Struct] = {}
+
+
+def _struct_for(code: str, n: int) -> struct.Struct:
+    """A cached ``Struct`` for ``n`` little-endian values of one type."""
+    s = _STRUCTS.get((code, n))
+    if s is None:
+        s = struct.Struct(f"<{n}{code}")
+        if len(_STRUCTS) < 4096:
+            _STRUCTS[(code, n)] = s
+    return s
+
+
+def _s(strings: list[str], r: int) -> str | None:
+    if r == NONE_REF:
+        return None
+    return strings[r]  # IndexError -> bad_record
+
+
+def _ctx(ck: bytes, strings: list[str]) -> tuple[str | None, str | None, str | None]:
+    a, b, c = _CTX.unpack(ck)
+    return (
+        None if a == NONE_REF else strings[a],
+        None if b == NONE_REF else strings[b],
+        None if c == NONE_REF else strings[c],
+    )
+
+
+def _ctx3(a: int, b: int, c: int, strings: list[str]) -> tuple[str | None, str | None, str | None]:
+    return (
+        None if a == NONE_REF else strings[a],
+        None if b == NONE_REF else strings[b],
+        None if c == NONE_REF else strings[c],
+    )
+
+
+def _stages(buf: bytes, p: int, end: int, nst: int, strings: list[str]) -> tuple[list[tuple[Any, ...]], int]:
+    out: list[tuple[Any, ...]] = []
+    unpack = _STAGE.unpack_from
+    for _ in range(nst):
+        sref, dur, flags = unpack(buf, p)
+        p += 11
+        if flags & 1:
+            ttft, items, ng = _STREAM.unpack_from(buf, p)
+            p += 14
+            if p + 4 * ng > end:
+                raise WireError("bad_record", "gaps")
+            gaps = _struct_for("I", ng).unpack_from(buf, p)
+            p += 4 * ng
+            out.append((strings[sref], dur, (ttft, items, gaps)))
+        else:
+            out.append((strings[sref], dur, None))
+    return out, p

@@ -1,0 +1,171 @@
+"""Every ``INFERWATCH_*`` environment variable the SDK reads, in one place.
+
+``configure()`` takes each setting as a keyword argument; an argument left as
+``None`` falls back to the variable below, then to the default. A variable
+that is set but malformed makes ``configure()`` raise ``ValueError`` naming
+the variable, because configuration is where we are strict.
+
+| variable | default | meaning |
+| --- | --- | --- |
+| ``INFERWATCH_ENABLED`` | ``true`` | ``false``/``0``/``no``/``off`` turns every API into a no-op |
+| ``INFERWATCH_SERVICE`` | ``unknown_service`` | service name sent with every event |
+| ``INFERWATCH_MODEL`` | unset | default model name (``request(model=...)`` overrides it) |
+| ``INFERWATCH_MODEL_VERSION`` | unset | default model version |
+| ``INFERWATCH_SIDECAR`` | ``unix:///tmp/inferwatch/ingest.sock`` | where to send: ``unix:///path``, a bare absolute path, or ``udp://127.0.0.1:PORT`` |
+| ``INFERWATCH_BUFFER_SIZE`` | ``16384`` | events held in memory before new ones are dropped (``buffer_full``) |
+| ``INFERWATCH_FLUSH_INTERVAL_MS`` | ``5`` | how often the background thread drains the buffer |
+| ``INFERWATCH_HELLO_INTERVAL_S`` | ``10`` | how often a HELLO (and the drop counts) is sent even without traffic |
+| ``INFERWATCH_SCHEMA_REPEAT_S`` | ``2`` | re-announce each feature schema at least this often |
+| ``INFERWATCH_OTEL_SPANS`` | ``false`` | also open an OpenTelemetry span per stage (needs opentelemetry-api) |
+| ``INFERWATCH_TORCH_PROBE`` | ``false`` | sample ``torch.cuda.memory_stats()`` in the background |
+| ``INFERWATCH_TORCH_PROBE_INTERVAL_S`` | ``10`` | seconds between allocator samples |
+
+The sidecar imports :data:`DEFAULT_SOCKET` so both sides agree on the default
+address.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from typing import NamedTuple
+
+__all__ = [
+    "DEFAULT_SOCKET",
+    "DEFAULT_SIDECAR",
+    "ENV_VARS",
+    "Address",
+    "parse_address",
+    "env_bool",
+    "env_float",
+    "env_int",
+    "env_str",
+]
+
+#: The default ingest socket: a Unix datagram socket. The sidecar binds it.
+DEFAULT_SOCKET = "/tmp/inferwatch/ingest.sock"
+#: The default value of ``INFERWATCH_SIDECAR``.
+DEFAULT_SIDECAR = "unix://" + DEFAULT_SOCKET
+
+#: Variable name -> one-line description (the table above, for ``--help`` texts and tests).
+ENV_VARS: dict[str, str] = {
+    "INFERWATCH_ENABLED": "true/false: false turns every API into a no-op (default true)",
+    "INFERWATCH_SERVICE": "service name sent with every event (default unknown_service)",
+    "INFERWATCH_MODEL": "default model name",
+    "INFERWATCH_MODEL_VERSION": "default model version",
+    "INFERWATCH_SIDECAR": f"unix:///path, /abs/path or udp://127.0.0.1:PORT (default {DEFAULT_SIDECAR})",
+    "INFERWATCH_BUFFER_SIZE": "events buffered before dropping new ones (default 16384)",
+    "INFERWATCH_FLUSH_INTERVAL_MS": "background drain interval in ms (default 5)",
+    "INFERWATCH_HELLO_INTERVAL_S": "seconds between HELLO/drop-count reports (default 10)",
+    "INFERWATCH_SCHEMA_REPEAT_S": "seconds between schema re-announcements (default 2)",
+    "INFERWATCH_OTEL_SPANS": "true/false: one OpenTelemetry span per stage (default false)",
+    "INFERWATCH_TORCH_PROBE": "true/false: sample torch.cuda.memory_stats() (default false)",
+    "INFERWATCH_TORCH_PROBE_INTERVAL_S": "seconds between allocator samples (default 10)",
+}
+
+_TRUE = frozenset({"1", "true", "yes", "on"})
+_FALSE = frozenset({"0", "false", "no", "off", ""})
+
+
+class Address(NamedTuple):
+    """A parsed sidecar address.
+
+    Attributes:
+        kind: ``"unix"`` or ``"udp"``.
+        target: the socket path (unix) or ``(host, port)`` (udp).
+    """
+
+    kind: str
+    target: str | tuple[str, int]
+
+    def __str__(self) -> str:
+        if self.kind == "unix":
+            return f"unix://{self.target}"
+        assert isinstance(self.target, tuple)
+        host, port = self.target
+        return f"udp://[{host}]:{port}" if ":" in host else f"udp://{host}:{port}"
+
+
+def parse_address(value: str, source: str = "sidecar") -> Address:
+    """Parse a sidecar address.
+
+    Args:
+        value: ``unix:///abs/path``, ``/abs/path`` or ``udp://HOST:PORT``.
+        source: what to name in the error message (argument or variable).
+
+    Returns:
+        The parsed address.
+
+    Raises:
+        ValueError: the address is not one of the forms above.
+    """
+    v = value.strip()
+    hint = f"{source}={value!r}: expected unix:///absolute/path, /absolute/path or udp://127.0.0.1:PORT"
+    if v.startswith("unix://"):
+        path = v[len("unix://") :]
+        if not path.startswith("/"):
+            raise ValueError(hint + " (a unix path must be absolute: unix:// followed by /...)")
+        return Address("unix", path)
+    if v.startswith("/"):
+        return Address("unix", v)
+    if v.startswith("udp://"):
+        rest = v[len("udp://") :]
+        host, sep, port_s = rest.rpartition(":")
+        if not sep or not host or not port_s.isdigit():
+            raise ValueError(hint)
+        port = int(port_s)
+        if not 0 < port < 65536:
+            raise ValueError(hint + " (port out of range)")
+        if host.startswith("[") and host.endswith("]"):
+            host = host[1:-1]
+        return Address("udp", (host, port))
+    raise ValueError(hint)
+
+
+def env_str(name: str, env: Mapping[str, str] | None = None) -> str | None:
+    """The variable's value, or None when unset or blank."""
+    v = (os.environ if env is None else env).get(name)
+    if v is None or not v.strip():
+        return None
+    return v.strip()
+
+
+def env_bool(name: str, default: bool, env: Mapping[str, str] | None = None) -> bool:
+    """Parse a boolean variable (true/false, 1/0, yes/no, on/off)."""
+    v = (os.environ if env is None else env).get(name)
+    if v is None:
+        return default
+    s = v.strip().lower()
+    if s in _TRUE:
+        return True
+    if s in _FALSE:
+        return False if s else default
+    raise ValueError(f"{name}={v!r}: expected true or false")
+
+
+def env_int(name: str, default: int, minimum: int, maximum: int, env: Mapping[str, str] | None = None) -> int:
+    """Parse an integer variable within ``[minimum, maximum]``."""
+    v = env_str(name, env)
+    if v is None:
+        return default
+    try:
+        n = int(v)
+    except ValueError:
+        raise ValueError(f"{name}={v!r}: expected an integer between {minimum} and {maximum}") from None
+    if not minimum <= n <= maximum:
+        raise ValueError(f"{name}={v!r}: expected an integer between {minimum} and {maximum}")
+    return n
+
+
+def env_float(name: str, default: float, minimum: float, maximum: float, env: Mapping[str, str] | None = None) -> float:
+    """Parse a number variable within ``[minimum, maximum]``."""
+    v = env_str(name, env)
+    if v is None:
+        return default
+    try:
+        x = float(v)
+    except ValueError:
+        raise ValueError(f"{name}={v!r}: expected a number between {minimum} and {maximum}") from None
+    if not minimum <= x <= maximum:  # also rejects NaN
+        raise ValueError(f"{name}={v!r}: expected a number between {minimum} and {maximum}")
+    return x
