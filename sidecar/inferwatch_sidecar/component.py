@@ -11,7 +11,14 @@ The daemon owns ingest, HTTP and export. A component:
 - exposes metrics from the catalog at scrape time (``collect``), as
   prometheus_client metric families. The OTLP exporter converts the same
   families, so there is one source for both;
-- reports a JSON-able ``status()`` for ``/v1/status``.
+- reports a JSON-able ``status()`` for ``/v1/status``;
+- optionally offers admin endpoints through ``admin_routes()``: a mapping of
+  sub-path to ``handler(query: dict[str, str]) -> (status, content_type, body)``.
+  The daemon serves them at ``/admin/<component name>/<sub-path>`` and only with
+  ``Authorization: Bearer <admin token>``.
+
+The daemon builds each component with ``inferwatch_sidecar.<name>.component.build(
+config_section, ctx)`` when the section is enabled.
 """
 
 from __future__ import annotations
@@ -23,6 +30,10 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
 from inferwatch_sidecar.labels import LabelLimiter
+
+#: Signature of an admin route handler: query parameters in, (HTTP status, content type, body) out.
+#: For POST requests the daemon passes the request body as the ``"body"`` entry.
+AdminHandler = Callable[[dict[str, str]], tuple[int, str, bytes]]
 
 
 @dataclass

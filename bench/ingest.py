@@ -1,0 +1,319 @@
+"""Sidecar ingest benchmark: how many events per second one core decodes and aggregates.
+
+Three parts, run side by side in one go:
+
+1. **In-process, same frames** (medians of several runs): decode only; decode + our
+   aggregation (the sidecar's pipeline); decode + the same aggregation done with
+   prometheus_client's ``labels(...).observe`` (the baseline we replaced). Frames come from
+   the SDK's own encoder: each request is a REQUEST event (3 stages) and a RECORD event with
+   20 features.
+2. **Live sidecar, real SDK senders at rising offered rates**: SDK-instrumented producer
+   processes (``inferwatch.configure`` + ``request``/``stage``/``record``) pace themselves to
+   the offered rate over the Unix socket. For each rate: events received, the sidecar's CPU
+   per 1,000 events (from /proc), events per CPU-second (= events/s per core), and the drop
+   rate (SDK-reported drops + sidecar drops + lost frames, over events offered).
+3. **Capacity**: one producer with no pacing; same figures.
+
+An "event" is one wire event (REQUEST or RECORD); a request with a 20-feature record is two.
+
+Usage::
+
+    python bench/ingest.py            # full: rates 5k..160k events/s, 4 s each
+    python bench/ingest.py --quick    # 3 rates, 1.5 s each (about 20 s)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+N_FEATURES = 20
+
+
+# ---------------------------------------------------------------------------- producer
+
+
+def producer(sock: str, rate_req: float, duration: float, seed: int) -> None:
+    """Run as a subprocess: send requests through the real SDK at ``rate_req`` requests/s (0 = flat out)."""
+    import inferwatch
+
+    inferwatch.configure(service="bench", model="m", model_version="v1", sidecar="unix://" + sock,
+                         buffer_size=65536, hello_interval_s=0.5)
+    feats = {f"f{j}": float(j + seed) for j in range(N_FEATURES)}
+    t0 = time.perf_counter()
+    n = 0
+    end = t0 + duration
+    while True:
+        now = time.perf_counter()
+        if now >= end:
+            break
+        target = int((now - t0) * rate_req) + 1 if rate_req else n + 200
+        while n < target:
+            with inferwatch.request():
+                with inferwatch.stage("preprocess"):
+                    pass
+                with inferwatch.stage("inference"):
+                    pass
+                with inferwatch.stage("postprocess"):
+                    pass
+                inferwatch.record(prediction="cat", confidence=0.9, features=feats)
+            n += 1
+        if rate_req:
+            time.sleep(0.001)
+    inferwatch.flush(timeout=5)
+    time.sleep(0.6)  # one HELLO round so the final drop counts reach the sidecar
+    inferwatch.flush(timeout=5)
+    st = inferwatch.stats()
+    inferwatch.shutdown(timeout=5)
+    print(json.dumps({"requests": n, "drops": st.get("drops", {})}))
+
+
+# ---------------------------------------------------------------------------- part 1
+
+
+def in_process(repeats: int, n_req: int) -> dict[str, float]:
+    from prometheus_client import CollectorRegistry, Counter, Histogram
+
+    from inferwatch._wire import EV_RECORD, EV_REQUEST, Decoder, Encoder
+    from inferwatch_sidecar import core_metrics
+    from inferwatch_sidecar.config import SidecarConfig
+    from inferwatch_sidecar.daemon import Sidecar
+
+    enc = Encoder(os.getpid(), 42)
+    now = time.time_ns()
+    evs: list[Any] = []
+    for i in range(n_req):
+        evs.append((EV_REQUEST, ("bench", "m", "v1"), now, 3_000_000 + i, 0, None, f"req-{i:08d}", None,
+                    [("preprocess", 100_000, None), ("inference", 2_000_000, None), ("postprocess", 50_000, None)]))
+        evs.append((EV_RECORD, ("bench", "m", "v1"), now, f"req-{i:08d}", "cat", 0.9, None,
+                    {f"f{j}": float(i + j) for j in range(N_FEATURES)}))
+    frames = enc.encode(evs)
+    n_events = len(evs)
+
+    dec = Decoder()
+    decoded = [dec.decode(f).records for f in frames]
+    n_decoded = sum(len(r) for r in decoded)
+    assert n_decoded == n_events, (n_decoded, n_events)
+
+    def decode_only() -> float:
+        d = Decoder()
+        t = time.perf_counter()
+        for f in frames:
+            d.decode(f)
+        return time.perf_counter() - t
+
+    def aggregate_only() -> float:
+        sc = Sidecar(SidecarConfig())
+        counts = [0] * 16
+        t = time.perf_counter()
+        for r in decoded:
+            sc.aggregator.process(r, counts)
+        el = time.perf_counter() - t
+        assert sum(counts) == n_events
+        return el
+
+    def pipeline() -> float:
+        sc = Sidecar(SidecarConfig())
+        t = time.perf_counter()
+        for f in frames:
+            sc.pipeline.datagram(f, "unix")
+        el = time.perf_counter() - t
+        assert sum(sc.pipeline.counts["unix"]) == n_events
+        return el
+
+    def prom_baseline() -> float:
+        # The same aggregation (requests, e2e and stage histograms with request-ID exemplars, records)
+        # with prometheus_client's labels(...).observe: what a daemon without its own arrays would do.
+        reg = CollectorRegistry()
+        lab = ("service", "model", "model_version")
+        req = Counter("b_requests", "", (*lab, "outcome"), registry=reg)
+        e2e = Histogram("b_e2e_seconds", "", lab, buckets=core_metrics.LATENCY_BUCKETS, registry=reg)
+        stg = Histogram("b_stage_seconds", "", (*lab, "stage"), buckets=core_metrics.LATENCY_BUCKETS, registry=reg)
+        rec = Counter("b_records", "", lab, registry=reg)
+        t = time.perf_counter()
+        for records in decoded:
+            for ev in records:
+                if ev[0] == EV_REQUEST:
+                    svc, mo, ve = ev[1]
+                    ex = {"request_id": ev[6]}
+                    req.labels(svc, mo, ve, "ok").inc()
+                    e2e.labels(svc, mo, ve).observe(ev[3] * 1e-9, ex)
+                    for name, dur, _ in ev[8]:
+                        stg.labels(svc, mo, ve, name).observe(dur * 1e-9, ex)
+                elif ev[0] == EV_RECORD:
+                    rec.labels(*ev[1]).inc()
+        return time.perf_counter() - t
+
+    fns = {"decode": decode_only, "aggregate": aggregate_only, "pipeline": pipeline, "prometheus_client": prom_baseline}
+    res: dict[str, list[float]] = {k: [] for k in fns}
+    for _ in range(repeats):
+        for k, fn in fns.items():  # interleaved, so load changes hit every variant alike
+            res[k].append(fn())
+    med = {k: statistics.median(v) for k, v in res.items()}
+    return {
+        "events": n_events,
+        "frames": len(frames),
+        "decode_us_per_event": med["decode"] / n_events * 1e6,
+        "aggregate_us_per_event": med["aggregate"] / n_events * 1e6,
+        "prometheus_client_us_per_event": med["prometheus_client"] / n_events * 1e6,
+        "pipeline_ev_per_s": n_events / med["pipeline"],
+    }
+
+
+# ---------------------------------------------------------------------------- part 2/3
+
+
+def cpu_seconds(pid: int) -> float:
+    with open(f"/proc/{pid}/stat") as f:
+        parts = f.read().rsplit(")", 1)[1].split()
+    return (int(parts[11]) + int(parts[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def scrape_totals(port: int) -> dict[str, float]:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/v1/status", timeout=10) as r:
+        st = json.load(r)
+    ing = st["ingest"]
+    return {"events": ing["events"], "frames": ing["frames"], "dropped": sum(ing["dropped"].values()),
+            "lost_frames": ing["lost_frames"], "decode_errors": sum(ing["decode_errors"].values())}
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def live(rates_ev: list[float], duration: float, producers_per_rate: int) -> list[dict[str, Any]]:
+    tmp = tempfile.mkdtemp(prefix="iw-bench-")
+    sock = os.path.join(tmp, "ingest.sock")
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("INFERWATCH_", "OTEL_"))}
+    t_start = time.monotonic()
+    sc = subprocess.Popen(
+        [sys.executable, "-m", "inferwatch_sidecar.cli", "--log-level", "WARNING", "sidecar", "--socket", sock,
+         "--http-port", str(port), "--no-gpu", "--no-drift"],
+        env=env, cwd=REPO,
+    )
+    try:
+        while True:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=1) as r:
+                    if r.status == 200:
+                        break
+            except OSError:
+                pass
+            if sc.poll() is not None:
+                raise SystemExit("sidecar exited during start-up")
+            time.sleep(0.02)
+        startup_s = time.monotonic() - t_start
+        print(f"sidecar ready {startup_s:.2f} s after launch (target < 2 s)")
+        rows = []
+        for rate in rates_ev:
+            nprod = 1 if rate == 0 else producers_per_rate
+            per_proc_req = rate / 2 / nprod  # two events per request
+            before = scrape_totals(port)
+            cpu0 = cpu_seconds(sc.pid)
+            t0 = time.perf_counter()
+            procs = [
+                subprocess.Popen([sys.executable, __file__, "--producer", sock, str(per_proc_req), str(duration), str(i)],
+                                 stdout=subprocess.PIPE, env=env, cwd=REPO)
+                for i in range(nprod)
+            ]
+            outs = [json.loads(p.communicate(timeout=duration + 60)[0]) for p in procs]
+            # Let the sidecar finish what is queued.
+            last = -1.0
+            while True:
+                cur = scrape_totals(port)["events"]
+                if cur == last:
+                    break
+                last = cur
+                time.sleep(0.2)
+            wall = time.perf_counter() - t0
+            after = scrape_totals(port)
+            cpu = cpu_seconds(sc.pid) - cpu0
+            offered_req = sum(o["requests"] for o in outs)
+            offered_ev = 2 * offered_req
+            sdk_drops = sum(sum(o["drops"].values()) for o in outs)
+            got = after["events"] - before["events"]
+            # HELLO and DROPS records are events too; count only request/record.
+            got_data = min(got, offered_ev)
+            lost = sdk_drops + (after["dropped"] - before["dropped"])
+            rows.append({
+                "offered_ev_per_s": rate if rate else offered_ev / duration,
+                "unpaced": rate == 0,
+                "producers": nprod,
+                "offered_events": offered_ev,
+                "received_events": got_data,
+                "sdk_dropped_events": sdk_drops,
+                "sidecar_dropped_frames": after["dropped"] - before["dropped"],
+                "lost_frames": after["lost_frames"] - before["lost_frames"],
+                "drop_rate": lost / offered_ev if offered_ev else 0.0,
+                "sidecar_cpu_s": cpu,
+                "cpu_ms_per_1000_events": cpu / got * 1e6 if got else float("nan"),
+                "events_per_cpu_s": got / cpu if cpu else float("nan"),
+                "wall_s": wall,
+            })
+        return rows
+    finally:
+        sc.send_signal(signal.SIGTERM)
+        sc.wait(30)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--quick", action="store_true", help="fewer rates, shorter runs")
+    ap.add_argument("--producer", nargs=4, metavar=("SOCK", "RATE_REQ", "DURATION", "SEED"), help=argparse.SUPPRESS)
+    ap.add_argument("--json", metavar="FILE", help="also write the results as JSON")
+    args = ap.parse_args()
+    if args.producer:
+        producer(args.producer[0], float(args.producer[1]), float(args.producer[2]), int(args.producer[3]))
+        return 0
+    if args.quick:
+        rates, duration, repeats, n_req = [5000.0, 20000.0, 40000.0], 1.5, 3, 5000
+    else:
+        rates, duration, repeats, n_req = [5000.0, 10000.0, 20000.0, 40000.0, 80000.0, 160000.0], 4.0, 5, 20000
+
+    print(f"== part 1: in-process, same frames ({n_req} requests = {2 * n_req} events, {N_FEATURES} features), "
+          f"median of {repeats}")
+    p1 = in_process(repeats, n_req)
+    print(f"  decode (inferwatch._wire.Decoder)           {p1['decode_us_per_event']:6.2f} us/event")
+    print(f"  aggregate, inferwatch arrays                {p1['aggregate_us_per_event']:6.2f} us/event")
+    print(f"  aggregate, prometheus_client observe (base) {p1['prometheus_client_us_per_event']:6.2f} us/event")
+    ratio = p1["prometheus_client_us_per_event"] / p1["aggregate_us_per_event"]
+    print(f"  aggregation: prometheus_client / inferwatch = {ratio:.1f}x")
+    print(f"  whole pipeline (decode, account, aggregate) {p1['pipeline_ev_per_s']:>10,.0f} events/s on one core")
+
+    print(f"\n== part 2/3: live sidecar, real SDK senders over the Unix socket, {duration} s per rate")
+    rows = live([*rates, 0.0], duration, producers_per_rate=2)
+    hdr = (f"{'offered ev/s':>13} {'producers':>9} {'offered':>9} {'received':>9} {'drop rate':>9} "
+           f"{'CPU ms/1k ev':>12} {'ev/s per core':>13}")
+    print(hdr)
+    for r in rows:
+        label = f"{r['offered_ev_per_s']:,.0f}" + (" (max)" if r["unpaced"] else "")
+        print(f"{label:>13} {r['producers']:>9} {r['offered_events']:>9,} {r['received_events']:>9,} "
+              f"{r['drop_rate']:>9.2%} {r['cpu_ms_per_1000_events']:>12.2f} {r['events_per_cpu_s']:>13,.0f}")
+    per_core = statistics.median(r["events_per_cpu_s"] for r in rows if r["received_events"] > 0)
+    at20 = [r for r in rows if not r["unpaced"] and r["offered_ev_per_s"] == 20000.0]
+    print(f"\nmedian events/s per core (live): {per_core:,.0f}  (target >= 100,000)")
+    if at20:
+        print(f"drop rate at 20k events/s: {at20[0]['drop_rate']:.3%}  (target 0)")
+    if args.json:
+        Path(args.json).write_text(json.dumps({"in_process": p1, "live": rows}, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,353 @@
+"""The sidecar's configuration: one validated object, built once at start-up.
+
+Sources, lowest precedence first:
+
+1. built-in defaults (the field defaults below);
+2. a YAML file (``--config``), read with ``yaml.safe_load``;
+3. environment variables ``INFERWATCH_<SECTION>__<FIELD>`` (a double
+   underscore separates nesting levels, e.g. ``INFERWATCH_HTTP__PORT=9464``,
+   ``INFERWATCH_GPU__ENABLED=false``), plus ``INFERWATCH_ADMIN_TOKEN`` for
+   ``http.admin_token``. Values are parsed as YAML scalars/lists. Variables
+   without a double underscore belong to the SDK and are ignored here;
+4. command-line flags (``--set section.field=value`` and the named flags).
+
+Validation happens once, in :func:`load_config`; every error names the
+field, what is wrong and where the value came from, and start-up stops.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator
+
+from inferwatch_sidecar.drift.config import DriftConfig
+from inferwatch_sidecar.gpu.config import GpuConfig
+
+try:  # the SDK helper defines the default in one place
+    from inferwatch._env import DEFAULT_SOCKET as _DEFAULT_SOCKET
+except ImportError:  # pragma: no cover - until the SDK module lands
+    _DEFAULT_SOCKET = "/tmp/inferwatch/ingest.sock"
+
+DEFAULT_SOCKET: str = _DEFAULT_SOCKET
+ENV_PREFIX = "INFERWATCH_"
+
+
+class ConfigError(Exception):
+    """A configuration that cannot be used; the message says what to fix."""
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", validate_default=True)
+
+
+class IngestConfig(_Section):
+    """Where and how events arrive."""
+
+    socket: str | None = Field(
+        DEFAULT_SOCKET,
+        description="Unix datagram socket path the SDK sends to; null or '' disables it. "
+        "In Kubernetes put its directory on an emptyDir shared with the model server.",
+    )
+    socket_mode: int = Field(
+        0o666, ge=0, le=0o777,
+        description="Permissions of the socket file, octal as a string (\"0666\") or an integer. Writers need "
+        "write permission; the default lets a model-server container running as another user send.",
+    )
+
+    @field_validator("socket_mode", mode="before")
+    @classmethod
+    def _octal(cls, v: Any) -> Any:
+        if isinstance(v, str):
+            try:
+                return int(v.removeprefix("0o"), 8)
+            except ValueError:
+                raise ValueError(f"must be octal permissions such as \"0666\", got {v!r}") from None
+        return v
+    udp_port: int | None = Field(None, ge=0, le=65535, description="UDP port for udp://host:port producers; null disables.")
+    udp_host: str = Field("127.0.0.1", description="Address the UDP socket binds; loopback keeps ingest local.")
+    rcvbuf_bytes: int = Field(
+        8 * 1024 * 1024, ge=65536, le=1 << 30,
+        description="Kernel receive buffer asked for on the ingest sockets (capped by net.core.rmem_max "
+        "unless running with CAP_NET_ADMIN). For Unix sockets the kernel also caps the queue at "
+        "net.unix.max_dgram_qlen datagrams; past it the SDK counts send failures.",
+    )
+    max_producers: int = Field(1024, ge=1, description="Producers (SDK processes) remembered in the producers table.")
+    producer_timeout_s: float = Field(60.0, gt=0, description="A producer silent for this long no longer counts as connected.")
+    max_schemas: int = Field(4096, ge=1, description="Feature schemas remembered across producers (LRU).")
+    max_json_body_bytes: int = Field(1 << 20, ge=1024, description="Largest POST /v1/events or /v1/labels body.")
+    max_json_events: int = Field(10000, ge=1, description="Most events in one JSON body.")
+    queue_stages: list[str] = Field(
+        default_factory=lambda: ["queue"],
+        description="Stage names whose durations also feed inferwatch_queue_wait_seconds.",
+    )
+
+
+class HttpConfig(_Section):
+    """The HTTP server: /metrics, health, status, JSON ingest, admin."""
+
+    host: str = Field("127.0.0.1", description="Bind address; use 0.0.0.0 so Prometheus can scrape a pod.")
+    port: int = Field(9464, ge=0, le=65535, description="HTTP port (0 picks a free one).")
+    admin_token: SecretStr | None = Field(
+        None, description="Bearer token for /admin/... routes; admin routes are disabled without one. "
+        "Prefer the INFERWATCH_ADMIN_TOKEN environment variable to a file.",
+    )
+
+    @field_validator("admin_token")
+    @classmethod
+    def _token_long_enough(cls, v: SecretStr | None) -> SecretStr | None:
+        if v is not None and len(v.get_secret_value()) < 16:
+            raise ValueError("must be at least 16 characters")
+        return v
+
+
+#: Default cardinality budgets of the core labels.
+DEFAULT_LABEL_BUDGETS = {"service": 20, "model": 50, "model_version": 50, "stage": 50, "error_type": 50}
+
+
+class LabelsConfig(_Section):
+    """Cardinality budgets: distinct values admitted per label before __overflow__."""
+
+    default_max_values: int = Field(100, ge=1, description="Budget for labels not listed in max_values.")
+    max_values: dict[str, int] = Field(
+        default_factory=lambda: dict(DEFAULT_LABEL_BUDGETS),
+        description="Budget per label name; labels you do not list keep their default budget.",
+    )
+    max_length: int = Field(128, ge=8, le=1024, description="Longer label values are truncated.")
+    max_label_sets: int = Field(
+        1000, ge=1,
+        description="Distinct (service, model, model_version) combinations kept; later ones are aggregated "
+        "under __overflow__ (counted as label=\"label_set\" in inferwatch_label_overflow_total).",
+    )
+
+    @field_validator("max_values")
+    @classmethod
+    def _positive(cls, v: dict[str, int]) -> dict[str, int]:
+        for k, n in v.items():
+            if n < 1:
+                raise ValueError(f"budget for label {k!r} must be >= 1, got {n}")
+        return {**DEFAULT_LABEL_BUDGETS, **v}
+
+
+class SidecarConfig(_Section):
+    """The whole sidecar configuration (the YAML file's root)."""
+
+    ingest: IngestConfig = Field(default_factory=IngestConfig)
+    http: HttpConfig = Field(default_factory=HttpConfig)
+    labels: LabelsConfig = Field(default_factory=LabelsConfig)
+    resource: dict[str, str] = Field(
+        default_factory=dict,
+        description="Extra OpenTelemetry resource attributes for the OTLP push (service.name, ...).",
+    )
+    shutdown_timeout_s: float = Field(10.0, gt=0, le=300, description="Longest a graceful shutdown may take.")
+    gpu: GpuConfig = Field(default_factory=GpuConfig)
+    drift: DriftConfig = Field(default_factory=DriftConfig)
+
+
+# ---------------------------------------------------------------------------
+# loading
+
+
+def _set_path(tree: dict[str, Any], path: list[str], value: Any) -> None:
+    node = tree
+    for k in path[:-1]:
+        nxt = node.get(k)
+        if not isinstance(nxt, dict):
+            nxt = node[k] = {}
+        node = nxt
+    node[path[-1]] = value
+
+
+def _parse_scalar(text: str) -> Any:
+    import yaml
+
+    try:
+        return yaml.safe_load(text) if text != "" else ""
+    except yaml.YAMLError:
+        return text
+
+
+def read_yaml(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """Read a YAML config file into a dict.
+
+    Raises:
+        ConfigError: the file is missing, unreadable, not YAML, or not a mapping.
+    """
+    import yaml
+
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except OSError as e:
+        raise ConfigError(f"config file {p}: cannot read it ({e.strerror or e})") from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+        raise ConfigError(f"config file {p}: not valid YAML{where}: {getattr(e, 'problem', e)}") from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"config file {p}: the top level must be a mapping of sections, got {type(data).__name__}")
+    return data
+
+
+def env_overrides(environ: Mapping[str, str]) -> tuple[dict[str, Any], dict[str, str]]:
+    """The config tree set by ``INFERWATCH_*`` variables, and each key's source."""
+    tree: dict[str, Any] = {}
+    sources: dict[str, str] = {}
+    for name in sorted(environ):
+        if not name.startswith(ENV_PREFIX):
+            continue
+        rest = name[len(ENV_PREFIX):]
+        if rest == "ADMIN_TOKEN":
+            path = ["http", "admin_token"]
+            value: Any = environ[name]
+        elif "__" in rest:
+            path = [p.lower() for p in rest.split("__")]
+            if any(not p for p in path):
+                raise ConfigError(f"environment variable {name}: empty name part between '__'")
+            value = _parse_scalar(environ[name])
+            if path[-1] == "admin_token":
+                value = environ[name]
+        else:
+            continue  # an SDK variable such as INFERWATCH_SIDECAR or INFERWATCH_SERVICE
+        _set_path(tree, path, value)
+        sources[".".join(path)] = f"environment variable {name}"
+    return tree, sources
+
+
+def parse_set(items: list[str]) -> tuple[dict[str, Any], dict[str, str]]:
+    """The config tree set by ``--set a.b=value`` flags."""
+    tree: dict[str, Any] = {}
+    sources: dict[str, str] = {}
+    for item in items:
+        key, sep, text = item.partition("=")
+        if not sep or not key or any(not p for p in key.split(".")):
+            raise ConfigError(f"--set {item!r}: expected SECTION.FIELD=VALUE, e.g. --set http.port=9464")
+        path = key.split(".")
+        _set_path(tree, path, text if path[-1] == "admin_token" else _parse_scalar(text))
+        sources[key] = f"--set {key}"
+    return tree, sources
+
+
+def _merge(base: dict[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for k, v in over.items():
+        if isinstance(v, Mapping) and isinstance(out.get(k), dict):
+            out[k] = _merge(out[k], v)
+        else:
+            out[k] = v
+    return out
+
+
+def _flatten_keys(tree: Mapping[str, Any], prefix: str = "") -> list[str]:
+    keys = []
+    for k, v in tree.items():
+        p = f"{prefix}{k}"
+        keys.append(p)
+        if isinstance(v, Mapping):
+            keys += _flatten_keys(v, p + ".")
+    return keys
+
+
+def _format_errors(err: ValidationError, sources: dict[str, str]) -> str:
+    lines = [f"invalid configuration ({err.error_count()} error{'s' if err.error_count() != 1 else ''}):"]
+    for e in err.errors():
+        loc = ".".join(str(x) for x in e["loc"]) or "(root)"
+        msg = e["msg"]
+        if e["type"] == "extra_forbidden":
+            msg = "unknown field (check the spelling; see docs/config.md)"
+        src = None
+        parts = loc.split(".")
+        for i in range(len(parts), 0, -1):
+            src = sources.get(".".join(parts[:i]))
+            if src:
+                break
+        got = ""
+        if "input" in e and e["type"] != "extra_forbidden" and not isinstance(e["input"], (dict, list)):
+            shown = "***" if "token" in loc else repr(e["input"])
+            got = f" (got {shown})"
+        lines.append(f"  {loc}: {msg}{got}" + (f" [from {src}]" if src else ""))
+    return "\n".join(lines)
+
+
+def load_config(
+    path: str | os.PathLike[str] | None = None,
+    environ: Mapping[str, str] | None = None,
+    overrides: Mapping[str, Any] | None = None,
+    override_sources: dict[str, str] | None = None,
+) -> SidecarConfig:
+    """Build and validate the configuration from all sources.
+
+    Args:
+        path: YAML file, or None for defaults only.
+        environ: environment to read ``INFERWATCH_*`` from (``os.environ`` by default).
+        overrides: a config tree from command-line flags (highest precedence).
+        override_sources: where each overridden key came from, for error messages.
+
+    Raises:
+        ConfigError: with one line per problem, naming field, issue and source.
+    """
+    sources: dict[str, str] = {}
+    tree: dict[str, Any] = {}
+    if path is not None:
+        tree = read_yaml(path)
+        for k in _flatten_keys(tree):
+            sources[k] = f"config file {path}"
+    env_tree, env_src = env_overrides(os.environ if environ is None else environ)
+    tree = _merge(tree, env_tree)
+    sources.update(env_src)
+    if overrides:
+        tree = _merge(tree, overrides)
+        for k in _flatten_keys(overrides):
+            sources[k] = (override_sources or {}).get(k, "command line")
+    try:
+        return SidecarConfig.model_validate(tree)
+    except ValidationError as e:
+        raise ConfigError(_format_errors(e, sources)) from None
+
+
+def reference_yaml(skip: tuple[str, ...] = ("gpu", "drift")) -> str:
+    """Every field with its default and description, as commented YAML (docs/config.md).
+
+    Args:
+        skip: top-level sections left out (the components document their own).
+    """
+    lines: list[str] = []
+
+    def walk(model: type[BaseModel], indent: str) -> None:
+        for name, f in model.model_fields.items():
+            if not indent and name in skip:
+                continue
+            ann = f.annotation
+            if isinstance(ann, type) and issubclass(ann, BaseModel):
+                lines.append(f"{indent}{name}:")
+                walk(ann, indent + "  ")
+                continue
+            if f.description:
+                lines.append(f"{indent}# {f.description}")
+            default = f.get_default(call_default_factory=True)
+            if isinstance(default, SecretStr):
+                default = "***"
+            import json
+
+            shown = f'"{default:04o}"' if name == "socket_mode" else json.dumps(default)
+            lines.append(f"{indent}{name}: {shown}")
+
+    walk(SidecarConfig, "")
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":  # pragma: no cover
+    import sys
+
+    if sys.argv[1:] == ["--reference"]:
+        sys.stdout.write(reference_yaml())
+    else:
+        print("usage: python -m inferwatch_sidecar.config --reference", file=sys.stderr)
+        sys.exit(2)

@@ -1,0 +1,420 @@
+"""The sidecar daemon's lifecycle, run the way uvicorn runs its server.
+
+One validated :class:`~inferwatch_sidecar.config.SidecarConfig`; then
+``startup`` (bind sockets, build and start components, start HTTP, start
+the OTLP pusher), a main loop that ticks until an exit flag is set, and
+``shutdown`` with a time limit:
+
+1. stop ingest (no new frames) and remove the socket file;
+2. flush exporters: the OTLP pusher's final push sees every counted event;
+3. stop the components;
+4. stop HTTP.
+
+SIGTERM and SIGINT set the exit flag; a second SIGINT forces the exit.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import logging
+import os
+import signal
+import socket
+import sys
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from typing import Any
+
+from prometheus_client import CollectorRegistry
+from prometheus_client.metrics_core import GaugeMetricFamily
+from prometheus_client.metrics_core import Metric as PromMetric
+from prometheus_client.process_collector import ProcessCollector
+
+from inferwatch_sidecar import __version__, core_metrics
+from inferwatch_sidecar.aggregate import Aggregator
+from inferwatch_sidecar.component import Component, ComponentContext
+from inferwatch_sidecar.config import SidecarConfig
+from inferwatch_sidecar.httpd import HttpServer
+from inferwatch_sidecar.ingest import IngestThread
+from inferwatch_sidecar.json_ingest import JsonDecoder
+from inferwatch_sidecar.labels import LabelLimiter
+from inferwatch_sidecar.pipeline import EVENT_TYPES, Pipeline
+
+log = logging.getLogger("inferwatch.sidecar")
+
+#: Components the daemon knows, in start order: config section name -> module.
+COMPONENTS = (
+    ("gpu", "inferwatch_sidecar.gpu.component"),
+    ("drift", "inferwatch_sidecar.drift.component"),
+)
+
+
+class StartupError(Exception):
+    """Start-up failed; the message says what to fix."""
+
+
+class ComponentSlot:
+    """A component and its state: disabled, unavailable, running, failed or stopped."""
+
+    def __init__(self, name: str, state: str, component: Component | None = None, reason: str = "") -> None:
+        self.name = name
+        self.state = state
+        self.component = component
+        self.reason = reason
+
+
+class _Collector:
+    """Adapts a zero-arg callable returning metric families to the registry's Collector protocol."""
+
+    def __init__(self, fn: Callable[[], Iterable[PromMetric]]) -> None:
+        self._fn = fn
+
+    def collect(self) -> Iterable[PromMetric]:
+        return self._fn()
+
+
+class Sidecar:
+    """The daemon. Build it with a validated config, then :meth:`run` (or startup/shutdown in tests).
+
+    Args:
+        cfg: the validated configuration.
+        environ: environment for the OTLP exporter's settings.
+        clock: wall-clock seconds (injectable for tests).
+    """
+
+    def __init__(
+        self,
+        cfg: SidecarConfig,
+        environ: Mapping[str, str] | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.cfg = cfg
+        self.environ = dict(os.environ if environ is None else environ)
+        self.clock = clock
+        self.started_at = clock()
+        self.started_mono = time.monotonic()
+        self.should_exit = threading.Event()
+        self.force_exit = False
+        self.ready = False
+        self.ctx = ComponentContext(default_label_budget=cfg.labels.default_max_values)
+        for label, budget in cfg.labels.max_values.items():
+            self.ctx.limiters[label] = LabelLimiter(label, budget, cfg.labels.max_length)
+        self.aggregator = Aggregator(self.ctx, frozenset(cfg.ingest.queue_stages), cfg.labels.max_label_sets)
+        self.pipeline = Pipeline(
+            self.aggregator, max_producers=cfg.ingest.max_producers, max_schemas=cfg.ingest.max_schemas, clock=clock
+        )
+        self.json_decoder = JsonDecoder(cfg.ingest.max_json_events)
+        self.slots: list[ComponentSlot] = []
+        self.ingest: IngestThread | None = None
+        self.http: HttpServer | None = None
+        self.otlp: Any = None
+        self.otlp_state = "disabled"
+        self._rates: deque[tuple[float, int, int, int]] = deque(maxlen=130)
+        self.registry = CollectorRegistry()
+        self.registry.register(_Collector(self._collect_core))
+        self.registry.register(_Collector(self._collect_components))
+        ProcessCollector(namespace="inferwatch_sidecar", registry=self.registry)
+
+    # -- collection ------------------------------------------------------------
+
+    def _collect_core(self) -> Iterator[PromMetric]:
+        yield from self.aggregator.collect()
+        limiters = {**self.ctx.limiters, "label_set": self.aggregator.label_set_overflow}
+        yield from self.pipeline.collect(self.clock(), self.cfg.ingest.producer_timeout_s, limiters)
+        m = {x.name: x for x in core_metrics.METRICS}["inferwatch_component_up"]
+        g = GaugeMetricFamily(m.name, m.help, labels=m.labels)
+        for s in self.slots:
+            g.add_metric([s.name], 1.0 if s.state == "running" else 0.0)
+        yield g
+
+    def _collect_components(self) -> Iterator[PromMetric]:
+        for s in self.slots:
+            if s.component is None or s.state != "running":
+                continue
+            try:
+                fams = list(s.component.collect())
+            except Exception:
+                self.pipeline.count_component_error(s.name, "collect")
+                continue
+            yield from fams
+
+    def collect(self) -> Iterable[PromMetric]:
+        """Everything /metrics shows, as metric families (what the OTLP pusher converts)."""
+        return list(self.registry.collect())
+
+    # -- components ------------------------------------------------------------
+
+    def _build_components(self) -> None:
+        for name, module in COMPONENTS:
+            section = getattr(self.cfg, name)
+            if not getattr(section, "enabled", True):
+                self.slots.append(ComponentSlot(name, "disabled"))
+                continue
+            try:
+                mod = importlib.import_module(module)
+            except ModuleNotFoundError as e:
+                if e.name == module:
+                    self.slots.append(ComponentSlot(name, "unavailable", reason=f"{module} is not installed in this build"))
+                    continue
+                raise StartupError(f"{name}: cannot import {module}: {e}") from None
+            try:
+                comp = mod.build(section, self.ctx)
+            except Exception as e:
+                # A bad reference file or device setting must stop start-up with its message.
+                raise StartupError(f"{name}: {e}") from e
+            if comp is None:
+                self.slots.append(ComponentSlot(name, "unavailable", reason="build() returned None"))
+                continue
+            self.slots.append(ComponentSlot(name, "built", comp))
+            types = frozenset(getattr(comp, "record_types", frozenset()))
+            if types:
+                self.pipeline.dispatch.append((name, types, comp.handle))
+
+    def admin_route(self, component: str, path: str) -> Callable[[dict[str, str]], tuple[int, str, bytes]] | None:
+        for s in self.slots:
+            if s.name == component and s.component is not None and s.state == "running":
+                routes_fn = getattr(s.component, "admin_routes", None)
+                if routes_fn is None:
+                    return None
+                try:
+                    routes = routes_fn() or {}
+                except Exception:
+                    self.pipeline.count_component_error(s.name, "admin_routes")
+                    return None
+                return routes.get(path) or routes.get("/" + path)  # type: ignore[no-any-return]
+        return None
+
+    def admin_routes_index(self) -> dict[str, list[str]]:
+        out: dict[str, list[str]] = {}
+        for s in self.slots:
+            fn = getattr(s.component, "admin_routes", None) if s.component is not None else None
+            if fn is not None and s.state == "running":
+                try:
+                    out[s.name] = sorted(fn() or {})
+                except Exception:
+                    self.pipeline.count_component_error(s.name, "admin_routes")
+        return out
+
+    # -- status ----------------------------------------------------------------
+
+    def status(self) -> dict[str, Any]:
+        now = self.clock()
+        totals = self.pipeline.totals()
+        comps: dict[str, Any] = {}
+        for s in self.slots:
+            entry: dict[str, Any] = {"state": s.state}
+            if s.reason:
+                entry["reason"] = s.reason
+            if s.component is not None and s.state == "running":
+                try:
+                    entry.update(s.component.status())
+                except Exception as e:
+                    self.pipeline.count_component_error(s.name, "status")
+                    entry["status_error"] = f"{type(e).__name__}: {e}"
+            comps[s.name] = entry
+        otlp: dict[str, Any] = {"state": self.otlp_state}
+        if self.otlp is not None:
+            try:
+                otlp.update(self.otlp.status())
+            except Exception as e:
+                otlp["status_error"] = str(e)
+        return {
+            "service": "inferwatch-sidecar",
+            "version": __version__,
+            "python": sys.version.split()[0],
+            "pid": os.getpid(),
+            "ready": self.ready,
+            "uptime_s": round(time.monotonic() - self.started_mono, 3),
+            "started_unix": round(self.started_at, 3),
+            "listen": {
+                "socket": self.cfg.ingest.socket or None,
+                "udp": f"{self.cfg.ingest.udp_host}:{self.ingest.udp_port}" if self.ingest and self.ingest.udp_port else None,
+                "http": f"{self.cfg.http.host}:{self.http.port}" if self.http else None,
+                "rcvbuf_bytes": dict(self.ingest.rcvbuf_effective) if self.ingest else {},
+            },
+            "ingest": {**totals, "rates": self._rate_summary()},
+            "producers": self.pipeline.producers_status(now, self.cfg.ingest.producer_timeout_s),
+            "labels": {
+                name: {"values": len(lim), "budget": lim.max_values, "overflowed": lim.overflowed}
+                for name, lim in sorted(self.ctx.limiters.items())
+            },
+            "components": comps,
+            "otlp": otlp,
+        }
+
+    def _sample_rates(self) -> None:
+        t = self.pipeline.totals()
+        self._rates.append((time.monotonic(), t["frames"], t["events"], t["bytes"]))
+
+    def _rate_summary(self) -> dict[str, float]:
+        out: dict[str, float] = {}
+        if len(self._rates) < 2:
+            return out
+        last = self._rates[-1]
+        for window in (10, 60):
+            first = next((r for r in self._rates if last[0] - r[0] <= window), self._rates[0])
+            dt = last[0] - first[0]
+            if dt <= 0:
+                continue
+            out[f"frames_per_s_{window}s"] = round((last[1] - first[1]) / dt, 2)
+            out[f"events_per_s_{window}s"] = round((last[2] - first[2]) / dt, 2)
+            out[f"bytes_per_s_{window}s"] = round((last[3] - first[3]) / dt, 2)
+        return out
+
+    # -- lifecycle -------------------------------------------------------------
+
+    def startup(self) -> None:
+        """Bind, build and start everything. Raises StartupError or IngestError with a clear message."""
+        cfg = self.cfg
+        # The ingest thread must get the GIL back quickly from a scrape thread when datagrams arrive (the
+        # kernel queue of a Unix datagram socket holds only net.unix.max_dgram_qlen frames); 5 ms is too long.
+        sys.setswitchinterval(0.0005)
+        self._build_components()
+        udp = (cfg.ingest.udp_host, cfg.ingest.udp_port) if cfg.ingest.udp_port is not None else None
+        self.ingest = IngestThread(
+            self.pipeline, cfg.ingest.socket or None, cfg.ingest.socket_mode, udp, cfg.ingest.rcvbuf_bytes
+        )
+        self.ingest.open()
+        try:
+            self.http = HttpServer(self, cfg.http.host, cfg.http.port)
+        except BaseException:
+            self.ingest.close()
+            raise
+        for s in self.slots:
+            if s.component is None:
+                continue
+            try:
+                s.component.start()
+                s.state = "running"
+            except Exception as e:
+                s.state = "failed"
+                s.reason = f"start() raised {type(e).__name__}: {e}"
+                log.exception("component %s failed to start; the sidecar keeps running without it", s.name)
+        self.ingest.start()
+        self.http.start()
+        self._start_otlp()
+        self._sample_rates()
+        self.ready = True
+        log.info(
+            "inferwatch sidecar %s ready: socket=%s udp=%s http=%s:%d components=%s",
+            __version__, cfg.ingest.socket or "-", self.ingest.udp_port or "-", cfg.http.host, self.http.port,
+            ",".join(f"{s.name}:{s.state}" for s in self.slots) or "-",
+        )
+
+    def _resource(self) -> dict[str, str]:
+        res = {
+            "service.name": self.environ.get("OTEL_SERVICE_NAME") or "inferwatch-sidecar",
+            "service.version": __version__,
+            "host.name": socket.gethostname(),
+            "process.pid": str(os.getpid()),
+        }
+        res.update(self.cfg.resource)
+        return res
+
+    def _start_otlp(self) -> None:
+        try:
+            otlp_mod = importlib.import_module("inferwatch_sidecar.otlp")
+        except ModuleNotFoundError as e:
+            if e.name == "inferwatch_sidecar.otlp":
+                self.otlp_state = "unavailable"
+                return
+            raise
+        try:
+            pusher = otlp_mod.OtlpMetricsPusher.from_env(self.collect, self._resource(), environ=self.environ)
+        except Exception as e:
+            raise StartupError(f"OTLP exporter: {e}") from e
+        if pusher is None:
+            self.otlp_state = "disabled"
+            return
+        pusher.start()
+        self.otlp = pusher
+        self.otlp_state = "running"
+
+    def tick(self) -> None:
+        """Periodic housekeeping from the main loop."""
+        self._sample_rates()
+        if self.ingest is not None and not self.ingest.is_alive() and not self.should_exit.is_set():
+            log.error("the ingest thread stopped unexpectedly; shutting down so the supervisor restarts us")
+            self.should_exit.set()
+
+    def main_loop(self, tick_s: float = 0.5) -> None:
+        while not self.should_exit.wait(tick_s):
+            self.tick()
+
+    def shutdown(self) -> bool:
+        """Graceful shutdown within ``shutdown_timeout_s``. Returns True when every step finished in time."""
+        self.ready = False
+        deadline = time.monotonic() + self.cfg.shutdown_timeout_s
+        ok = True
+
+        def left() -> float:
+            return max(0.05, deadline - time.monotonic())
+
+        log.info("shutting down (limit %.1f s)", self.cfg.shutdown_timeout_s)
+        if self.ingest is not None:
+            self.ingest.stop(left())
+            # One line with the final counts: what this instance accepted, for operators and tests.
+            t = self.pipeline.totals()
+            by_type = {
+                name: sum(c[code] for c in self.pipeline.counts.values()) for code, name in EVENT_TYPES.items()
+            }
+            log.info("final ingest totals: %s", json.dumps({**t, "events_by_type": by_type}, sort_keys=True))
+        if self.otlp is not None:
+            try:
+                self.otlp.stop(left())
+                self.otlp_state = "stopped"
+            except Exception:
+                ok = False
+                log.exception("OTLP final flush failed")
+        for s in reversed(self.slots):
+            if s.component is not None and s.state == "running":
+                try:
+                    s.component.stop(left())
+                    s.state = "stopped"
+                except Exception:
+                    ok = False
+                    log.exception("component %s failed to stop", s.name)
+        if self.http is not None:
+            self.http.stop(left())
+        if time.monotonic() > deadline:
+            log.warning("shutdown took longer than shutdown_timeout_s=%.1f", self.cfg.shutdown_timeout_s)
+            ok = False
+        log.info("stopped")
+        return ok
+
+    def install_signal_handlers(self) -> None:
+        if threading.current_thread() is not threading.main_thread():
+            return
+
+        def handle(sig: int, frame: Any) -> None:
+            if self.should_exit.is_set() and sig == signal.SIGINT:
+                self.force_exit = True
+                log.warning("second interrupt: exiting now")
+                os._exit(130)
+            self.should_exit.set()
+
+        signal.signal(signal.SIGTERM, handle)
+        signal.signal(signal.SIGINT, handle)
+
+    def run(self) -> int:
+        """Start, serve until signalled, shut down. Returns the exit status."""
+        self.install_signal_handlers()
+        self.startup()
+        try:
+            self.main_loop()
+        finally:
+            # The time limit is enforced even if a component's stop() hangs.
+            watchdog = threading.Timer(self.cfg.shutdown_timeout_s + 1.0, self._shutdown_overrun)
+            watchdog.daemon = True
+            watchdog.start()
+            ok = self.shutdown()
+            watchdog.cancel()
+        return 0 if ok else 1
+
+    def _shutdown_overrun(self) -> None:
+        log.error("graceful shutdown exceeded shutdown_timeout_s=%.1f; exiting now", self.cfg.shutdown_timeout_s)
+        logging.shutdown()
+        os._exit(1)

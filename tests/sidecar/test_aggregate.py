@@ -1,0 +1,160 @@
+"""Aggregation and accounting in-process: exact buckets, exemplars, caps, SDK drop deltas, producers."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.openmetrics.exposition import generate_latest as om_latest
+from prometheus_client.openmetrics.parser import text_string_to_metric_families as om_families
+
+from inferwatch._wire import EV_BATCH, EV_DROPS, EV_QUEUE, EV_RECORD, EV_REQUEST, EV_STAGE, Encoder
+from inferwatch_sidecar import core_metrics
+from inferwatch_sidecar.aggregate import _CACHE_LIMIT, Aggregator
+from inferwatch_sidecar.component import ComponentContext
+from inferwatch_sidecar.labels import LabelLimiter
+from inferwatch_sidecar.pipeline import Pipeline
+from tests.sidecar.conftest import parse_metrics, sample
+
+CTX = ("svc", "m", "v1")
+LAB = {"service": "svc", "model": "m", "model_version": "v1"}
+
+
+class _Reg:
+    def __init__(self, fn: Any) -> None:
+        self.collect = fn
+
+
+def scrape(agg: Aggregator, openmetrics: bool = False) -> str:
+    reg = CollectorRegistry()
+    reg.register(_Reg(agg.collect))  # type: ignore[arg-type]
+    return (om_latest if openmetrics else generate_latest)(reg).decode()
+
+
+def req(dur_s: float, outcome: int = 0, err: str | None = None, rid: str | None = None, trace: bytes | None = None,
+        stages: list[Any] | None = None, ctx: Any = CTX) -> tuple[Any, ...]:
+    return (EV_REQUEST, ctx, 1_700_000_000_000_000_000, int(dur_s * 1e9), outcome, err, rid, trace, stages or [])
+
+
+def test_buckets_counts_and_sums_are_exact() -> None:
+    agg = Aggregator(ComponentContext())
+    counts = [0] * 16
+    durations = [0.0004, 0.001, 0.0011, 0.3, 45.0, 5000.0]
+    agg.process([req(d) for d in durations], counts)
+    s = parse_metrics(scrape(agg))
+    # le is inclusive: 0.001 falls in the 0.001 bucket.
+    expect = {"0.0005": 1, "0.001": 2, "0.0025": 3, "0.25": 3, "0.5": 4, "40.0": 4, "80.0": 5, "1280.0": 5, "+Inf": 6}
+    for le, n in expect.items():
+        assert sample(s, "inferwatch_request_duration_seconds_bucket", **LAB, le=le) == n, le
+    assert math.isclose(sample(s, "inferwatch_request_duration_seconds_sum", **LAB), sum(durations), rel_tol=1e-9)
+    assert sample(s, "inferwatch_requests_total", **LAB, outcome="ok") == 6
+    assert counts[EV_REQUEST] == 6
+
+
+def test_stream_stage_feeds_ttft_itl_tokens_and_queue_wait() -> None:
+    agg = Aggregator(ComponentContext(), queue_stages=frozenset({"queue"}))
+    st = [("queue", 250_000_000, None), ("generate", 4_000_000_000, (150_000_000, 4, (20_000, 30_000, 1_000_000)))]
+    agg.process([req(4.3, stages=st), (EV_STAGE, CTX, 1, "rid-9", ("generate", 1_000_000_000, (50_000_000, 2, (10_000,)))),
+                 (EV_BATCH, CTX, 12), (EV_QUEUE, CTX, 7), (EV_QUEUE, CTX, 2)], [0] * 16)
+    s = parse_metrics(scrape(agg))
+    g = {**LAB, "stage": "generate"}
+    assert sample(s, "inferwatch_generated_tokens_total", **g) == 6
+    assert sample(s, "inferwatch_time_to_first_token_seconds_bucket", **g, le="0.06") == 1
+    assert sample(s, "inferwatch_time_to_first_token_seconds_bucket", **g, le="0.25") == 2
+    assert sample(s, "inferwatch_inter_token_latency_seconds_count", **g) == 4
+    assert sample(s, "inferwatch_inter_token_latency_seconds_bucket", **g, le="0.025") == 2
+    assert sample(s, "inferwatch_inter_token_latency_seconds_bucket", **g, le="1.0") == 4
+    assert math.isclose(sample(s, "inferwatch_inter_token_latency_seconds_sum", **g), 1.06)
+    assert sample(s, "inferwatch_generation_length_tokens_bucket", **g, le="4.0") == 2
+    assert sample(s, "inferwatch_queue_wait_seconds_bucket", **LAB, le="0.25") == 1
+    assert sample(s, "inferwatch_batch_size_bucket", **LAB, le="8.0") == 0
+    assert sample(s, "inferwatch_batch_size_bucket", **LAB, le="16.0") == 1
+    assert sample(s, "inferwatch_queue_depth", **LAB) == 2  # the latest value wins
+
+
+def test_exemplars_prefer_trace_id_and_are_bounded() -> None:
+    agg = Aggregator(ComponentContext())
+    trace = bytes.fromhex("0af7651916cd43dd8448eb211c80319c")
+    long_rid = "x" * 128
+    agg.process([req(0.003, rid="abc", trace=trace, stages=[("inference", 2_000_000, None)]),
+                 req(0.3, rid=long_rid)], [0] * 16)
+    text = scrape(agg, openmetrics=True)
+    found = {}
+    for fam in om_families(text):
+        for smp in fam.samples:
+            if smp.exemplar is not None:
+                found[(smp.name, smp.labels.get("stage"), smp.labels["le"])] = smp.exemplar
+    e = found[("inferwatch_request_duration_seconds_bucket", None, "0.005")]
+    assert e.labels == {"trace_id": trace.hex()} and math.isclose(e.value, 0.003)
+    assert found[("inferwatch_stage_duration_seconds_bucket", "inference", "0.0025")].labels == {"trace_id": trace.hex()}
+    long = found[("inferwatch_request_duration_seconds_bucket", None, "0.5")]
+    rid = long.labels["request_id"]
+    assert len("request_id") + len(rid) <= 128 and long_rid.startswith(rid)
+
+
+def test_label_caps_overflow_and_raw_caches_stay_bounded() -> None:
+    ctx = ComponentContext()
+    ctx.limiters["model"] = LabelLimiter("model", 2)
+    ctx.limiters["stage"] = LabelLimiter("stage", 1)
+    agg = Aggregator(ctx)
+    evs = [req(0.01, ctx=("s", f"model-{i}", "v"), stages=[(f"stage-{i}", 1000, None)]) for i in range(_CACHE_LIMIT + 50)]
+    agg.process(evs, [0] * 16)
+    s = parse_metrics(scrape(agg))
+    models = {dict(k[1]).get("model") for k in s if k[0] == "inferwatch_requests_total"}
+    assert models == {"model-0", "model-1", "__overflow__"}
+    stages = {dict(k[1]).get("stage") for k in s if k[0] == "inferwatch_stage_duration_seconds_count"}
+    assert stages == {"stage-0", "__overflow__"}
+    assert sample(s, "inferwatch_requests_total", service="s", model="__overflow__", model_version="v", outcome="ok") == _CACHE_LIMIT + 48
+    assert len(agg._ctx_cache) <= _CACHE_LIMIT and len(agg.bundles) == 3
+    assert all(len(b.stage_cache) <= _CACHE_LIMIT for b in agg.bundles.values())
+
+
+def test_sdk_drop_counts_are_cumulative_per_producer() -> None:
+    agg = Aggregator(ComponentContext())
+    p = Pipeline(agg)
+    enc_a, enc_b = Encoder(1, 0xA), Encoder(2, 0xB)
+    for f in enc_a.encode([], [(EV_DROPS, {"buffer_full": 5})]):
+        p.datagram(f, "unix")
+    for f in enc_a.encode([], [(EV_DROPS, {"buffer_full": 8, "send_failed": 1})]):
+        p.datagram(f, "unix")
+    for f in enc_b.encode([], [(EV_DROPS, {"buffer_full": 2})]):
+        p.datagram(f, "unix")
+    for f in enc_a.encode([], [(EV_DROPS, {"buffer_full": 8, "send_failed": 1})]):  # no change
+        p.datagram(f, "unix")
+    assert agg.sdk_drops == {"buffer_full": 10, "send_failed": 1}
+    assert p.totals()["frames"] == 4 and p.totals()["frames_decoded"] == 4
+
+
+def test_producers_table_is_bounded() -> None:
+    p = Pipeline(Aggregator(ComponentContext()), max_producers=5)
+    for i in range(20):
+        for f in Encoder(i, 1000 + i).encode([(EV_RECORD, CTX, 1, None, "a", None, None, None)]):
+            p.datagram(f, "unix")
+    assert len(p.producers) == 5
+    assert [x.producer_id for x in p.producers.values()] == list(range(1015, 1020))
+
+
+def test_every_catalog_family_is_exposed_with_catalog_types() -> None:
+    agg = Aggregator(ComponentContext())
+    agg.process([req(0.1)], [0] * 16)
+    reg = CollectorRegistry()
+    reg.register(_Reg(agg.collect))  # type: ignore[arg-type]
+    fams = {f.name: f for f in reg.collect()}
+    for m in core_metrics.METRICS:
+        if m.name.startswith(("inferwatch_ingest", "inferwatch_sidecar_process", "inferwatch_label", "inferwatch_component",
+                              "inferwatch_producers")):
+            continue  # exposed by the pipeline and the daemon
+        fam = fams[m.family if m.type != "info" else m.name]
+        assert fam.type == m.type, m.name
+        assert fam.documentation == m.help
+
+
+def test_label_set_combinations_are_capped_too() -> None:
+    agg = Aggregator(ComponentContext(), max_label_sets=4)
+    agg.process([req(0.01, ctx=(f"s{i}", f"m{i}", "v")) for i in range(10)], [0] * 16)
+    assert len(agg.bundles) == 5  # four kept, one overflow set
+    s = parse_metrics(scrape(agg))
+    assert sample(s, "inferwatch_requests_total", service="__overflow__", model="__overflow__",
+                  model_version="__overflow__", outcome="ok") == 6
+    assert agg.label_set_overflow.overflowed == 6
