@@ -306,11 +306,15 @@ class Sidecar:
 
     def _resource(self) -> dict[str, str]:
         res = {
-            "service.name": self.environ.get("OTEL_SERVICE_NAME") or "inferwatch-sidecar",
-            "service.version": __version__,
+            "inferwatch.sidecar.version": __version__,
             "host.name": socket.gethostname(),
             "process.pid": str(os.getpid()),
         }
+        # The pusher applies OTEL_RESOURCE_ATTRIBUTES < OTEL_SERVICE_NAME < this
+        # mapping, so only default service.name when the environment sets none.
+        env_attrs = self.environ.get("OTEL_RESOURCE_ATTRIBUTES", "")
+        if not self.environ.get("OTEL_SERVICE_NAME") and "service.name=" not in env_attrs:
+            res["service.name"] = "inferwatch-sidecar"
         res.update(self.cfg.resource)
         return res
 
@@ -323,7 +327,9 @@ class Sidecar:
                 return
             raise
         try:
-            pusher = otlp_mod.OtlpMetricsPusher.from_env(self.collect, self._resource(), environ=self.environ)
+            pusher = otlp_mod.OtlpMetricsPusher.from_env(
+                self.collect, self._resource(), environ=self.environ, start_time_s=self.started_at
+            )
         except Exception as e:
             raise StartupError(f"OTLP exporter: {e}") from e
         if pusher is None:
