@@ -77,7 +77,7 @@ class IngestConfig(_Section):
     )
     max_producers: int = Field(1024, ge=1, description="Producers (SDK processes) remembered in the producers table.")
     producer_timeout_s: float = Field(60.0, gt=0, description="A producer silent for this long no longer counts as connected.")
-    max_schemas: int = Field(4096, ge=1, description="Feature schemas remembered across producers (LRU).")
+    max_schemas: int = Field(4096, ge=1, description="Feature schemas remembered across producers; the one announced longest ago is forgotten first.")
     max_json_body_bytes: int = Field(1 << 20, ge=1024, description="Largest POST /v1/events or /v1/labels body.")
     max_json_events: int = Field(10000, ge=1, description="Most events in one JSON body.")
     queue_stages: list[str] = Field(
