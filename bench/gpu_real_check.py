@@ -1,0 +1,98 @@
+"""Real-GPU check (needs an NVIDIA GPU, nvidia-ml-py and torch): NVML sampling + leak verdict.
+
+Starts a PyTorch child process that leaks 64 MiB per second for two minutes,
+runs the gpu component on the real ``pynvml`` next to it (1 s interval, a
+short detector scale so two minutes are enough), feeds it the child's
+allocator stats the way the SDK's torch probe would, and prints the
+per-process series, the verdict and the classification (expected: tensor).
+
+Usage (on the GPU machine, from the repository root):
+    python bench/gpu_real_check.py [--seconds 120] [--out DIR]
+
+Not run in CI: this project's CI has no GPU.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+
+CHILD = r"""
+import json, sys, time, torch
+keep = []
+t_end = time.time() + float(sys.argv[1])
+torch.cuda.init()
+while time.time() < t_end:
+    keep.append(torch.empty(64 * 2**20, dtype=torch.uint8, device="cuda"))  # the leak: 64 MiB/s
+    s = torch.cuda.memory_stats()
+    print(json.dumps([time.time_ns(), torch.cuda.current_device(), s.get("allocated_bytes.all.current", 0),
+                      s.get("reserved_bytes.all.current", 0), s.get("active_bytes.all.current", 0),
+                      s.get("inactive_split_bytes.all.current", 0), s.get("num_alloc_retries", 0),
+                      s.get("num_ooms", 0)]), flush=True)
+    time.sleep(1.0)
+"""
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--seconds", type=float, default=120.0)
+    ap.add_argument("--out", default=os.environ.get("OUT", "."))
+    args = ap.parse_args()
+
+    import importlib.util
+
+    if importlib.util.find_spec("torch") is None:
+        print("gpu_real_check: torch is not installed (pip install torch with CUDA); nothing was run",
+              file=sys.stderr)
+        return 2
+    from inferwatch._wire import EV_ALLOC
+    from inferwatch_sidecar.component import ComponentContext
+    from inferwatch_sidecar.gpu.component import build
+    from inferwatch_sidecar.gpu.config import GpuConfig
+
+    cfg = GpuConfig(backend="nvml", interval_s=1.0, detector={
+        "scales": [[64, 4]], "warmup_s": 20, "confirm_s": 8, "sub_windows": 4})
+    comp = build(cfg, ComponentContext())
+    comp.tick()
+    first = comp.status()
+    if not first["devices"]:
+        print("gpu_real_check: NVML gave no devices:", json.dumps(first["faults"], indent=1), file=sys.stderr)
+        return 2
+    print(f"NVML ok: driver {first['driver_version']}, NVML {first['nvml_version']}, "
+          f"memory info {first['memory_info_version']}, devices {[d['name'] for d in first['devices']]}")
+    comp.start()
+    child = subprocess.Popen([sys.executable, "-c", CHILD, str(args.seconds)], stdout=subprocess.PIPE, text=True)
+    series = []
+    assert child.stdout is not None
+    for line in child.stdout:
+        ts, dev, alloc, res, active, split, retries, ooms = json.loads(line)
+        comp.handle(child.pid, 1, [(EV_ALLOC, ts, dev, alloc, res, active, split, retries, ooms, 0)])
+        st = comp.status()
+        procs = [p for d in st["devices"] for p in d["processes"] if p["pid"] == child.pid]
+        if procs:
+            p = procs[0]
+            series.append((round(time.time(), 1), p["used_bytes"], p["verdict"], p.get("kind")))
+            print(f"t={series[-1][0]} pid={child.pid} nvml_used={p['used_bytes'] / 2**20:.0f} MiB "
+                  f"allocated={alloc / 2**20:.0f} MiB verdict={p['verdict']} kind={p.get('kind')} "
+                  f"rate={(p['rate_bytes_per_s'] or 0) / 2**20:.1f} MiB/s ttoom={p['time_to_oom_s']}", flush=True)
+    child.wait()
+    time.sleep(1.5)
+    st = comp.status()
+    comp.stop(5.0)
+    os.makedirs(args.out, exist_ok=True)
+    with open(os.path.join(args.out, "gpu_real_check.json"), "w") as f:
+        json.dump({"status": st, "series": series}, f, indent=1, default=str)
+    print(json.dumps({k: st[k] for k in ("backend", "driver_version", "nvml_version", "memory_info_version",
+                                         "leaks", "faults")}, indent=1, default=str))
+    ok = any(x["pid"] == child.pid and x["kind"] == "tensor" for x in st["leaks"]) or any(
+        s[2] == "leak" for s in series)
+    print("RESULT:", "leak detected" if ok else "NO LEAK DETECTED")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
