@@ -72,9 +72,14 @@ def prometheus_rule_yaml() -> str:
         "kind": "PrometheusRule",
         "metadata": {
             "name": "inferwatch",
-            # Add the label your Prometheus' ruleSelector wants (kube-prometheus-stack: release=<name>)
-            # with kustomize; see docs/deploy.md.
-            "labels": {"app.kubernetes.io/name": "inferwatch", "app.kubernetes.io/component": "alerting"},
+            # kube-prometheus-stack's ruleSelector wants release=<helm release name>; this matches a
+            # release named "prometheus", like deploy/k8s/servicemonitor.yaml. Change both together
+            # (or patch them with kustomize); see docs/deploy.md.
+            "labels": {
+                "app.kubernetes.io/name": "inferwatch",
+                "app.kubernetes.io/component": "alerting",
+                "release": "prometheus",
+            },
         },
         "spec": {"groups": source.groups(source.PRODUCTION) + drift_groups()},
     }
