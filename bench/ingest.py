@@ -82,20 +82,72 @@ def producer(sock: str, rate_req: float, duration: float, seed: int) -> None:
 # ---------------------------------------------------------------------------- part 1
 
 
-def in_process(repeats: int, n_req: int) -> dict[str, float]:
+#: The commit before the decode/aggregate fast paths: part 1 times its code side by side.
+BASELINE_REV = "ae1b302"
+
+
+def load_baseline(rev: str) -> Any:
+    """Import the decoder, aggregator and pipeline as they were at ``rev`` (git show), or None."""
+    import importlib.util
+
+    tmp = Path(tempfile.mkdtemp(prefix="iw-baseline-"))
+    mods = {}
+    for name, path in (("wire", "sdk/inferwatch/_wire.py"), ("aggregate", "sidecar/inferwatch_sidecar/aggregate.py"),
+                       ("pipeline", "sidecar/inferwatch_sidecar/pipeline.py")):
+        try:
+            src = subprocess.run(["git", "show", f"{rev}:{path}"], cwd=REPO, capture_output=True, check=True).stdout
+        except (OSError, subprocess.CalledProcessError):
+            print(f"  (baseline {rev} not available from git: skipping the side-by-side columns)")
+            return None
+        (tmp / f"{name}.py").write_bytes(src)
+        spec = importlib.util.spec_from_file_location(f"_iw_baseline_{name}", tmp / f"{name}.py")
+        assert spec is not None and spec.loader is not None
+        mod = importlib.util.module_from_spec(spec)
+        sys.modules[spec.name] = mod
+        spec.loader.exec_module(mod)
+        mods[name] = mod
+    # The old pipeline module imported today's decoder and aggregator; point it at the old ones.
+    mods["pipeline"].Decoder = mods["wire"].Decoder
+    mods["pipeline"].HistogramSet = mods["aggregate"].HistogramSet
+    return mods
+
+
+class StagingComponent:
+    """The component handoff as the drift engine does it: take RECORD events, stage them under a lock."""
+
+    def __init__(self) -> None:
+        import threading
+
+        from inferwatch._wire import EV_RECORD
+
+        self.record_types = frozenset({EV_RECORD})
+        self.lock = threading.Lock()
+        self.staged: list[Any] = []
+
+    def handle(self, pid: int, producer_id: int, records: list[Any]) -> None:
+        with self.lock:
+            if len(self.staged) < 1_000_000:
+                self.staged.extend(records)
+
+
+def in_process(repeats: int, n_req: int, baseline: str | None) -> dict[str, float]:
+    import random
+
     from prometheus_client import CollectorRegistry, Counter, Histogram
 
     from inferwatch._wire import EV_RECORD, EV_REQUEST, Decoder, Encoder
     from inferwatch_sidecar import core_metrics
-    from inferwatch_sidecar.config import SidecarConfig
-    from inferwatch_sidecar.daemon import Sidecar
+    from inferwatch_sidecar.component import ComponentContext
 
     enc = Encoder(os.getpid(), 42)
     now = time.time_ns()
+    rnd = random.Random(7)
     evs: list[Any] = []
     for i in range(n_req):
-        evs.append((EV_REQUEST, ("bench", "m", "v1"), now, 3_000_000 + i, 0, None, f"req-{i:08d}", None,
-                    [("preprocess", 100_000, None), ("inference", 2_000_000, None), ("postprocess", 50_000, None)]))
+        # Log-normal stage latencies (medians 0.1 ms, 2 ms, 50 us), so the histograms see a spread of buckets.
+        d1, d2, d3 = (int(rnd.lognormvariate(mu, 1.0)) for mu in (11.5, 14.5, 10.8))
+        evs.append((EV_REQUEST, ("bench", "m", "v1"), now, d1 + d2 + d3 + 50_000, 0, None, f"req-{i:08d}", None,
+                    [("preprocess", d1, None), ("inference", d2, None), ("postprocess", d3, None)]))
         evs.append((EV_RECORD, ("bench", "m", "v1"), now, f"req-{i:08d}", "cat", 0.9, None,
                     {f"f{j}": float(i + j) for j in range(N_FEATURES)}))
     frames = enc.encode(evs)
@@ -105,32 +157,45 @@ def in_process(repeats: int, n_req: int) -> dict[str, float]:
     decoded = [dec.decode(f).records for f in frames]
     n_decoded = sum(len(r) for r in decoded)
     assert n_decoded == n_events, (n_decoded, n_events)
+    old = load_baseline(baseline) if baseline else None
+    # CPU time of this thread: "per core" literally, and not inflated by other processes
+    # holding the CPU on a busy machine (wall time would be).
+    clock = time.thread_time
 
-    def decode_only() -> float:
-        d = Decoder()
-        t = time.perf_counter()
-        for f in frames:
-            d.decode(f)
-        return time.perf_counter() - t
+    def decode_with(dec_cls: Any) -> Any:
+        def run() -> float:
+            d = dec_cls()
+            t = clock()
+            for f in frames:
+                d.decode(f)
+            return clock() - t
+        return run
 
-    def aggregate_only() -> float:
-        sc = Sidecar(SidecarConfig())
-        counts = [0] * 16
-        t = time.perf_counter()
-        for r in decoded:
-            sc.aggregator.process(r, counts)
-        el = time.perf_counter() - t
-        assert sum(counts) == n_events
-        return el
+    def aggregate_with(mod: Any) -> Any:
+        def run() -> float:
+            agg = mod.Aggregator(ComponentContext())
+            counts = [0] * 16
+            t = clock()
+            for r in decoded:
+                agg.process(r, counts)
+            el = clock() - t
+            assert sum(counts) == n_events
+            return el
+        return run
 
-    def pipeline() -> float:
-        sc = Sidecar(SidecarConfig())
-        t = time.perf_counter()
-        for f in frames:
-            sc.pipeline.datagram(f, "unix")
-        el = time.perf_counter() - t
-        assert sum(sc.pipeline.counts["unix"]) == n_events
-        return el
+    def pipeline_with(agg_mod: Any, pipe_mod: Any, handoff: bool) -> Any:
+        def run() -> float:
+            comp = StagingComponent()
+            pipe = pipe_mod.Pipeline(agg_mod.Aggregator(ComponentContext()),
+                                     dispatch=[("drift", comp.record_types, comp.handle)] if handoff else None)
+            t = clock()
+            for f in frames:
+                pipe.datagram(f, "unix")
+            el = clock() - t
+            assert sum(pipe.counts["unix"]) == n_events
+            assert not handoff or len(comp.staged) == n_events // 2
+            return el
+        return run
 
     def prom_baseline() -> float:
         # The same aggregation (requests, e2e and stage histograms with request-ID exemplars, records)
@@ -141,7 +206,7 @@ def in_process(repeats: int, n_req: int) -> dict[str, float]:
         e2e = Histogram("b_e2e_seconds", "", lab, buckets=core_metrics.LATENCY_BUCKETS, registry=reg)
         stg = Histogram("b_stage_seconds", "", (*lab, "stage"), buckets=core_metrics.LATENCY_BUCKETS, registry=reg)
         rec = Counter("b_records", "", lab, registry=reg)
-        t = time.perf_counter()
+        t = clock()
         for records in decoded:
             for ev in records:
                 if ev[0] == EV_REQUEST:
@@ -153,22 +218,35 @@ def in_process(repeats: int, n_req: int) -> dict[str, float]:
                         stg.labels(svc, mo, ve, name).observe(dur * 1e-9, ex)
                 elif ev[0] == EV_RECORD:
                     rec.labels(*ev[1]).inc()
-        return time.perf_counter() - t
+        return clock() - t
 
-    fns = {"decode": decode_only, "aggregate": aggregate_only, "pipeline": pipeline, "prometheus_client": prom_baseline}
+    import inferwatch_sidecar.aggregate as agg_now
+    import inferwatch_sidecar.pipeline as pipe_now
+
+    fns: dict[str, Any] = {
+        "decode": decode_with(Decoder),
+        "aggregate": aggregate_with(agg_now),
+        "pipeline": pipeline_with(agg_now, pipe_now, False),
+        "pipeline_handoff": pipeline_with(agg_now, pipe_now, True),
+        "prometheus_client": prom_baseline,
+    }
+    if old is not None:
+        fns["decode_base"] = decode_with(old["wire"].Decoder)
+        fns["aggregate_base"] = aggregate_with(old["aggregate"])
+        fns["pipeline_base"] = pipeline_with(old["aggregate"], old["pipeline"], False)
+        fns["pipeline_handoff_base"] = pipeline_with(old["aggregate"], old["pipeline"], True)
     res: dict[str, list[float]] = {k: [] for k in fns}
     for _ in range(repeats):
         for k, fn in fns.items():  # interleaved, so load changes hit every variant alike
             res[k].append(fn())
     med = {k: statistics.median(v) for k, v in res.items()}
-    return {
-        "events": n_events,
-        "frames": len(frames),
-        "decode_us_per_event": med["decode"] / n_events * 1e6,
-        "aggregate_us_per_event": med["aggregate"] / n_events * 1e6,
-        "prometheus_client_us_per_event": med["prometheus_client"] / n_events * 1e6,
-        "pipeline_ev_per_s": n_events / med["pipeline"],
-    }
+    out: dict[str, Any] = {"events": n_events, "frames": len(frames), "baseline": baseline if old else None}
+    for k, v in med.items():
+        if k.startswith("pipeline"):
+            out[f"{k}_ev_per_s"] = n_events / v
+        else:
+            out[f"{k}_us_per_event"] = v / n_events * 1e6
+    return out
 
 
 # ---------------------------------------------------------------------------- part 2/3
@@ -277,25 +355,48 @@ def main() -> int:
     ap.add_argument("--quick", action="store_true", help="fewer rates, shorter runs")
     ap.add_argument("--producer", nargs=4, metavar=("SOCK", "RATE_REQ", "DURATION", "SEED"), help=argparse.SUPPRESS)
     ap.add_argument("--json", metavar="FILE", help="also write the results as JSON")
+    ap.add_argument("--baseline", default=BASELINE_REV, metavar="REV",
+                    help=f"git revision whose decoder/aggregator/pipeline part 1 times side by side "
+                         f"(default {BASELINE_REV}, before the fast paths; 'none' to skip)")
+    ap.add_argument("--in-process-only", action="store_true", help="run part 1 only")
     args = ap.parse_args()
     if args.producer:
         producer(args.producer[0], float(args.producer[1]), float(args.producer[2]), int(args.producer[3]))
         return 0
     if args.quick:
-        rates, duration, repeats, n_req = [5000.0, 20000.0, 40000.0], 1.5, 3, 5000
+        rates, duration, repeats, n_req = [5000.0, 20000.0, 40000.0], 1.5, 5, 5000
     else:
         rates, duration, repeats, n_req = [5000.0, 10000.0, 20000.0, 40000.0, 80000.0, 160000.0], 4.0, 5, 20000
 
     print(f"== part 1: in-process, same frames ({n_req} requests = {2 * n_req} events, {N_FEATURES} features), "
-          f"median of {repeats}")
-    p1 = in_process(repeats, n_req)
-    print(f"  decode (inferwatch._wire.Decoder)           {p1['decode_us_per_event']:6.2f} us/event")
-    print(f"  aggregate, inferwatch arrays                {p1['aggregate_us_per_event']:6.2f} us/event")
-    print(f"  aggregate, prometheus_client observe (base) {p1['prometheus_client_us_per_event']:6.2f} us/event")
-    ratio = p1["prometheus_client_us_per_event"] / p1["aggregate_us_per_event"]
-    print(f"  aggregation: prometheus_client / inferwatch = {ratio:.1f}x")
-    print(f"  whole pipeline (decode, account, aggregate) {p1['pipeline_ev_per_s']:>10,.0f} events/s on one core")
+          f"median of {repeats}, thread CPU time")
+    p1 = in_process(repeats, n_req, None if args.baseline == "none" else args.baseline)
+    base = p1["baseline"]
+    print(f"  {'':44} {'now':>10} " + (f"{'base ' + base:>14} {'speed-up':>9}" if base else ""))
 
+    def row(label: str, key: str, unit: str, higher_better: bool) -> None:
+        now = p1[key]
+        line = f"  {label:44} {now:10.2f} " if unit == "us" else f"  {label:44} {now:10,.0f} "
+        bkey = key.replace("_us_per_event", "_base_us_per_event").replace("_ev_per_s", "_base_ev_per_s")
+        if base and bkey in p1:
+            b = p1[bkey]
+            ratio = now / b if higher_better else b / now
+            line += (f"{b:14.2f} " if unit == "us" else f"{b:14,.0f} ") + f"{ratio:8.2f}x"
+        print(line + ("  us/event" if unit == "us" else "  events/s per core"))
+
+    row("decode (inferwatch._wire.Decoder)", "decode_us_per_event", "us", False)
+    row("aggregate, inferwatch arrays", "aggregate_us_per_event", "us", False)
+    row("aggregate, prometheus_client observe", "prometheus_client_us_per_event", "us", False)
+    row("pipeline: decode, account, aggregate", "pipeline_ev_per_s", "ev", True)
+    row("pipeline + drift-style component handoff", "pipeline_handoff_ev_per_s", "ev", True)
+    ratio = p1["prometheus_client_us_per_event"] / p1["aggregate_us_per_event"]
+    print(f"  aggregation: prometheus_client / inferwatch = {ratio:.1f}x;  target: pipeline + handoff >= 100,000 "
+          f"events/s per core: {'met' if p1['pipeline_handoff_ev_per_s'] >= 100_000 else 'NOT met'}")
+
+    if args.in_process_only:
+        if args.json:
+            Path(args.json).write_text(json.dumps({"in_process": p1}, indent=1))
+        return 0
     print(f"\n== part 2/3: live sidecar, real SDK senders over the Unix socket, {duration} s per rate")
     rows = live([*rates, 0.0], duration, producers_per_rate=2)
     hdr = (f"{'offered ev/s':>13} {'producers':>9} {'offered':>9} {'received':>9} {'drop rate':>9} "

@@ -25,6 +25,7 @@ from __future__ import annotations
 import math
 import struct
 from collections import OrderedDict
+from collections.abc import Callable
 from typing import Any, NamedTuple
 
 __all__ = [
@@ -129,8 +130,15 @@ _ALLOC = struct.Struct("<qBQQQQQQB")
 _CTX = struct.Struct("<HHH")
 _REQUEST_TAIL = struct.Struct("<qQBHB")
 _RECORD_TAIL = struct.Struct("<qI")
-# Record header (type, length) and the fixed start of a RECORD payload, read in one call.
-_RECORD_HEAD = struct.Struct("<3xHHHqI")
+# Decoder fast paths: the record header (type, length) is skipped and a RECORD's context
+# (as its 6 raw bytes), time, schema ID and request-ID length are read in one call...
+_RECORD_FAST = struct.Struct("<3x6sqIB")
+# ...and likewise a REQUEST's context, end, duration, outcome, error type, stage count
+# and request-ID length.
+_REQUEST_FAST = struct.Struct("<3x6sqQBHBB")
+# A RECORD's confidence and the label's value tag.
+_F64_U8 = struct.Struct("<dB")
+_EMPTY = struct.Struct("<")
 _I64 = struct.Struct("<q")
 _U32 = struct.Struct("<I")
 _U8_BYTES = [bytes([i]) for i in range(256)]
@@ -641,6 +649,10 @@ class Decoder:
             re-announce theirs every few seconds, so they come back.
     """
 
+    #: Decode REQUEST and RECORD records on the inlined fast paths. Tests turn
+    #: it off on an instance to check that both paths give the same frames.
+    _fast = True
+
     def __init__(self, max_schemas: int = 4096) -> None:
         # (producer_id << 32 | schema_id) -> Schema, in announcement order.
         self._schemas: dict[int, Schema] = {}
@@ -684,31 +696,44 @@ class Decoder:
         records: list[tuple[Any, ...]] = []
         errors: list[str] = []
         rec_append = records.append
-        ctxs: dict[int, tuple[str | None, str | None, str | None]] = {}
+        # Why the fast paths look the way they do (bench/ingest.py measures each choice):
+        # - a context is looked up by its 6 raw bytes, which struct hands back as one
+        #   object, instead of building an integer key from three refs;
+        # - the schema of the previous RECORD is kept in locals, because a frame almost
+        #   always carries one producer's records of one schema;
+        # - a REQUEST whose stages are all plain (not streams) is read with one
+        #   precompiled Struct for its stage count, and its stage tuples are built by
+        #   zip() in C.
+        # Anything else (a streamed stage, a malformed record) goes to the general
+        # per-record decoder, which is the reference the fast paths are tested against.
+        ctxs: dict[bytes, tuple[str | None, str | None, str | None]] = {}
         pkey = producer << 32
         schemas = self._schemas
+        t_record, t_request = (EV_RECORD, EV_REQUEST) if self._fast else (-1, -1)
+        last_sid = -1
+        schema: Any = None
+        ns = cs = _EMPTY
+        nsz = csz = 0
         for _ in range(n_rec):
-            if off + 3 > n:
+            try:
+                rtype = buf[off]
+                end = off + 3 + (buf[off + 1] | buf[off + 2] << 8)
+            except IndexError:
                 errors.append("truncated")
                 break
-            rtype = buf[off]
-            end = off + 3 + (buf[off + 1] | buf[off + 2] << 8)
             if end > n:
                 errors.append("truncated")
                 break
             start = off
             off = end  # the next record starts here, whatever happens to this one
             try:
-                if rtype == EV_RECORD:
-                    a, b, c, unix_ns, sid = _RECORD_HEAD.unpack_from(buf, start)
-                    q = start + 21
-                    ck = a | b << 16 | c << 32
-                    ctx = ctxs.get(ck)
+                if rtype == t_record:
+                    ckb, unix_ns, sid, ln = _RECORD_FAST.unpack_from(buf, start)
+                    ctx = ctxs.get(ckb)
                     if ctx is None:
-                        ctx = ctxs[ck] = _ctx3(a, b, c, strings)
-                    ln = buf[q]
-                    p = q + 1 + ln
-                    rid = buf[q + 1 : p].decode("utf-8") if ln else None
+                        ctx = ctxs[ckb] = _ctx(ckb, strings)
+                    p = start + 22 + ln
+                    rid = buf[start + 22 : p].decode() if ln else None  # UTF-8; no argument is quicker
                     tag = buf[p]
                     if tag == TAG_STRING:
                         pred = strings[buf[p + 1] | buf[p + 2] << 8]
@@ -721,70 +746,77 @@ class Decoder:
                         p += 1
                     else:
                         raise WireError("bad_record", "value tag")
-                    conf = _F64.unpack_from(buf, p)[0]
+                    conf, tag = _F64_U8.unpack_from(buf, p)
                     if conf != conf:
                         conf = None
-                    p += 8
-                    tag = buf[p]
                     if tag == TAG_NONE:
                         label = None
-                        p += 1
-                    elif tag == TAG_STRING:
-                        label = strings[buf[p + 1] | buf[p + 2] << 8]
-                        p += 3
-                    elif tag == TAG_FLOAT:
-                        label = _F64.unpack_from(buf, p + 1)[0]
                         p += 9
+                    elif tag == TAG_STRING:
+                        label = strings[buf[p + 9] | buf[p + 10] << 8]
+                        p += 11
+                    elif tag == TAG_FLOAT:
+                        label = _F64.unpack_from(buf, p + 9)[0]
+                        p += 17
                     else:
                         raise WireError("bad_record", "value tag")
-                    feats = None
                     if sid:
-                        schema = schemas.get(pkey | sid)
-                        if schema is None:
-                            raise WireError("unknown_schema")
-                        ns = schema.num_struct
+                        if sid != last_sid:
+                            schema = schemas.get(pkey | sid)
+                            if schema is None:
+                                raise WireError("unknown_schema")
+                            last_sid = sid
+                            ns = schema.num_struct
+                            nsz = ns.size
+                            cs = schema.cat_struct
+                            csz = cs.size
                         nums = ns.unpack_from(buf, p)
-                        p += ns.size
-                        cs = schema.cat_struct
-                        if cs.size:
-                            crefs = cs.unpack_from(buf, p)
-                            p += cs.size
+                        p += nsz
+                        if csz:
                             cats: tuple[str | None, ...] = tuple(
-                                [None if r == NONE_REF else strings[r] for r in crefs]
+                                [None if r == NONE_REF else strings[r] for r in cs.unpack_from(buf, p)]
                             )
+                            p += csz
                         else:
                             cats = ()
-                        feats = (schema, nums, cats)
-                    if p != end:
-                        raise WireError("bad_record", "record length")
-                    rec_append((EV_RECORD, ctx, unix_ns, rid, pred, conf, label, feats))
-                    continue
-                p = start + 3
-                if rtype == EV_REQUEST:
-                    a, b, c = _CTX.unpack_from(buf, p)
-                    ck = a | b << 16 | c << 32
-                    ctx = ctxs.get(ck)
-                    if ctx is None:
-                        ctx = ctxs[ck] = _ctx3(a, b, c, strings)
-                    end_ns, dur, outcome, err, nst = _REQUEST_TAIL.unpack_from(buf, p + 6)
-                    p += 6 + _REQUEST_TAIL.size
-                    ln = buf[p]
-                    rid = buf[p + 1 : p + 1 + ln].decode("utf-8") if ln else None
-                    p += 1 + ln
+                        if p != end:
+                            raise WireError("bad_record", "record length")
+                        rec_append((EV_RECORD, ctx, unix_ns, rid, pred, conf, label, (schema, nums, cats)))
+                    else:
+                        if p != end:
+                            raise WireError("bad_record", "record length")
+                        rec_append((EV_RECORD, ctx, unix_ns, rid, pred, conf, label, None))
+                elif rtype == t_request:
+                    ckb, end_ns, dur, outcome, err, nst, ln = _REQUEST_FAST.unpack_from(buf, start)
+                    p = start + 30 + ln
+                    rid = buf[start + 30 : p].decode() if ln else None
                     ln = buf[p]
                     trace = buf[p + 1 : p + 1 + ln] if ln else None
                     p += 1 + ln
-                    stages, p = _stages(buf, p, end, nst, strings)
-                    if p != end or outcome > OUTCOME_CANCELLED:
-                        raise WireError("bad_record", "request")
+                    if p + 11 * nst != end or outcome > OUTCOME_CANCELLED:
+                        # A streamed stage (or a malformed record): the general decoder sorts it out.
+                        rec_append(self._record(rtype, buf, start + 3, end, strings, pkey))
+                        continue
+                    if nst:
+                        sst, build = _plain_stages(nst)
+                        stages = build(sst.unpack_from(buf, p), strings)
+                        if stages is None:  # a stage with flags set
+                            rec_append(self._record(rtype, buf, start + 3, end, strings, pkey))
+                            continue
+                    else:
+                        stages = []
+                    ctx = ctxs.get(ckb)
+                    if ctx is None:
+                        ctx = ctxs[ckb] = _ctx(ckb, strings)
                     rec_append(
                         (EV_REQUEST, ctx, end_ns, dur, outcome, None if err == NONE_REF else strings[err],
                          rid, trace, stages)
                     )
                 elif rtype == EV_SCHEMA:
-                    self._schema(buf, p, end, strings, pkey)
+                    self._schema(buf, start + 3, end, strings, pkey)
+                    last_sid = -1  # it may have replaced or evicted the cached one
                 else:
-                    rec_append(self._other(rtype, buf, p, end, strings))
+                    rec_append(self._record(rtype, buf, start + 3, end, strings, pkey))
             except WireError as e:
                 errors.append(e.reason)
             except (struct.error, IndexError, UnicodeDecodeError, ValueError):
@@ -818,7 +850,52 @@ class Decoder:
         if len(self._schemas) > self._max_schemas:
             del self._schemas[next(iter(self._schemas))]
 
-    def _other(self, rtype: int, buf: bytes, p: int, end: int, strings: list[str]) -> tuple[Any, ...]:
+    def _record(self, rtype: int, buf: bytes, p: int, end: int, strings: list[str], pkey: int) -> tuple[Any, ...]:
+        """The general decoder of one record's payload ``buf[p:end]`` (any type but SCHEMA).
+
+        Plain code, one field at a time: the reference the fast paths in
+        :meth:`decode` must agree with, and the path for what they hand over.
+        """
+        if rtype == EV_REQUEST:
+            ctx = _ctx(buf[p : p + 6], strings)
+            end_ns, dur, outcome, err, nst = _REQUEST_TAIL.unpack_from(buf, p + 6)
+            p += 6 + _REQUEST_TAIL.size
+            ln = buf[p]
+            rid = buf[p + 1 : p + 1 + ln].decode("utf-8") if ln else None
+            p += 1 + ln
+            ln = buf[p]
+            trace = buf[p + 1 : p + 1 + ln] if ln else None
+            p += 1 + ln
+            stages, p = _stages(buf, p, end, nst, strings)
+            if p != end or outcome > OUTCOME_CANCELLED:
+                raise WireError("bad_record", "request")
+            return (EV_REQUEST, ctx, end_ns, dur, outcome, _s(strings, err), rid, trace, stages)
+        if rtype == EV_RECORD:
+            ctx = _ctx(buf[p : p + 6], strings)
+            unix_ns, sid = _RECORD_TAIL.unpack_from(buf, p + 6)
+            p += 6 + _RECORD_TAIL.size
+            ln = buf[p]
+            rid = buf[p + 1 : p + 1 + ln].decode("utf-8") if ln else None
+            p += 1 + ln
+            pred, p = _value(buf, p, strings)
+            (conf,) = _F64.unpack_from(buf, p)
+            if conf != conf:
+                conf = None
+            p += 8
+            label, p = _value(buf, p, strings)
+            feats = None
+            if sid:
+                schema = self._schemas.get(pkey | sid)
+                if schema is None:
+                    raise WireError("unknown_schema")
+                nums = schema.num_struct.unpack_from(buf, p)
+                p += schema.num_struct.size
+                crefs = schema.cat_struct.unpack_from(buf, p)
+                p += schema.cat_struct.size
+                feats = (schema, nums, tuple([_s(strings, r) for r in crefs]))
+            if p != end:
+                raise WireError("bad_record", "record length")
+            return (EV_RECORD, ctx, unix_ns, rid, pred, conf, label, feats)
         if rtype == EV_STAGE:
             ctx = _ctx(buf[p : p + 6], strings)
             (end_ns,) = _I64.unpack_from(buf, p + 6)
@@ -874,6 +951,28 @@ def _struct_for(code: str, n: int) -> struct.Struct:
     return s
 
 
+_PlainStages = tuple[struct.Struct, Callable[[tuple[int, ...], list[str]], "list[tuple[Any, ...]] | None"]]
+_PLAIN_STAGES: list[_PlainStages | None] = [None] * 256
+
+
+def _plain_stages(n: int) -> _PlainStages:
+    """The ``Struct`` of ``n`` plain stages back to back, and a function that makes their tuples.
+
+    The function takes the unpacked ``(name_ref, duration, flags) * n`` and the
+    string table, and returns the stage tuples, or None when any stage has a
+    flag set (a stream, which the general decoder reads). It is generated per
+    stage count (as ``collections.namedtuple`` does) because unrolled code is
+    about three times faster than a loop or ``zip`` (bench/ingest.py).
+    """
+    got = _PLAIN_STAGES[n]
+    if got is None:
+        flags = " or ".join(f"f[{3 * i + 2}]" for i in range(n))
+        items = ", ".join(f"(s[f[{3 * i}]], f[{3 * i + 1}], None)" for i in range(n))
+        build = eval(f"lambda f, s: None if {flags} else [{items}]", {})  # n is an int < 256
+        got = _PLAIN_STAGES[n] = (struct.Struct("<" + "HQB" * n), build)
+    return got
+
+
 def _s(strings: list[str], r: int) -> str | None:
     if r == NONE_REF:
         return None
@@ -889,12 +988,16 @@ def _ctx(ck: bytes, strings: list[str]) -> tuple[str | None, str | None, str | N
     )
 
 
-def _ctx3(a: int, b: int, c: int, strings: list[str]) -> tuple[str | None, str | None, str | None]:
-    return (
-        None if a == NONE_REF else strings[a],
-        None if b == NONE_REF else strings[b],
-        None if c == NONE_REF else strings[c],
-    )
+def _value(buf: bytes, p: int, strings: list[str]) -> tuple[Any, int]:
+    """A tagged *value* at ``p`` and the offset after it."""
+    tag = buf[p]
+    if tag == TAG_NONE:
+        return None, p + 1
+    if tag == TAG_FLOAT:
+        return _F64.unpack_from(buf, p + 1)[0], p + 9
+    if tag == TAG_STRING:
+        return strings[_U16.unpack_from(buf, p + 1)[0]], p + 3
+    raise WireError("bad_record", "value tag")
 
 
 def _stages(buf: bytes, p: int, end: int, nst: int, strings: list[str]) -> tuple[list[tuple[Any, ...]], int]:

@@ -54,6 +54,8 @@ from inferwatch_sidecar.labels import OVERFLOW, LabelLimiter
 _CACHE_LIMIT = 20000
 #: Exemplar label sets are limited to 128 UTF-8 characters by OpenMetrics.
 _EXEMPLAR_RID_MAX = 128 - len("request_id")
+#: "No context seen yet" in :meth:`Aggregator.process` (a ctx can be anything, even None).
+_NO_CTX = object()
 
 
 def _fmt_le(b: float) -> str:
@@ -160,7 +162,8 @@ class Bundle:
         self.errors: dict[str, int] = {}
         self.e2e = Histogram(n_latency)
         self.stages: dict[str, StageSeries] = {}  # capped stage name -> series
-        self.stage_cache: dict[Any, StageSeries] = {}  # raw stage name -> series
+        #: raw stage name -> (its series, whether it also feeds the queue-wait histogram)
+        self.stage_cache: dict[Any, tuple[StageSeries, bool]] = {}
         self.records = 0
         self.queue: Histogram | None = None
         self.batch: Histogram | None = None
@@ -226,36 +229,56 @@ class Aggregator:
             self._ctx_cache[ctx] = b
         return b
 
-    def _stage_series(self, b: Bundle, name: Any) -> StageSeries:
+    def _stage_series(self, b: Bundle, name: Any) -> tuple[StageSeries, bool]:
         if len(b.stage_cache) >= _CACHE_LIMIT:
             b.stage_cache.clear()
         capped = self._lim_stage.get(name)
         s = b.stages.get(capped)
         if s is None:
             s = b.stages[capped] = StageSeries((*b.lab, capped), self.n_lat)
-        b.stage_cache[name] = s
-        return s
+        try:
+            queue = name in self.queue_stages
+        except TypeError:  # an unhashable name from a hand-made tuple
+            queue = False
+        entry = b.stage_cache[name] = (s, queue)
+        return entry
 
     # -- events ----------------------------------------------------------------
 
-    def process(self, records: list[tuple[Any, ...]], counts: list[int], producer: Any = None) -> None:
+    def process(
+        self,
+        records: list[tuple[Any, ...]],
+        counts: list[int],
+        producer: Any = None,
+        record_sink: list[tuple[Any, ...]] | None = None,
+    ) -> None:
         """Aggregate a list of event tuples. Call with :attr:`lock` held.
 
         Args:
             records: decoded event tuples (``inferwatch._wire`` layouts).
             counts: per-event-type counters (indexed by ``EV_*``), incremented here.
             producer: the sender's ``Producer`` entry (HELLO and DROPS update it), or None.
+            record_sink: when given, every RECORD event is also appended to it (the pipeline
+                hands them to components without a second pass over the frame).
         """
+        # Measured choices (bench/ingest.py): every event of a frame carries the same ctx
+        # tuple object, so the bundle is looked up again only when the object changes; the
+        # stage cache also says whether a stage feeds the queue-wait histogram.
         ctx_cache = self._ctx_cache
         bounds = self.lat_bounds
         nb = self.n_lat + 1
-        queue_stages = self.queue_stages
+        last_ctx: Any = _NO_CTX
+        b: Any = None
+        scache: dict[Any, tuple[StageSeries, bool]] = {}
         for ev in records:
             t = ev[0]
             counts[t] += 1
             if t == EV_REQUEST:
                 _, ctx, end_ns, dur, outcome, err, rid, trace, stages = ev
-                b = ctx_cache.get(ctx) or self.bundle(ctx)
+                if ctx is not last_ctx:
+                    b = ctx_cache.get(ctx) or self.bundle(ctx)
+                    last_ctx = ctx
+                    scache = b.stage_cache
                 b.requests[outcome] += 1
                 if outcome == 1:
                     el = self._lim_error.get(err)
@@ -272,9 +295,8 @@ class Aggregator:
                         h.exv = [0.0] * nb
                     h.ex[i] = ref
                     h.exv[i] = v  # type: ignore[index]
-                for st in stages:
-                    name, sdur, stream = st
-                    s = b.stage_cache.get(name) or self._stage_series(b, name)
+                for name, sdur, stream in stages:
+                    s, queue = scache.get(name) or self._stage_series(b, name)
                     v = sdur * 1e-9
                     h = s.hist
                     i = bisect_left(bounds, v)
@@ -286,18 +308,27 @@ class Aggregator:
                             h.exv = [0.0] * nb
                         h.ex[i] = ref
                         h.exv[i] = v  # type: ignore[index]
-                    if name in queue_stages:
+                    if queue:
                         self._queue(b, v)
                     if stream is not None:
                         self._stream(s, stream)
             elif t == EV_RECORD:
-                b = ctx_cache.get(ev[1]) or self.bundle(ev[1])
+                ctx = ev[1]
+                if ctx is not last_ctx:
+                    b = ctx_cache.get(ctx) or self.bundle(ctx)
+                    last_ctx = ctx
+                    scache = b.stage_cache
                 b.records += 1
+                if record_sink is not None:
+                    record_sink.append(ev)
             elif t == EV_STAGE:
                 _, ctx, end_ns, rid, st = ev
-                b = ctx_cache.get(ctx) or self.bundle(ctx)
+                if ctx is not last_ctx:
+                    b = ctx_cache.get(ctx) or self.bundle(ctx)
+                    last_ctx = ctx
+                    scache = b.stage_cache
                 name, sdur, stream = st
-                s = b.stage_cache.get(name) or self._stage_series(b, name)
+                s, queue = scache.get(name) or self._stage_series(b, name)
                 v = sdur * 1e-9
                 h = s.hist
                 i = bisect_left(bounds, v)
@@ -309,20 +340,20 @@ class Aggregator:
                         h.exv = [0.0] * nb
                     h.ex[i] = (rid, None, end_ns)
                     h.exv[i] = v  # type: ignore[index]
-                if name in queue_stages:
+                if queue:
                     self._queue(b, v)
                 if stream is not None:
                     self._stream(s, stream)
             elif t == EV_BATCH:
-                b = ctx_cache.get(ev[1]) or self.bundle(ev[1])
-                if b.batch is None:
-                    b.batch = Histogram(len(self.batch_bounds))
-                h = b.batch
+                bb = ctx_cache.get(ev[1]) or self.bundle(ev[1])
+                if bb.batch is None:
+                    bb.batch = Histogram(len(self.batch_bounds))
+                h = bb.batch
                 h.counts[bisect_left(self.batch_bounds, ev[2])] += 1
                 h.sum += ev[2]
             elif t == EV_QUEUE:
-                b = ctx_cache.get(ev[1]) or self.bundle(ev[1])
-                b.depth = float(ev[2])
+                bq = ctx_cache.get(ev[1]) or self.bundle(ev[1])
+                bq.depth = float(ev[2])
             elif t == EV_DROPS:
                 if producer is not None:
                     self.add_sdk_drops(producer.drop_deltas(ev[1]))

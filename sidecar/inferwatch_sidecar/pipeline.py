@@ -23,7 +23,7 @@ from typing import Any
 from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.metrics_core import Metric as PromMetric
 
-from inferwatch._wire import Decoder, WireError
+from inferwatch._wire import EV_RECORD, Decoder, WireError
 from inferwatch_sidecar import core_metrics
 from inferwatch_sidecar.aggregate import Aggregator, HistogramSet, histogram_family
 
@@ -32,6 +32,7 @@ log = logging.getLogger("inferwatch.sidecar.ingest")
 #: Event type names by wire code, for ``inferwatch_ingest_events_total{type}``.
 EVENT_TYPES = {1: "hello", 2: "request", 3: "stage", 5: "record", 6: "batch", 7: "queue", 8: "drops", 9: "alloc"}
 TRANSPORTS = ("unix", "udp", "http")
+_RECORD_ONLY = frozenset({EV_RECORD})
 _SEQ_MOD = 1 << 32
 
 
@@ -166,13 +167,37 @@ class Pipeline:
             self.bytes[transport] += n
 
     def _process(self, records: list[tuple[Any, ...]], transport: str, p: Producer | None, pid: int, pid64: int) -> None:
+        counts = self.counts[transport]
+        dispatch = self.dispatch
+        if not dispatch:
+            try:
+                self.agg.process(records, counts, p)
+            except Exception:  # a record the decoder let through but the aggregator cannot use
+                self._count_error("record", "internal_error")
+                log.exception("aggregation failed")
+            return
+        # Component handoff without a filtering pass per component where we can help it:
+        # the aggregator collects RECORD events as it goes (the drift engine's diet), and
+        # its per-type counters say which other types this frame held at all (an ALLOC
+        # for the GPU monitor is rare, so most frames skip that component's pass).
+        before = counts[:]
+        sink: list[tuple[Any, ...]] | None = [] if any(t == _RECORD_ONLY for _, t, _ in dispatch) else None
+        ok = True
         try:
-            self.agg.process(records, self.counts[transport], p)
+            self.agg.process(records, counts, p, sink)
         except Exception:  # a record the decoder let through but the aggregator cannot use
+            ok = False
             self._count_error("record", "internal_error")
             log.exception("aggregation failed")
-        for name, types, handle in self.dispatch:
-            sub = [r for r in records if r[0] in types]
+        for name, types, handle in dispatch:
+            if not ok:
+                sub = [r for r in records if r[0] in types]
+            elif sink is not None and types == _RECORD_ONLY:
+                sub, sink = sink, list(sink)  # each component gets its own list
+            elif any(counts[t] != before[t] for t in types if 0 <= t < len(counts)):
+                sub = [r for r in records if r[0] in types]
+            else:
+                continue
             if sub:
                 try:
                     handle(pid, pid64, sub)
