@@ -1,0 +1,261 @@
+"""A bounded load generator for the demo model server (loopback only, standard library HTTP).
+
+Threads send ``POST /predict`` (and a share of ``POST /generate``) at a fixed
+total rate over keep-alive connections, until a request count or a time
+limit is reached. Inputs come from the demo dataset's generator: healthy, or
+shifted while ``drift`` is on. While ``canary_share`` > 0 that share of the
+predictions goes to the canary server. The true labels of a share of the
+predictions are posted to the sidecar's ``/v1/labels`` a moment later, joined
+there by the request ID the generator sets in ``X-Request-ID``.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import threading
+import time
+import urllib.parse
+from collections import Counter
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from inferwatch_sidecar.demo import model as mdl
+
+
+def _loopback(url: str) -> tuple[str, int]:
+    u = urllib.parse.urlsplit(url)
+    if u.hostname not in ("127.0.0.1", "localhost", "::1") or u.port is None:
+        raise ValueError(f"{url}: the load generator only talks to loopback host:port URLs")
+    return u.hostname, u.port
+
+
+@dataclass
+class LoadPlan:
+    """How much load, for how long.
+
+    Attributes:
+        rate_per_s: total requests per second (predictions plus generations).
+        max_requests: stop after this many requests.
+        max_seconds: stop after this long.
+        threads: sender threads (each keeps its own connections).
+        generate_share: share of requests that are streamed generations.
+        label_share: share of predictions whose true label is posted to the sidecar.
+        label_delay_s: labels are posted in batches this often.
+        seed: input seed.
+    """
+
+    rate_per_s: float = 80.0
+    max_requests: int = 100_000
+    max_seconds: float = 600.0
+    threads: int = 8
+    generate_share: float = 0.1
+    label_share: float = 0.5
+    label_delay_s: float = 0.5
+    seed: int = 1
+
+
+class _Conn:
+    def __init__(self, url: str, timeout: float) -> None:
+        self.host, self.port = _loopback(url)
+        self.timeout = timeout
+        self.c: http.client.HTTPConnection | None = None
+
+    def post(self, path: str, body: dict[str, Any], headers: dict[str, str]) -> tuple[int, bytes]:
+        data = json.dumps(body).encode()
+        for attempt in (0, 1):
+            if self.c is None:
+                self.c = http.client.HTTPConnection(self.host, self.port, timeout=self.timeout)
+            try:
+                self.c.request("POST", path, body=data, headers={"Content-Type": "application/json", **headers})
+                r = self.c.getresponse()
+                return r.status, r.read()
+            except (OSError, http.client.HTTPException):
+                self.close()
+                if attempt:
+                    raise
+        raise AssertionError("unreachable")
+
+    def close(self) -> None:
+        if self.c is not None:
+            self.c.close()
+            self.c = None
+
+
+class LoadGenerator:
+    """Runs the plan on background threads; ``drift`` and ``canary_share`` may change while it runs.
+
+    Args:
+        stable_url: the stable model server, e.g. ``http://127.0.0.1:8000``.
+        canary_url: the canary model server (None: no canary).
+        sidecar_url: the sidecar's HTTP address, for labels (None: no labels).
+        plan: the bounds.
+        model: the model name the labels are for.
+        timeout_s: per-request timeout.
+    """
+
+    def __init__(self, stable_url: str, canary_url: str | None, sidecar_url: str | None, plan: LoadPlan,
+                 model: str = "credit-risk", timeout_s: float = 10.0) -> None:
+        self.stable_url = stable_url
+        self.canary_url = canary_url
+        self.sidecar_url = sidecar_url
+        for u in (stable_url, canary_url, sidecar_url):
+            if u is not None:
+                _loopback(u)
+        self.plan = plan
+        self.model = model
+        self.timeout_s = timeout_s
+        self.drift = False
+        self.canary_share = 0.0
+        #: While True, post one malformed event (a confidence that is not a number) to /v1/events per cycle.
+        self.bad_events = False
+        self._stop = threading.Event()
+        self._lock = threading.Lock()
+        self._threads: list[threading.Thread] = []
+        self._issued = 0
+        self._labels: list[dict[str, Any]] = []
+        self.counts: Counter[str] = Counter()
+        self.started_at: float | None = None
+        self.finished = threading.Event()
+
+    # -- control ------------------------------------------------------------------------------
+    def start(self) -> LoadGenerator:
+        self.started_at = time.monotonic()
+        n = max(1, self.plan.threads)
+        for i in range(n):
+            t = threading.Thread(target=self._worker, args=(i, n), name=f"iw-demo-load-{i}", daemon=True)
+            t.start()
+            self._threads.append(t)
+        if self.sidecar_url is not None:
+            t = threading.Thread(target=self._label_loop, name="iw-demo-labels", daemon=True)
+            t.start()
+            self._threads.append(t)
+        threading.Thread(target=self._watch, name="iw-demo-load-watch", daemon=True).start()
+        return self
+
+    def stop(self, timeout: float = 15.0) -> None:
+        """Stop sending, post the pending labels, and wait for the threads."""
+        self._stop.set()
+        deadline = time.monotonic() + timeout
+        for t in self._threads:
+            t.join(max(0.0, deadline - time.monotonic()))
+
+    def _watch(self) -> None:
+        for t in self._threads:
+            t.join()
+        self.finished.set()
+
+    def snapshot(self) -> dict[str, int]:
+        with self._lock:
+            return dict(self.counts)
+
+    # -- workers -----------------------------------------------------------------------------
+    def _take(self) -> bool:
+        with self._lock:
+            if self._issued >= self.plan.max_requests:
+                return False
+            self._issued += 1
+            return True
+
+    def _worker(self, i: int, n: int) -> None:
+        plan = self.plan
+        rng = np.random.default_rng(plan.seed * 1000 + i)
+        stable = _Conn(self.stable_url, self.timeout_s)
+        canary = _Conn(self.canary_url, self.timeout_s) if self.canary_url else None
+        interval = n / plan.rate_per_s
+        assert self.started_at is not None
+        end = self.started_at + plan.max_seconds
+        nxt = time.monotonic() + interval * i / n
+        rows: mdl.Batch | None = None
+        rows_drift = False
+        k = 0
+        seq = 0
+        try:
+            while not self._stop.is_set():
+                now = time.monotonic()
+                if now >= end:
+                    break
+                if nxt > now and self._stop.wait(nxt - now):
+                    break
+                # Open loop: the schedule does not wait for slow responses, but never bursts to catch up.
+                nxt = max(nxt + interval, time.monotonic() - interval)
+                if not self._take():
+                    break
+                seq += 1
+                rid = f"lg{plan.seed}-{i}-{seq}"
+                if rng.random() < plan.generate_share:
+                    self._generate(stable, rid, rng)
+                    continue
+                drift = self.drift
+                if rows is None or k >= len(rows) or rows_drift != drift:
+                    rows, rows_drift, k = mdl.sample(256, rng, drift=drift), drift, 0
+                use_canary = canary is not None and rng.random() < self.canary_share
+                self._predict(canary if use_canary and canary is not None else stable, rid, rows, k,
+                              "canary" if use_canary else "stable", rng)
+                k += 1
+        finally:
+            stable.close()
+            if canary is not None:
+                canary.close()
+
+    def _count(self, key: str) -> None:
+        with self._lock:
+            self.counts[key] += 1
+
+    def _predict(self, conn: _Conn, rid: str, rows: mdl.Batch, k: int, target: str, rng: np.random.Generator) -> None:
+        try:
+            status, body = conn.post("/predict", {"features": rows.row(k)}, {"X-Request-ID": rid})
+        except (OSError, http.client.HTTPException):
+            self._count("connection_errors")
+            return
+        if status != 200:
+            self._count(f"http_{status}")
+            return
+        self._count(f"predict_{target}")
+        if self.sidecar_url is not None and rng.random() < self.plan.label_share:
+            version = json.loads(body).get("model_version")
+            with self._lock:
+                self._labels.append({"request_id": rid, "label": rows.label[k], "model": self.model,
+                                     "model_version": version})
+
+    def _generate(self, conn: _Conn, rid: str, rng: np.random.Generator) -> None:
+        try:
+            status, _ = conn.post("/generate", {"prompt": f"explain {rid}", "max_tokens": int(rng.integers(8, 33))},
+                                  {"X-Request-ID": rid})
+        except (OSError, http.client.HTTPException):
+            self._count("connection_errors")
+            return
+        self._count("generate" if status == 200 else f"http_{status}")
+
+    def _label_loop(self) -> None:
+        assert self.sidecar_url is not None
+        conn = _Conn(self.sidecar_url, self.timeout_s)
+        try:
+            while True:
+                stopping = self._stop.wait(self.plan.label_delay_s) or all(
+                    not t.is_alive() for t in self._threads if t is not threading.current_thread())
+                with self._lock:
+                    batch, self._labels = self._labels, []
+                if batch:
+                    try:
+                        status, _ = conn.post("/v1/labels", {"labels": batch}, {})
+                        self._count("labels_posted" if status == 200 else f"labels_http_{status}")
+                        if status == 200:
+                            with self._lock:
+                                self.counts["labels"] += len(batch)
+                    except (OSError, http.client.HTTPException):
+                        self._count("label_errors")
+                if self.bad_events and not stopping:
+                    try:
+                        status, _ = conn.post("/v1/events", {"events": [
+                            {"type": "record", "model": self.model, "prediction": "approve", "confidence": "high"}]},
+                            {})
+                        self._count("bad_events_posted" if status == 200 else f"bad_events_http_{status}")
+                    except (OSError, http.client.HTTPException):
+                        self._count("label_errors")
+                if stopping:
+                    return
+        finally:
+            conn.close()

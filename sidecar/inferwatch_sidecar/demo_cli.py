@@ -1,0 +1,195 @@
+"""``inferwatch demo``: the whole product on a laptop, no GPU and no config needed.
+
+It starts a real model server (FastAPI under uvicorn, instrumented with the
+SDK), a canary version of it, the sidecar with a fake GPU, a load generator
+and, when ``prometheus`` is on PATH, Prometheus with our alert rules. Part way
+through it injects faults, shows what inferwatch sees in a live view, and
+ends with a summary. Exit status 0 means every injected fault was detected.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+EPILOG = """\
+faults injected part way through (all at once):
+  latency     8% of inference batches take 3 s longer
+  drift       6 of the 9 inputs the load generator sends shift
+  confidence  the model's logits are divided by 6 (it becomes unsure)
+  gpu_leak    one worker leaks 64 MiB/s of (fake) GPU memory
+  canary      40% of predictions go to version v2, which predicts a different class mix
+
+examples:
+  inferwatch demo                       # 90 s with the live view
+  inferwatch demo --duration 45 --no-ui # CI: progress lines and the summary
+  inferwatch demo --faults drift,gpu_leak
+"""
+
+
+def register(sub: Any) -> None:
+    p = sub.add_parser(
+        "demo",
+        help="run the whole product locally with injected faults (no GPU, no config)",
+        description="Start a model server, the sidecar (with a fake GPU) and a load generator, inject\n"
+                    "faults part way through, show what inferwatch sees, and exit 0 when every fault was\n"
+                    "detected. Everything listens on 127.0.0.1 only and is stopped on exit or Ctrl-C.\n"
+                    "See docs/demo.md.",
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("--duration", type=float, default=90.0, metavar="S",
+                   help="seconds to run, from the sidecar's start (default 90; at least 30)")
+    p.add_argument("--inject-at", type=float, default=None, metavar="S",
+                   help="when to inject the faults (default: 30%% of the duration, at least 12 s)")
+    p.add_argument("--no-ui", action="store_true", help="no live view: a progress line every 5 s, then the summary")
+    p.add_argument("--no-prometheus", action="store_true", help="do not start prometheus even when it is on PATH")
+    p.add_argument("--faults", default=None, metavar="LIST",
+                   help="comma-separated faults to inject: latency, drift, confidence, gpu_leak, canary "
+                        "(the default: all five) and bad_events (a client posting malformed events)")
+    p.add_argument("--rate", type=float, default=50.0, metavar="RPS", help="requests per second (default 50)")
+    p.add_argument("--seed", type=int, default=0, help="dataset and model seed (default 0)")
+    p.set_defaults(func=run)
+
+
+def _missing_server_deps() -> list[str]:
+    import importlib.util
+
+    return [m for m in ("fastapi", "uvicorn") if importlib.util.find_spec(m) is None]
+
+
+def run(args: argparse.Namespace) -> int:
+    import shutil
+    import signal
+    import tempfile
+    import time
+    from pathlib import Path
+
+    from rich.console import Console
+
+    from inferwatch_sidecar.demo import scenario as scn
+
+    out = Console(stderr=False, highlight=False)
+    err = Console(stderr=True, highlight=False)
+    missing = _missing_server_deps()
+    if missing:
+        err.print(f"inferwatch demo: the demo model server needs {' and '.join(missing)}: "
+                  'pip install fastapi uvicorn  (or pip install "inferwatch[all]")')
+        return 2
+    faults = scn.FAULTS
+    if args.faults:
+        faults = tuple(f.strip() for f in args.faults.split(",") if f.strip())
+        bad = [f for f in faults if f not in scn.ALL_FAULTS]
+        if bad or not faults:
+            err.print(f"inferwatch demo: unknown fault(s) {', '.join(bad) or '(none given)'}; "
+                      f"choose from {', '.join(scn.ALL_FAULTS)}")
+            return 2
+    if args.duration < 30:
+        err.print("inferwatch demo: --duration must be at least 30 seconds (detection needs the windows to fill)")
+        return 2
+    cfg = scn.ScenarioConfig(duration_s=args.duration, inject_at_s=args.inject_at, rate_per_s=args.rate,
+                             faults=faults, seed=args.seed)
+    inj = cfg.injection_time()
+    if not 5 <= inj <= args.duration - 15:
+        err.print(f"inferwatch demo: --inject-at {inj:g} must be between 5 and duration - 15 seconds")
+        return 2
+
+    stop = {"signal": 0, "running": 0}
+
+    class Terminated(Exception):
+        pass
+
+    def on_term(signum: int, frame: Any) -> None:
+        stop["signal"] = signum
+        if not stop["running"]:
+            raise Terminated  # still starting: abort start-up; the finally clause stops what runs
+
+    # SIGINT gets the same handler: Ctrl-C works even where the shell started us with SIGINT ignored.
+    old_handlers = {sig: signal.signal(sig, on_term) for sig in (signal.SIGTERM, signal.SIGINT)}
+    sc = scn.Scenario(cfg)
+    prom = None
+    live = None
+    status = 1
+    try:
+        def say(msg: str) -> None:
+            err.print(f"[dim]demo:[/] {msg}")
+
+        sc.start(progress=say)
+        prom_bin = None if args.no_prometheus else shutil.which("prometheus")
+        if prom_bin:
+            from inferwatch_sidecar.demo.prom import DemoPrometheus, fast_rules
+
+            rules_dir = Path(tempfile.mkdtemp(prefix="iw-demo-rules-", dir=sc.workdir))
+            rules = fast_rules(rules_dir)
+            if not rules:
+                say("alert rules not found (alerts/ is in the source checkout): Prometheus runs without alerts")
+            say(f"starting prometheus with {len(rules)} rule file(s), scraping every second")
+            prom = DemoPrometheus(prom_bin, [sc.sidecar_target], rules).start()
+            sc.attach_prometheus(prom.url)
+        elif not args.no_prometheus:
+            say("prometheus is not on PATH: alert states are not shown (the sidecar's own signals still are)")
+        # From here a SIGTERM ends the run loop at its next tick, which then prints the summary.
+        stop["running"] = 1
+        for name, url in sc.urls().items():
+            print(f"  {name:<13} {url}")
+        print(f"  faults at t={inj:.0f}s: {', '.join(faults)}; running for {args.duration:.0f}s "
+                  f"(Ctrl-C stops early)")
+
+        last_line = [0.0]
+        if args.no_ui:
+            from inferwatch_sidecar.demo.view import progress_line
+
+            def tick(snap: scn.Snapshot) -> None:
+                if snap.t - last_line[0] >= 5.0:
+                    last_line[0] = snap.t
+                    print(progress_line(snap), flush=True)
+        else:
+            from rich.live import Live
+
+            from inferwatch_sidecar.demo.view import render
+
+            live = Live(console=out, refresh_per_second=4, transient=False)
+            live.start()
+
+            def tick(snap: scn.Snapshot) -> None:
+                assert live is not None
+                live.update(render(snap, sc))
+
+        t_start = time.monotonic()
+        sc.run(on_tick=tick, stop=lambda: bool(stop["signal"]))
+        if live is not None:
+            live.stop()
+            live = None
+        interrupted = bool(stop["signal"])
+        print()
+        # Plain print: the summary must not be re-wrapped by rich when stdout is not a terminal.
+        print("\n".join(sc.summary_lines()), flush=True)
+        if interrupted:
+            print(f"stopped early by {signal.Signals(stop['signal']).name} after {time.monotonic() - t_start:.0f}s")
+            status = 128 + stop["signal"]
+        else:
+            status = 0 if sc.all_detected() else 1
+    except (KeyboardInterrupt, Terminated):
+        if live is not None:
+            live.stop()
+            live = None
+        err.print("interrupted: stopping every process")
+        status = 128 + (stop["signal"] or signal.SIGINT)
+    except scn.ScenarioError as e:
+        err.print(f"inferwatch demo: {e}", markup=False)
+        status = 1
+    finally:
+        if live is not None:
+            live.stop()
+        if prom is not None:
+            prom.stop()
+        codes = sc.stop()
+        for sig, handler in old_handlers.items():
+            signal.signal(sig, handler)
+        # uvicorn re-raises the SIGTERM it handled after a graceful shutdown: -15 is a clean stop.
+        bad = {n: c for n, c in codes.items() if c not in (0, -signal.SIGTERM)}
+        if bad:
+            err.print(f"demo: processes that did not stop cleanly: {bad}")
+    sys.stdout.flush()
+    return status

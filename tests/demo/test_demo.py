@@ -1,0 +1,298 @@
+"""``inferwatch demo`` as a new user runs it: a real subprocess, then its summary and exit status.
+
+The scenario itself (servers, sidecar, faults, detection) is shared with tests/e2e; here we check the
+command: it runs on its embedded defaults with no config and no GPU, prints the URLs, detects every
+injected fault, exits 0, and leaves no child process behind. Plus the cheap pieces of the scenario
+(model, fault file, histogram quantiles, argument checks) without starting anything.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from inferwatch_sidecar.demo import faults as fl
+from inferwatch_sidecar.demo import model as mdl
+from inferwatch_sidecar.demo import promtext
+
+CMD = [sys.executable, "-c", "import sys; from inferwatch._cli import main; sys.exit(main())"]
+
+
+def _children(pid: int) -> set[int]:
+    """PIDs of every descendant of ``pid`` (from /proc)."""
+    kids: dict[int, list[int]] = {}
+    for d in Path("/proc").iterdir():
+        if d.name.isdigit():
+            try:
+                ppid = int((d / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+            kids.setdefault(ppid, []).append(int(d.name))
+    out: set[int] = set()
+    todo = [pid]
+    while todo:
+        for c in kids.get(todo.pop(), []):
+            out.add(c)
+            todo.append(c)
+    return out
+
+
+def _alive(pid: int) -> bool:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
+
+
+@pytest.mark.slow
+def test_demo_detects_every_injected_fault_and_exits_0() -> None:
+    p = subprocess.Popen([*CMD, "demo", "--duration", "38", "--inject-at", "12", "--no-ui"],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        out, err = p.communicate(timeout=150)
+    except subprocess.TimeoutExpired:
+        os.killpg(p.pid, signal.SIGKILL)
+        out, err = p.communicate()
+        pytest.fail(f"demo did not finish in time:\n{out}\n{err}")
+    assert p.returncode == 0, f"exit {p.returncode}\nstdout:\n{out}\nstderr:\n{err}"
+    # The URLs a user opens.
+    assert re.search(r"metrics\s+http://127\.0\.0\.1:\d+/metrics", out), out
+    assert re.search(r"status\s+http://127\.0\.0\.1:\d+/v1/status", out), out
+    # The summary: every fault injected and detected, with the evidence.
+    assert "PASS: 5 of 5 injected faults detected" in out, out
+    rows = {m.group(1).strip(): m for m in re.finditer(
+        r"^(.{46}) +(\d+\.\d)s +(\d+\.\d)s +(\d+\.\d)s  (.*)$", out, re.M)}
+    assert len(rows) == 5, out
+    for m in rows.values():
+        injected, detected, after = float(m.group(2)), float(m.group(3)), float(m.group(4))
+        assert 11 <= injected <= 14 and detected >= injected and abs(detected - injected - after) < 0.11
+    leak = next(m for t, m in rows.items() if t.startswith("GPU memory leak"))
+    rate = float(re.search(r"(\d+\.\d) MiB/s", leak.group(5)).group(1))  # type: ignore[union-attr]
+    assert 55 <= rate <= 75  # the scripted 64 MiB/s
+    assert "did not stop cleanly" not in err, err
+
+
+@pytest.mark.slow
+def test_demo_stops_every_child_on_sigterm() -> None:
+    p = subprocess.Popen([*CMD, "demo", "--duration", "120", "--no-ui", "--no-prometheus"],
+                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        # Wait until the URLs are printed: every child is up.
+        assert p.stdout is not None
+        deadline = time.monotonic() + 90
+        lines = []
+        while time.monotonic() < deadline:
+            line = p.stdout.readline()
+            lines.append(line)
+            if "faults at t=" in line:
+                break
+        else:
+            pytest.fail("".join(lines))
+        kids = _children(p.pid)
+        assert len(kids) >= 4, kids  # sidecar, two servers (3 workers) at least
+        p.send_signal(signal.SIGTERM)
+        rest, _ = p.communicate(timeout=60)
+    finally:
+        if p.poll() is None:
+            p.kill()
+    assert p.returncode == 128 + signal.SIGTERM, rest
+    assert "stopped early by SIGTERM" in rest
+    assert not [k for k in kids if _alive(k)], "children left running"
+
+
+def test_demo_rejects_bad_arguments_with_a_message() -> None:
+    r = subprocess.run([*CMD, "demo", "--faults", "drift,bogus"], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2
+    assert "unknown fault(s) bogus" in r.stderr
+    r = subprocess.run([*CMD, "demo", "--duration", "10"], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2 and "at least 30 seconds" in r.stderr
+
+
+def test_models_are_deterministic_and_the_canary_predicts_a_different_mix() -> None:
+    a, data = mdl.train(0)
+    b, _ = mdl.train(0)
+    assert np.array_equal(a.w, b.w) and np.array_equal(a.b, b.b)
+    pred, conf = a.predict(data.numeric, data.region)
+    acc = np.mean([x == y for x, y in zip(pred, data.label, strict=True)])
+    assert 0.8 < acc < 0.95  # good, not perfect: labels are sampled
+    # Roughly calibrated: the mean confidence is close to the accuracy (what CBPE relies on).
+    assert abs(float(conf.mean()) - acc) < 0.05
+    canary_pred, _ = a.canary().predict(data.numeric, data.region)
+    share = {c: pred.count(c) / len(pred) for c in mdl.CLASSES}
+    canary_share = {c: canary_pred.count(c) / len(pred) for c in mdl.CLASSES}
+    assert canary_share["decline"] > share["decline"] + 0.15
+    # The temperature fault lowers confidence without changing the predicted classes.
+    hot_pred, hot_conf = a.predict(data.numeric, data.region, temperature=6.0)
+    assert hot_pred == pred and hot_conf.mean() < conf.mean() - 0.2
+
+
+def test_drifted_inputs_move_only_the_shifted_features() -> None:
+    rng = np.random.default_rng(5)
+    healthy = mdl.sample(20000, rng)
+    drifted = mdl.sample(20000, rng, drift=True)
+    for j, name in enumerate(mdl.NUMERIC_NAMES):
+        sd = mdl.NUMERIC[name][1]
+        moved = (drifted.numeric[:, j].mean() - healthy.numeric[:, j].mean()) / sd
+        assert moved == pytest.approx(mdl.DRIFT_SHIFT.get(name, 0.0), abs=0.05), name
+    west = [r.count("west") / len(r) for r in (healthy.region, drifted.region)]
+    assert west[0] == pytest.approx(0.1, abs=0.01) and west[1] == pytest.approx(0.5, abs=0.02)
+
+
+def test_reference_profile_is_built_from_the_training_data(tmp_path: Path) -> None:
+    from inferwatch_sidecar.drift import profile as prof
+
+    info = mdl.build_reference(str(tmp_path / "ref.json"), seed=0)
+    p = prof.load(str(tmp_path / "ref.json"))
+    assert p.rows == info["rows"] == 5000
+    assert p.prediction is not None and p.prediction.name == "prediction"
+    assert p.confidence is not None and p.confidence.name == "confidence"
+    assert {c.name for c in p.features} == {*mdl.NUMERIC_NAMES, mdl.CATEGORICAL_NAME}
+    assert json.loads((tmp_path / "ref.json").read_text())["columns"]
+
+
+def test_fault_file_round_trips_and_rejects_bad_values(tmp_path: Path) -> None:
+    path = str(tmp_path / "faults.json")
+    r = fl.FaultReader(path, check_s=0)
+    assert r.get() == fl.Faults()
+    f = fl.Faults(latency_stage="inference", latency_share=0.1, latency_delay_s=3.0, confidence_temperature=6.0)
+    fl.write(path, f)
+    assert r.get() == f
+    with pytest.raises(ValueError, match="unknown fault field"):
+        fl.Faults.from_json({"latency_shares": 1})
+    with pytest.raises(ValueError, match="between 0 and 1"):
+        fl.Faults.from_json({"latency_share": 2})
+    # A bad file keeps the last good state.
+    Path(path).write_text("{not json")
+    os.utime(path, ns=(time.time_ns() + 10**9, time.time_ns() + 10**9))
+    assert r.get() == f
+
+
+def test_histogram_quantile_matches_prometheus_interpolation() -> None:
+    # 100 observations: 50 in (0, 0.1], 40 in (0.1, 0.5], 10 in (0.5, 1].
+    b = {0.1: 50.0, 0.5: 90.0, 1.0: 100.0, float("inf"): 100.0}
+    assert promtext.quantile(0.5, b) == pytest.approx(0.1)
+    assert promtext.quantile(0.7, b) == pytest.approx(0.1 + 0.4 * 20 / 40)
+    assert promtext.quantile(0.99, b) == pytest.approx(0.5 + 0.5 * 9 / 10)
+    # Ranks in the +Inf bucket return the largest finite bound, as Prometheus does.
+    assert promtext.quantile(0.99, {1.0: 90.0, float("inf"): 100.0}) == 1.0
+    assert promtext.quantile(0.5, {1.0: 0.0, float("inf"): 0.0}) is None
+    # Deltas between scrapes; a counter reset starts over.
+    assert promtext.delta({1.0: 5, float("inf"): 7}, {1.0: 2, float("inf"): 3}) == {1.0: 3, float("inf"): 4}
+    assert promtext.delta({1.0: 1, float("inf"): 1}, {1.0: 2, float("inf"): 3}) == {1.0: 1, float("inf"): 1}
+
+
+def test_sidecar_config_passes_the_sidecars_own_validation(tmp_path: Path) -> None:
+    """The generated config uses only keys the sidecar accepts, and scripts the leak on the chosen worker."""
+    from inferwatch_sidecar.config import load_config
+    from inferwatch_sidecar.demo.scenario import Scenario, ScenarioConfig
+
+    sc = Scenario(ScenarioConfig(duration_s=60, inject_at_s=20, workdir=str(tmp_path)))
+    sc.worker_pids = {"stable": [101, 102], "canary": [103]}
+    sc.leak_pid = 101
+    path = tmp_path / "sidecar.yaml"
+    import yaml
+
+    path.write_text(yaml.safe_dump(sc.sidecar_config(str(tmp_path / "reference.json"))))
+    cfg = load_config(path, environ={})
+    assert cfg.gpu.backend == "fake" and cfg.http.host == "127.0.0.1" and cfg.http.port == sc.sidecar_port
+    assert cfg.http.admin_token is not None and cfg.http.admin_token.get_secret_value() == sc.token
+    procs = {p.pid: p for p in cfg.gpu.fake.processes}
+    assert set(procs) == {101, 102, 103}
+    assert procs[101].leak_mib_per_s == 64 and procs[101].leak_start_s == 20
+    assert procs[102].leak_mib_per_s == procs[103].leak_mib_per_s == 0
+    assert cfg.drift.reference == str(tmp_path / "reference.json") and cfg.drift.window_seconds == 10
+    assert cfg.ingest.socket == sc.socket_path
+
+
+def test_server_predicts_and_applies_the_faults_it_is_given(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The demo server app in-process (SDK disabled, lifespan run by hand), fault file in tmp_path."""
+    import asyncio
+
+    import httpx
+
+    monkeypatch.setenv("INFERWATCH_ENABLED", "false")
+    monkeypatch.setenv("INFERWATCH_DEMO_STATE_DIR", str(tmp_path))
+    monkeypatch.setenv("INFERWATCH_DEMO_ADMIN_TOKEN", "t" * 32)
+    monkeypatch.setenv("INFERWATCH_DEMO_ERROR_SHARE", "0")
+    monkeypatch.setenv("INFERWATCH_DEMO_WAIT_SOCKET_S", "0")
+    from inferwatch_sidecar.demo import server
+
+    row = mdl.sample(1, np.random.default_rng(0)).row(0)
+    auth = {"Authorization": "Bearer " + "t" * 32}
+
+    async def scenario() -> dict[str, httpx.Response]:
+        out: dict[str, httpx.Response] = {}
+        async with server.lifespan(server.app):
+            transport = httpx.ASGITransport(app=server.app)
+            async with httpx.AsyncClient(transport=transport, base_url="http://demo") as c:
+                out["ok"] = await c.post("/predict", json={"features": row})
+                out["bad"] = await c.post("/predict", json={"features": {**row, "age": "old"}})
+                out["noauth"] = await c.put("/admin/faults", json={})
+                out["hot_set"] = await c.put("/admin/faults", json={"confidence_temperature": 6.0}, headers=auth)
+                out["hot"] = await c.post("/predict", json={"features": row})
+                out["bad_fault"] = await c.put("/admin/faults", json={"latency_share": 3}, headers=auth)
+                out["stream"] = await c.post("/generate", json={"prompt": "hi", "max_tokens": 5})
+        return out
+
+    r = asyncio.run(scenario())
+    assert r["ok"].status_code == 200, r["ok"].text
+    body = r["ok"].json()
+    assert body["prediction"] in mdl.CLASSES and body["model_version"] == "v1"
+    model, _ = mdl.train(0)
+    pred, conf = model.predict(np.array([[row[n] for n in mdl.NUMERIC_NAMES]]), [row["region"]])
+    assert body["prediction"] == pred[0] and body["confidence"] == pytest.approx(conf[0], abs=1e-4)
+    # Bad input is a clear 422, not a 500.
+    assert r["bad"].status_code == 422 and "age" in r["bad"].text
+    # Admin routes need the token; a valid change lands in the shared fault file.
+    assert r["noauth"].status_code == 401
+    assert r["hot_set"].status_code == 200, r["hot_set"].text
+    assert fl.read(str(tmp_path / "faults.json")).confidence_temperature == 6.0
+    hot = r["hot"].json()
+    assert hot["prediction"] == body["prediction"] and hot["confidence"] < body["confidence"] - 0.1
+    assert r["bad_fault"].status_code == 422 and "between 0 and 1" in r["bad_fault"].text
+    assert r["stream"].status_code == 200 and len(r["stream"].text.split()) == 5
+    # Every worker writes its PID file (the scenario reads them to script the fake GPU processes).
+    assert (tmp_path / "pids" / f"stable-{os.getpid()}").exists()
+
+
+def test_live_view_renders_latency_gpu_drift_faults_and_alerts(tmp_path: Path) -> None:
+    from rich.console import Console
+
+    from inferwatch_sidecar.demo.scenario import MODEL, FaultState, Scenario, ScenarioConfig, Snapshot
+    from inferwatch_sidecar.demo.view import progress_line, render
+
+    sc = Scenario(ScenarioConfig(duration_s=60, inject_at_s=20, workdir=str(tmp_path)))
+    sc.worker_pids = {"stable": [101, 102], "canary": [103]}
+    sc.prometheus_url = "http://127.0.0.1:9"
+    leak = {"verdict": "leak", "rate_bytes_per_s": 64 * 2**20, "time_to_oom_s": 1000.0}
+    snap = Snapshot(
+        t=42.0, phase="faults",
+        stages={"inference": {0.5: 0.0004, 0.99: 2.9, 0.999: 4.97, "rate": 30.0}},
+        gpu={"devices": [{"gpu": "0", "used_bytes": 16 * 2**30, "total_bytes": 80 * 2**30, "leak": leak,
+                          "processes": [{"pid": 101, "used_bytes": 6 * 2**30, **leak}]}]},
+        drift={(MODEL, "v1"): {"features": {"income": {"drifted": True, "scores": {"wasserstein_norm": 1.23}}},
+                               "confidence": [0.65, 0.84], "drifted_ratio": 0.67}},
+        faults={"gpu_leak": FaultState("gpu_leak", injected_at=20.0, detected_at=29.0, detail="pid 101: leak")},
+        alerts={"InferwatchGPUMemoryLeak": "firing"},
+        load={"predict_stable": 900, "predict_canary": 300, "generate": 100, "labels": 500},
+    )
+    import io
+
+    con = Console(width=160, record=True, file=io.StringIO())
+    con.print(render(snap, sc))
+    text = con.export_text()
+    for want in ("inference", "4.97s", "LEAK", "64.0 MiB/s", "16.7min", "1.23 *", "0.650 (0.840)", "67.0%",
+                 "GPU memory leak in one worker", "29s (+9s)", "InferwatchGPUMemoryLeak (firing)", "pid 101 v1"):
+        assert want in text, want
+    line = progress_line(snap)
+    assert "gpu_leak+" in line and "firing: InferwatchGPUMemoryLeak" in line and "p99.9=4.97s" in line
