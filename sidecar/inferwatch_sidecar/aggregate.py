@@ -35,6 +35,7 @@ from prometheus_client.metrics_core import (
 from prometheus_client.samples import Exemplar
 
 from inferwatch._wire import (
+    DROP_REASONS,
     EV_BATCH,
     EV_DROPS,
     EV_HELLO,
@@ -475,6 +476,9 @@ class Aggregator:
         yield from hists.values()
         m = cat["inferwatch_sdk_dropped_events_total"]
         fam = CounterMetricFamily(m.name, m.help, labels=m.labels)
+        # Every reason the wire format defines is exported from the start (at 0), so
+        # dashboards and rate() see the series before the first drop.
+        drops = {**dict.fromkeys(DROP_REASONS.values(), 0), **drops}
         for reason, n in sorted(drops.items()):
             fam.add_metric([reason], n)
         yield fam

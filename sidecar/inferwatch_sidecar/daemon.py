@@ -169,6 +169,7 @@ class Sidecar:
                 self.slots.append(ComponentSlot(name, "unavailable", reason="build() returned None"))
                 continue
             self.slots.append(ComponentSlot(name, "built", comp))
+            self.pipeline.register_component(name)
             types = frozenset(getattr(comp, "record_types", frozenset()))
             if types:
                 self.pipeline.dispatch.append((name, types, comp.handle))

@@ -217,6 +217,15 @@ class Pipeline:
         with self.lock:
             self.dropped[reason] = self.dropped.get(reason, 0) + n
 
+    #: Component methods whose exceptions are counted, one series each from the start.
+    COMPONENT_METHODS = ("handle", "collect", "status", "admin", "admin_routes")
+
+    def register_component(self, name: str) -> None:
+        """Create the component's error series at zero, so rates and panels work before the first error."""
+        with self._err_lock:
+            for method in self.COMPONENT_METHODS:
+                self.component_errors.setdefault((name, method), 0)
+
     def count_component_error(self, name: str, method: str) -> None:
         """Count an exception from a component; log it with its traceback now and then (call from an except block)."""
         # Called from the ingest thread (holding self.lock) and from HTTP threads, so it has its own lock.

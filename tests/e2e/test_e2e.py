@@ -175,15 +175,7 @@ def test_no_event_is_lost_between_sdk_and_sidecar(run: Run) -> None:
 
 #: Panels that show no data on a healthy run because their only series is a counter of failures that the
 #: sidecar creates on the first failure. Each entry names the change that removes it.
-EMPTY_WHEN_HEALTHY = {
-    # needs: the sidecar exports inferwatch_sdk_dropped_events_total{reason} = 0 for the SDK's reasons
-    # (buffer_full, socket_absent, send_failed, ...) once a producer says HELLO; until then the series
-    # appears only after the first drop, so the panel has data only on a run that dropped events.
-    ("inferwatch-sidecar", "SDK drops by reason"),
-    # needs: Pipeline initialises inferwatch_component_errors_total{component, method} to 0 for every
-    # running component and method (handle, collect, status, admin), as prometheus_client advises.
-    ("inferwatch-sidecar", "Component errors"),
-}
+EMPTY_WHEN_HEALTHY: set[tuple[str, str]] = set()  # every panel must have data on a healthy run
 
 
 def _check_panels(prom: PrometheusServer) -> tuple[set[tuple[str, str]], dict[tuple[str, str], list[str]]]:

@@ -103,9 +103,16 @@ def test_multiworker_uvicorn_app_exact_counts_and_exemplars(sidecar_factory: Any
         # Both workers announce themselves (HELLO) as producers.
         wait_until(lambda: len({p["pid"] for p in sc.status()["producers"]["table"]}) >= 2, timeout=30,
                    what="two worker producers")
-        base_s = parse_metrics(sc.metrics())
         lab = {"service": "webapp", "model": "clf", "model_version": "v2"}
+        # The one probe that answered 200 in up() is a real request too: wait until it is
+        # counted, so the baseline does not race the SDK's background sender.
+        base_s = wait_until(
+            lambda: (m := parse_metrics(sc.metrics()))
+            and sample(m, "inferwatch_requests_total", **lab, outcome="ok") >= 1 and m,
+            what="probe request counted", timeout=30,
+        )
         before_ok = sample(base_s, "inferwatch_requests_total", **lab, outcome="ok")
+        assert before_ok == 1
         n_ok, n_err = 150, 10
         with httpx.Client(timeout=10) as c:
             for i in range(n_ok):
