@@ -75,7 +75,7 @@ def run(args: argparse.Namespace) -> int:
     missing = _missing_server_deps()
     if missing:
         err.print(f"inferwatch demo: the demo model server needs {' and '.join(missing)}: "
-                  'pip install fastapi uvicorn  (or pip install "inferwatch[all]")')
+                  'pip install "inferwatch[demo]"')
         return 2
     faults = scn.FAULTS
     if args.faults:

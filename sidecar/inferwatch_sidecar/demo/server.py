@@ -58,7 +58,7 @@ try:
     from pydantic import BaseModel, Field
 except ImportError as e:  # pragma: no cover - depends on the install
     raise ImportError(
-        f"the demo model server needs FastAPI and uvicorn ({e.name} is missing): pip install fastapi uvicorn"
+        f"the demo model server needs FastAPI and uvicorn ({e.name} is missing): pip install \"inferwatch[demo]\""
     ) from e
 
 log = logging.getLogger("inferwatch.demo.server")
