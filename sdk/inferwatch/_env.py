@@ -13,7 +13,7 @@ the variable, because configuration is where we are strict.
 | ``INFERWATCH_MODEL_VERSION`` | unset | default model version |
 | ``INFERWATCH_SIDECAR`` | ``unix:///tmp/inferwatch/ingest.sock`` | where to send: ``unix:///path``, a bare absolute path, or ``udp://127.0.0.1:PORT`` |
 | ``INFERWATCH_BUFFER_SIZE`` | ``16384`` | events held in memory before new ones are dropped (``buffer_full``) |
-| ``INFERWATCH_FLUSH_INTERVAL_MS`` | ``5`` | how often the background thread drains the buffer |
+| ``INFERWATCH_FLUSH_INTERVAL_MS`` | ``50`` | how often the background thread drains the buffer |
 | ``INFERWATCH_HELLO_INTERVAL_S`` | ``10`` | how often a HELLO (and the drop counts) is sent even without traffic |
 | ``INFERWATCH_SCHEMA_REPEAT_S`` | ``2`` | re-announce each feature schema at least this often |
 | ``INFERWATCH_OTEL_SPANS`` | ``false`` | also open an OpenTelemetry span per stage (needs opentelemetry-api) |
@@ -55,7 +55,7 @@ ENV_VARS: dict[str, str] = {
     "INFERWATCH_MODEL_VERSION": "default model version",
     "INFERWATCH_SIDECAR": f"unix:///path, /abs/path or udp://127.0.0.1:PORT (default {DEFAULT_SIDECAR})",
     "INFERWATCH_BUFFER_SIZE": "events buffered before dropping new ones (default 16384)",
-    "INFERWATCH_FLUSH_INTERVAL_MS": "background drain interval in ms (default 5)",
+    "INFERWATCH_FLUSH_INTERVAL_MS": "background drain interval in ms (default 50)",
     "INFERWATCH_HELLO_INTERVAL_S": "seconds between HELLO/drop-count reports (default 10)",
     "INFERWATCH_SCHEMA_REPEAT_S": "seconds between schema re-announcements (default 2)",
     "INFERWATCH_OTEL_SPANS": "true/false: one OpenTelemetry span per stage (default false)",
