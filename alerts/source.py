@@ -27,7 +27,8 @@ SIDECAR_JOB_SELECTOR = 'job="inferwatch"'
 #: Where runbook_url annotations point. Each alert links to its own anchor (the lower-cased alert name).
 RUNBOOK_BASE_URL = "https://github.com/inferwatch/inferwatch/blob/main/docs/runbooks.md"
 
-#: Labels that identify one served model version in the core (request/stage) metrics.
+#: Labels that identify one served model version in the core (request/stage) metrics; the drift metrics
+#: use the same model and model_version labels, so drift and latency series join.
 SERVING = "service, model, model_version"
 #: The same, plus the stage.
 STAGE = "service, model, model_version, stage"
@@ -191,7 +192,7 @@ def _recordings() -> list[Recording]:
 PREDICTION_FEATURES = "__prediction__|.*pred.*"
 
 _WHERE = "{{ $labels.model }} {{ $labels.model_version }} ({{ $labels.service }})"
-_MV = "{{ $labels.model }} version {{ $labels.version }}"
+_MV = "{{ $labels.model }} version {{ $labels.model_version }}"
 
 
 def _alerts() -> list[Alert]:
@@ -320,7 +321,7 @@ def _alerts() -> list[Alert]:
         # -- drift ---------------------------------------------------------------------------------------------
         Alert(
             "InferwatchFeatureDrift", "inferwatch-drift", "warning",
-            "inferwatch_drift_dataset_drifted_ratio\nand on (model, version)\n"
+            "inferwatch_drift_dataset_drifted_ratio\nand on (model, model_version)\n"
             "(inferwatch_drift_dataset_drifted == 1)",
             900,
             f"The inputs of {_MV} drifted from the reference.",
@@ -351,7 +352,7 @@ def _alerts() -> list[Alert]:
             "InferwatchCanaryDiverging", "inferwatch-drift", "warning",
             "inferwatch_drift_canary_drifted_ratio > @t(drifted_ratio)",
             900,
-            "Version {{ $labels.version }} of {{ $labels.model }} behaves differently from "
+            "Version {{ $labels.model_version }} of {{ $labels.model }} behaves differently from "
             "{{ $labels.baseline_version }}.",
             "{{ $value | humanizePercentage }} of the columns (inputs, predictions, confidence) of "
             f"{_MV} differ significantly from the stable version {{{{ $labels.baseline_version }}}} "

@@ -15,7 +15,8 @@ same signal, so the picture and the page agree.
 
 Conventions (for Grafana file provisioning): a ``datasource``-type template
 variable instead of ``__inputs``; ``service``, ``model`` and ``version``
-variables; stable UIDs; units and thresholds on every panel.
+variables (``version`` holds the ``model_version`` label's values); stable
+UIDs; units and thresholds on every panel.
 """
 
 from __future__ import annotations
@@ -43,9 +44,10 @@ RATE = "$__rate_interval"
 #: ``__confidence__`` is the column name of warm-up references).
 CONFIDENCE_FEATURES = "__confidence__|.*conf.*|.*prob.*|score"
 
-# Label selectors shared by the panels. Core metrics label the version ``model_version``, drift metrics ``version``.
+# Label selectors shared by the panels. Core and drift metrics both label the version ``model_version``; every
+# model dashboard fills its ``version`` variable from that label, so a chosen version carries across dashboards.
 CORE = 'service=~"$service", model=~"$model", model_version=~"$version"'
-DRIFT = 'model=~"$model", version=~"$version"'
+DRIFT = 'model=~"$model", model_version=~"$version"'
 GPU = 'instance=~"$instance", gpu=~"$gpu"'
 INST = 'instance=~"$instance"'
 
@@ -498,7 +500,7 @@ def drift() -> Dashboard:
     variables = [
         _datasource_var(),
         _var_query("model", "Model", "label_values(inferwatch_drift_window_events, model)"),
-        _var_query("version", "Version", 'label_values(inferwatch_drift_window_events{model=~"$model"}, version)'),
+        _var_query("version", "Version", 'label_values(inferwatch_drift_window_events{model=~"$model"}, model_version)'),
         {**_var_query("measure", "Score", 'label_values(inferwatch_drift_feature_score{model=~"$model"}, measure)',
                       multi=False),
          "includeAll": False, "current": {"selected": True, "text": "jensen_shannon", "value": "jensen_shannon"}},
@@ -518,11 +520,11 @@ def drift() -> Dashboard:
                         "of alerts/drift.rules.yml (needs every replica on the same reference file). 0.1 / 0.25 are "
                         "the usual 'moderate' / 'major' shift marks."),
         Panel("Share of features drifted", [Target(
-            f"inferwatch_drift_dataset_drifted_ratio{{{DRIFT}}}", "{{model}} {{version}}")],
+            f"inferwatch_drift_dataset_drifted_ratio{{{DRIFT}}}", "{{model}} {{model_version}}")],
             unit="percentunit", minimum=0, maximum=1, w=8,
             description="Share of input features whose adjusted p-value and effect size cross their limits."),
-        Panel("Drifted features", [Target(f"sum by (model, version) (inferwatch_drift_feature_drifted{{{DRIFT}}})",
-                                          "{{model}} {{version}}")],
+        Panel("Drifted features", [Target(f"sum by (model, model_version) (inferwatch_drift_feature_drifted{{{DRIFT}}})",
+                                          "{{model}} {{model_version}}")],
               "stat", "short", "Features flagged as drifted in the current window.", w=8, thresholds=[(1, "red")]),
         Panel("Adjusted p-value by feature", [Target(
             f"min by (feature) (inferwatch_drift_feature_adjusted_p_value{{{DRIFT}}})", "{{feature}}")],
@@ -530,7 +532,7 @@ def drift() -> Dashboard:
             description="Benjamini-Hochberg adjusted p-values (log scale); low means different from reference."),
         Row("Predictions and confidence"),
         Panel("Prediction mix", [Target(
-            f"inferwatch_drift_prediction_class_ratio{{{DRIFT}}}", "{{version}} {{class}}")],
+            f"inferwatch_drift_prediction_class_ratio{{{DRIFT}}}", "{{model_version}} {{class}}")],
             unit="percentunit", stack=True, minimum=0, maximum=1, w=8,
             description="Share of each predicted class in the current window."),
         Panel("Confidence distribution (current vs reference)", [
@@ -542,41 +544,41 @@ def drift() -> Dashboard:
         ], "bargauge", "percentunit", "Share of confidences per reference bin over the dashboard's time range, "
                                      "next to the reference's share.", w=8, minimum=0, maximum=1),
         Panel("Mean confidence", [Target(f"inferwatch_drift_confidence_mean{{{DRIFT}}}",
-                                         "{{version}} {{window}}")],
+                                         "{{model_version}} {{window}}")],
               unit="short", w=8, minimum=0, maximum=1,
               description=f"Mean confidence of the current window and of the reference; "
                           f"InferwatchConfidenceDrop fires when it is {drop:g} below the reference."),
         Panel("Estimated vs real accuracy", [
-            Target(f"inferwatch_drift_estimated_accuracy_ratio{{{DRIFT}}}", "{{version}} estimated (CBPE)"),
-            Target(f"inferwatch_drift_accuracy_ratio{{{DRIFT}}}", "{{version}} real (labeled)"),
+            Target(f"inferwatch_drift_estimated_accuracy_ratio{{{DRIFT}}}", "{{model_version}} estimated (CBPE)"),
+            Target(f"inferwatch_drift_accuracy_ratio{{{DRIFT}}}", "{{model_version}} real (labeled)"),
         ], unit="percentunit", minimum=0, maximum=1, thresholds=[(acc, "green")],
             description="Label-free estimate next to the accuracy over predictions whose labels arrived; the "
                         "estimate's alert floor is drawn."),
         Panel("Labels joined", [
-            Target(f"inferwatch_drift_labeled_events{{{DRIFT}}}", "{{version}} labeled in window"),
-            Target(f"sum by (version, result) (rate(inferwatch_drift_labels_total{{{DRIFT}}}[{RATE}]))",
-                   "{{version}} {{result}}/s"),
+            Target(f"inferwatch_drift_labeled_events{{{DRIFT}}}", "{{model_version}} labeled in window"),
+            Target(f"sum by (model_version, result) (rate(inferwatch_drift_labels_total{{{DRIFT}}}[{RATE}]))",
+                   "{{model_version}} {{result}}/s"),
         ], unit="short", minimum=0, description="How many predictions have ground truth, and how labels arrive."),
         Row("Canary vs stable"),
         Panel("Columns differing from the stable version", [Target(
-            f"inferwatch_drift_canary_drifted_ratio{{{DRIFT}}}", "{{version}} vs {{baseline_version}}")],
+            f"inferwatch_drift_canary_drifted_ratio{{{DRIFT}}}", "{{model_version}} vs {{baseline_version}}")],
             unit="percentunit", minimum=0, maximum=1, thresholds=[(0.0001, "red")],
             description="Share of columns whose window differs between a version and the busiest version."),
         Panel("Prediction mix by version", [Target(
-            'inferwatch_drift_prediction_class_ratio{model=~"$model"}', "{{version}} {{class}}")],
+            'inferwatch_drift_prediction_class_ratio{model=~"$model"}', "{{model_version}} {{class}}")],
             unit="percentunit", minimum=0, maximum=1,
             description="Each version's class mix side by side (not filtered by the version variable)."),
         Panel("Canary columns that differ", [Target(
-            f"max by (version, feature) (inferwatch_drift_canary_feature_drifted{{{DRIFT}}})",
-            "{{version}} {{feature}}")], "state-timeline", "short",
+            f"max by (model_version, feature) (inferwatch_drift_canary_feature_drifted{{{DRIFT}}})",
+            "{{model_version}} {{feature}}")], "state-timeline", "short",
             "Per column: 1 when the canary's window differs from the stable version's.", w=24, h=6,
             thresholds=[(1, "red")]),
         Row("Windows and engine"),
         Panel("Window and reference events", [
-            Target(f"inferwatch_drift_window_events{{{DRIFT}}}", "{{version}} window"),
-            Target(f"inferwatch_drift_reference_events{{{DRIFT}}}", "{{version}} reference ({{source}})"),
+            Target(f"inferwatch_drift_window_events{{{DRIFT}}}", "{{model_version}} window"),
+            Target(f"inferwatch_drift_reference_events{{{DRIFT}}}", "{{model_version}} reference ({{source}})"),
         ], unit="short", minimum=0, w=8, description="Events in the sliding window and in the reference."),
-        Panel("Drift state memory", [Target(f"inferwatch_drift_state_bytes{{{DRIFT}}}", "{{model}} {{version}}")],
+        Panel("Drift state memory", [Target(f"inferwatch_drift_state_bytes{{{DRIFT}}}", "{{model}} {{model_version}}")],
               unit="bytes", minimum=0, w=8, description="Memory held by windows and reference summaries."),
         Panel("Evaluation time", [Target("inferwatch_drift_evaluation_duration_seconds", "{{instance}}")],
               unit="s", minimum=0, w=8, description="Wall time of the last evaluation of every window."),

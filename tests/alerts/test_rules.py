@@ -136,9 +136,10 @@ def test_catalog_check_catches_a_renamed_metric_and_a_wrong_label():
     assert check_query("rate(inferwatch_requests_total[5m])", known) == []
     assert "unknown series 'inferwatch_request_total'" in check_query("rate(inferwatch_request_total[5m])",
                                                                        known)[0]
-    # drift metrics call the version label `version`, core metrics `model_version`
-    assert check_query('inferwatch_drift_confidence_mean{model_version="v1"}', known) == [
-        "inferwatch_drift_confidence_mean has no label(s) ['model_version']"]
+    # drift and core metrics both call the version label `model_version`; a stale `version` is caught
+    assert check_query('inferwatch_drift_confidence_mean{model_version="v1"}', known) == []
+    assert check_query('inferwatch_drift_confidence_mean{version="v1"}', known) == [
+        "inferwatch_drift_confidence_mean has no label(s) ['version']"]
 
 
 def test_latency_targets_are_bucket_bounds_of_the_stage_histogram():

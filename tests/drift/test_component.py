@@ -12,9 +12,11 @@ from inferwatch._wire import EV_RECORD, Decoder, Encoder
 from inferwatch_sidecar import catalog
 from inferwatch_sidecar.component import Component
 from inferwatch_sidecar.drift import engine
+from inferwatch_sidecar.drift import metrics as drift_metrics
 from inferwatch_sidecar.drift import profile as prof
 from inferwatch_sidecar.drift.component import CONF, PRED, build
 from inferwatch_sidecar.drift.config import DriftConfig
+from inferwatch_sidecar.labels import OVERFLOW, LabelLimiter
 from tests.drift.helpers import Clock, context, label_only, rec, records, samples, schema
 
 SCH = schema(("a", "b"), ("color",))
@@ -80,12 +82,12 @@ def test_window_results_equal_the_offline_engine_on_the_same_values(tmp_path) ->
         assert g.drifted == r.drifted
     assert got["a"].drifted and not got["b"].drifted and not got["color"].drifted
     s = samples(comp.collect())
-    lab = (("feature", "a"), ("model", "m"), ("version", "v1"))
+    lab = (("feature", "a"), ("model", "m"), ("model_version", "v1"))
     assert s[("inferwatch_drift_feature_drifted", lab)] == 1.0
-    assert s[("inferwatch_drift_feature_drifted", (("feature", "b"), ("model", "m"), ("version", "v1")))] == 0.0
-    assert s[("inferwatch_drift_window_events", (("model", "m"), ("version", "v1")))] == 3000
+    assert s[("inferwatch_drift_feature_drifted", (("feature", "b"), ("model", "m"), ("model_version", "v1")))] == 0.0
+    assert s[("inferwatch_drift_window_events", (("model", "m"), ("model_version", "v1")))] == 3000
     assert s[("inferwatch_drift_feature_p_value", lab)] == pytest.approx(got["a"].p_value)
-    assert s[("inferwatch_drift_dataset_drifted_ratio", (("model", "m"), ("version", "v1")))] == pytest.approx(1 / 3)
+    assert s[("inferwatch_drift_dataset_drifted_ratio", (("model", "m"), ("model_version", "v1")))] == pytest.approx(1 / 3)
 
 
 def test_bin_counters_count_every_value_exactly(tmp_path) -> None:
@@ -101,14 +103,15 @@ def test_bin_counters_count_every_value_exactly(tmp_path) -> None:
     expect = np.bincount(col_a.psi_map[np.searchsorted(col_a.edges, a, side="right")], minlength=col_a.n_psi_bins)
     for i, n in enumerate(expect):
         key = ("inferwatch_drift_bin_events_total", (("bin", str(i)), ("feature", "a"), ("model", "m"),
-                                                     ("version", "v1")))
+                                                     ("model_version", "v1")))
         assert s[key] == n
     col_c = p.columns["color"]
     for i, cat in enumerate(col_c.categories):
         key = ("inferwatch_drift_bin_events_total", (("bin", str(i)), ("feature", "color"), ("model", "m"),
-                                                     ("version", "v1")))
+                                                     ("model_version", "v1")))
         assert s[key] == color.count(cat)
-    ref = ("inferwatch_drift_reference_bin_ratio", (("bin", "0"), ("feature", "a"), ("model", "m"), ("version", "v1")))
+    ref = ("inferwatch_drift_reference_bin_ratio",
+           (("bin", "0"), ("feature", "a"), ("model", "m"), ("model_version", "v1")))
     assert s[ref] == pytest.approx(0.1, abs=1e-3)
     # A count-based window of 500 events keeps about the last 500 (one sub-window of slack), not 1234.
     assert 450 <= comp.monitors[("m", "v1")].window_rows <= 500
@@ -176,7 +179,8 @@ def test_warm_up_reference_is_built_from_the_first_events_and_shown_in_status() 
     st = comp.status()["models"][0]
     assert st["reference"]["source"] == "warmup" and len(st["features"]) == 5
     s = samples(comp.collect())
-    assert s[("inferwatch_drift_reference_events", (("model", "m"), ("source", "warmup"), ("version", "v1")))] == 1000
+    assert s[("inferwatch_drift_reference_events",
+              (("model", "m"), ("model_version", "v1"), ("source", "warmup")))] == 1000
     # Drift after warm-up is caught.
     recs, _ = traffic(1500, 9, shift=1.0, start=2000)
     comp.handle(1, 1, recs)
@@ -204,10 +208,11 @@ def test_labels_join_by_request_id_with_bounded_pending_memory(tmp_path) -> None
     assert mon.label_counts == {"joined": 400, "inline": 1, "unmatched": 2, "expired": 200}
     comp.evaluate()
     s = samples(comp.collect())
-    mv = (("model", "m"), ("version", "v1"))
+    mv = (("model", "m"), ("model_version", "v1"))
     assert s[("inferwatch_drift_accuracy_ratio", mv)] == pytest.approx((300 + 1) / 401)
     assert s[("inferwatch_drift_labeled_events", mv)] == 401
-    assert s[("inferwatch_drift_labels_total", (("model", "m"), ("result", "joined"), ("version", "v1")))] == 400
+    assert s[("inferwatch_drift_labels_total",
+              (("model", "m"), ("model_version", "v1"), ("result", "joined")))] == 400
     clock.t += 61
     comp.drain()
     assert not comp._pending and mon.label_counts["expired"] == 800
@@ -221,13 +226,14 @@ def test_confidence_mean_and_cbpe_estimate_follow_the_window(tmp_path) -> None:
     comp.drain()
     comp.evaluate()
     s = samples(comp.collect())
-    mv = (("model", "m"), ("version", "v1"))
+    mv = (("model", "m"), ("model_version", "v1"))
     assert s[("inferwatch_drift_estimated_accuracy_ratio", mv)] == pytest.approx(conf.mean(), rel=1e-5)
-    assert s[("inferwatch_drift_confidence_mean", (("model", "m"), ("version", "v1"), ("window", "current")))] == \
+    assert s[("inferwatch_drift_confidence_mean", (("model", "m"), ("model_version", "v1"), ("window", "current")))] == \
         pytest.approx(conf.mean(), rel=1e-5)
     got = {r.feature: r for r in comp.monitors[("m", "v1")].last.results}
     assert got["conf"].drifted and got["conf"].role == "confidence"
-    assert s[("inferwatch_drift_prediction_class_ratio", (("class", "1"), ("model", "m"), ("version", "v1")))] == 1.0
+    assert s[("inferwatch_drift_prediction_class_ratio",
+              (("class", "1"), ("model", "m"), ("model_version", "v1")))] == 1.0
 
 
 def test_canary_version_is_compared_with_the_stable_version(tmp_path) -> None:
@@ -249,11 +255,35 @@ def test_canary_version_is_compared_with_the_stable_version(tmp_path) -> None:
     assert [r.feature for r in c3["evaluation"].results if r.drifted] == ["a"]
     s = samples(comp.collect())
     key = ("inferwatch_drift_canary_feature_drifted", (("baseline_version", "v1"), ("feature", "a"), ("model", "m"),
-                                                       ("version", "v3")))
+                                                       ("model_version", "v3")))
     assert s[key] == 1.0
-    ratio = ("inferwatch_drift_canary_drifted_ratio", (("baseline_version", "v1"), ("model", "m"), ("version", "v3")))
+    ratio = ("inferwatch_drift_canary_drifted_ratio",
+             (("baseline_version", "v1"), ("model", "m"), ("model_version", "v3")))
     assert s[ratio] == pytest.approx(1 / 5)  # a, b, color, cls (prediction), conf (confidence)
     assert comp.status()["models"][2]["canary"]["drifted"] == ["a"]
+
+
+def test_model_version_label_shares_the_core_metrics_name_and_budget(tmp_path) -> None:
+    # The drift metrics label the version model_version, like the core request metrics, and cap it with
+    # the same limiter: a version the core already counted costs no second slot.
+    for m in drift_metrics.METRICS:
+        assert "version" not in m.labels, m.name
+    core_ctx = {lbl for m in catalog.all_metrics() if m.component == "core" for lbl in m.labels}
+    assert {"model", "model_version"} <= core_ctx
+    ctx = context()
+    ctx.limiters["model_version"] = LabelLimiter("model_version", 2)
+    assert ctx.limiters["model_version"].get("v0") == "v0"  # seen by the core aggregator first
+    comp = build(DriftConfig(reference=make_profile(tmp_path), window_events=5000), ctx)
+    comp.handle(1, 1, traffic(100, 21, version="v0")[0] + traffic(100, 22, version="v1")[0]
+                + traffic(100, 23, version="v2")[0])
+    comp.drain()
+    comp.evaluate()
+    s = samples(comp.collect())
+    got = {dict(lab)["model_version"]: v for (name, lab), v in s.items() if name == "inferwatch_drift_window_events"}
+    # v0 reuses the core's slot; of v1 and v2 only one fits the budget of 2, the other overflows.
+    assert got.pop("v0") == 100 and got.pop(OVERFLOW) == 100
+    assert list(got.values()) == [100] and set(got) <= {"v1", "v2"}
+    assert "version" not in ctx.limiters
 
 
 def test_handle_is_bounded_and_never_raises(tmp_path) -> None:
@@ -373,5 +403,5 @@ def test_tiny_windows_are_reported_but_never_flagged(tmp_path) -> None:
     res = comp.monitors[("m", "v1")].last.results
     assert all(r.status == "insufficient_data" and r.p_value is None and not r.drifted for r in res)
     s = samples(comp.collect())
-    assert s[("inferwatch_drift_feature_drifted", (("feature", "a"), ("model", "m"), ("version", "v1")))] == 0.0
-    assert ("inferwatch_drift_feature_p_value", (("feature", "a"), ("model", "m"), ("version", "v1"))) not in s
+    assert s[("inferwatch_drift_feature_drifted", (("feature", "a"), ("model", "m"), ("model_version", "v1")))] == 0.0
+    assert ("inferwatch_drift_feature_p_value", (("feature", "a"), ("model", "m"), ("model_version", "v1"))) not in s

@@ -46,16 +46,16 @@ def test_drift_through_the_daemon(tmp_path) -> None:
         with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
             for frame in enc.encode(events):
                 s.sendto(frame, ("127.0.0.1", sc.ingest.udp_port))
-        body = json.dumps({"labels": [{"request_id": f"r{i}", "label": i % 2, "model": "m", "version": "v1"}
+        body = json.dumps({"labels": [{"request_id": f"r{i}", "label": i % 2, "model": "m", "model_version": "v1"}
                                       for i in range(10)]}).encode()
         req = urllib.request.Request(f"{base}/v1/labels", data=body, headers={"Content-Type": "application/json"})
         with urllib.request.urlopen(req, timeout=30) as r:
             assert r.status == 200
         want = {
-            'inferwatch_drift_window_events{model="m",version="v1"} 500.0',
-            'inferwatch_drift_feature_drifted{feature="a",model="m",version="v1"} 1.0',
-            'inferwatch_drift_labels_total{model="m",result="joined",version="v1"} 10.0',
-            'inferwatch_drift_accuracy_ratio{model="m",version="v1"} 0.5',
+            'inferwatch_drift_window_events{model="m",model_version="v1"} 500.0',
+            'inferwatch_drift_feature_drifted{feature="a",model="m",model_version="v1"} 1.0',
+            'inferwatch_drift_labels_total{model="m",model_version="v1",result="joined"} 10.0',
+            'inferwatch_drift_accuracy_ratio{model="m",model_version="v1"} 0.5',
         }
         deadline = time.monotonic() + 20
         lines: set[str] = set()

@@ -34,11 +34,17 @@ def test_admin_route_serves_the_window_report(tmp_path) -> None:
     comp.handle(1, 1, traffic(500, 3, shift=0.5)[0])
     comp.drain()
     routes = comp.admin_routes()
-    status, ctype, body = routes["report"]({"model": "m", "version": "v1"})
+    status, ctype, body = routes["report"]({"model": "m", "model_version": "v1"})
     assert status == 200 and ctype.startswith("text/html")
     assert b"Drifted" in body and b'"color"' in body
     status, _, body = routes["report"]({"model": "nope"})
     assert status == 404 and b"no model version" in body
+    # model_version (the metrics' label) filters; the older version parameter still does too.
+    for q in ({"model_version": "v9"}, {"version": "v9"}):
+        status, _, body = routes["report"]({"model": "m", **q})
+        assert status == 404 and b"no model version" in body, q
+    status, _, body = routes["report"]({"model": "m", "model_version": "v1", "version": "v2"})
+    assert status == 400 and b"disagree" in body
 
 
 def test_reconstruction_from_bins_keeps_the_window_shares() -> None:

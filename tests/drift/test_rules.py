@@ -42,7 +42,7 @@ def test_recording_rules_equal_the_engine_on_fleet_counts(tmp_path, promtool: st
                 if isinstance(col, prof.NumericColumn) else col.counts
             ref = ref / ref.sum()
             for b, n in enumerate(inc.tolist()):
-                lab = f'model="m", version="v1", feature="{feat}", bin="{b}", instance="{inst}"'
+                lab = f'model="m", model_version="v1", feature="{feat}", bin="{b}", instance="{inst}"'
                 series.append({"series": f"inferwatch_drift_bin_events_total{{{lab}}}",
                                "values": f"{1000 + 7 * b}+{n}x30"})
                 series.append({"series": f"inferwatch_drift_reference_bin_ratio{{{lab}}}",
@@ -54,7 +54,7 @@ def test_recording_rules_equal_the_engine_on_fleet_counts(tmp_path, promtool: st
         ref = np.bincount(col.psi_map, weights=col.counts, minlength=col.n_psi_bins) \
             if isinstance(col, prof.NumericColumn) else col.counts
         rp = ref / ref.sum()
-        lab = f'model="m", version="v1", feature="{feat}"'
+        lab = f'model="m", model_version="v1", feature="{feat}"'
         expected.append(("model_feature:inferwatch_drift_psi:10m", feat, lab,
                          stats.psi(rp, stats.proportions(counts))))
         expected.append(("model_feature:inferwatch_drift_chi2:10m", feat, lab, stats.chi2_goodness_of_fit(counts, rp)))
@@ -74,7 +74,7 @@ def test_recording_rules_equal_the_engine_on_fleet_counts(tmp_path, promtool: st
             ] + [{"expr": "model_feature_bin:inferwatch_drift_bin_events:increase10m{feature=\"color\", bin=\"0\"}",
                   "eval_time": "20m",
                   "exp_samples": [{"labels": 'model_feature_bin:inferwatch_drift_bin_events:increase10m{model="m", '
-                                             'version="v1", feature="color", bin="0"}',
+                                             'model_version="v1", feature="color", bin="0"}',
                                    "value": float(10 * sum(per["color"][0] for per in replicas.values()))}]}],
         }],
     }

@@ -77,11 +77,12 @@ FAULT_TITLES = {
 #: The alerts each fault must bring to ``firing`` (with the labels that must match).
 EXPECTED_ALERTS: dict[str, list[tuple[str, dict[str, str]]]] = {
     "latency": [("InferwatchStageLatencyP999BudgetBurn", {"stage": "inference"})],
-    "drift": [("InferwatchFeatureDrift", {"version": STABLE}), ("InferwatchPredictionDrift", {"version": STABLE})],
-    "confidence": [("InferwatchConfidenceDrop", {"version": STABLE}),
-                   ("InferwatchEstimatedAccuracyLow", {"version": STABLE})],
+    "drift": [("InferwatchFeatureDrift", {"model_version": STABLE}),
+              ("InferwatchPredictionDrift", {"model_version": STABLE})],
+    "confidence": [("InferwatchConfidenceDrop", {"model_version": STABLE}),
+                   ("InferwatchEstimatedAccuracyLow", {"model_version": STABLE})],
     "gpu_leak": [("InferwatchGPUMemoryLeak", {})],
-    "canary": [("InferwatchCanaryDiverging", {"version": CANARY})],
+    "canary": [("InferwatchCanaryDiverging", {"model_version": CANARY})],
     "bad_events": [("InferwatchIngestDecodeErrors", {"scope": "json"})],
 }
 
@@ -566,7 +567,7 @@ class Scenario:
         out: dict[tuple[str, str], dict[str, Any]] = {}
 
         def entry(lab: dict[str, str]) -> dict[str, Any]:
-            return out.setdefault((lab.get("model", ""), lab.get("version", "")),
+            return out.setdefault((lab.get("model", ""), lab.get("model_version", "")),
                                   {"features": {}, "confidence": [None, None]})
 
         for lab, v in scrape.get("inferwatch_drift_feature_drifted"):

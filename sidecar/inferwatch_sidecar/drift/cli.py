@@ -87,7 +87,8 @@ def register(subparsers: Any) -> None:
     r.add_argument("--sidecar", metavar="URL", help="fetch the report from a sidecar (e.g. http://127.0.0.1:9464)")
     r.add_argument("--token", metavar="TOKEN", help="admin token for --sidecar (default: $INFERWATCH_ADMIN_TOKEN)")
     r.add_argument("--model", help="with --sidecar: model to report on")
-    r.add_argument("--version", dest="model_version", help="with --sidecar: model version")
+    r.add_argument("--model-version", "--version", dest="model_version",
+                   help="with --sidecar: model version (the model_version label)")
     r.add_argument("-o", "--output", required=True, metavar="HTML", help="where to write the report")
     r.add_argument("--max-rows", type=int, default=50000, help="rows sampled from each file (default 50000)")
     _add_typing(r)

@@ -561,7 +561,8 @@ class DriftComponent:
     # -- export -----------------------------------------------------------------------------------------------------
 
     def _build_snapshot(self) -> dict[str, list[tuple[tuple[str, ...], float]]]:
-        lim_m, lim_v = self.ctx.limiter("model"), self.ctx.limiter("version")
+        # The core metrics' limiter names, so a model version counts once against one budget.
+        lim_m, lim_v = self.ctx.limiter("model"), self.ctx.limiter("model_version")
         lim_f = self.ctx.limiter("feature")
         out: dict[str, list[tuple[tuple[str, ...], float]]] = {}
 

@@ -1,6 +1,7 @@
 """Catalog entries for the drift component.
 
-Label values: ``model`` and ``version`` come from traffic, ``feature`` from the
+Label values: ``model`` and ``model_version`` come from traffic (the same
+label names as the core request metrics, so drift and latency series join), ``feature`` from the
 profile (or from traffic during a warm-up), ``bin`` and ``class`` from the
 profile; all are capped by the daemon's label limiters. Columns for the
 prediction and the confidence appear as features named after their profile
@@ -11,8 +12,8 @@ from __future__ import annotations
 
 from inferwatch_sidecar.catalog import Metric
 
-_MV = ("model", "version")
-_F = ("model", "version", "feature")
+_MV = ("model", "model_version")
+_F = ("model", "model_version", "feature")
 
 METRICS: tuple[Metric, ...] = (
     Metric("inferwatch_drift_feature_statistic", "gauge", "",

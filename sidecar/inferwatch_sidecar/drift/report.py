@@ -4,7 +4,7 @@ Two sources:
 
 - two data files (``inferwatch report --reference A --current B``): the raw
   columns, sampled to ``max_rows`` rows each;
-- a running sidecar window (``GET /admin/drift/report?model=M&version=V``
+- a running sidecar window (``GET /admin/drift/report?model=M&model_version=V``
   with the admin token, or ``inferwatch report --sidecar URL``). The sidecar
   keeps bins, not raw values, so both the reference and the window are
   *reconstructed from their bins*: each numeric bin becomes its count of
@@ -148,10 +148,17 @@ def window_report(comp: DriftComponent, model: str | None, version: str | None) 
 
 
 def admin_report(comp: DriftComponent, query: dict[str, str]) -> tuple[int, str, bytes]:
-    """Admin route handler: ``/admin/drift/report?model=M&version=V``."""
+    """Admin route handler: ``/admin/drift/report?model=M&model_version=V``.
+
+    ``model_version`` is the metrics' label name; the older ``version`` parameter is still accepted.
+    """
+    mv, old = query.get("model_version"), query.get("version")
+    if mv is not None and old is not None and mv != old:
+        return 400, "text/plain; charset=utf-8", (
+            f"model_version={mv!r} and version={old!r} disagree; pass only model_version\n").encode()
     try:
         with comp._state_lock:
-            body = window_report(comp, query.get("model"), query.get("version"))
+            body = window_report(comp, query.get("model"), mv if mv is not None else old)
     except ReportError as e:
         code = 501 if INSTALL in str(e) else 404
         return code, "text/plain; charset=utf-8", (str(e) + "\n").encode()
@@ -167,7 +174,7 @@ def fetch_from_sidecar(url: str, token: str | None, model: str | None, version: 
     token = token or os.environ.get("INFERWATCH_ADMIN_TOKEN")
     if not token:
         raise ReportError("the admin endpoint needs a token: pass --token or set INFERWATCH_ADMIN_TOKEN")
-    q = {k: v for k, v in (("model", model), ("version", version)) if v}
+    q = {k: v for k, v in (("model", model), ("model_version", version)) if v}
     full = url.rstrip("/") + "/admin/drift/report" + ("?" + urllib.parse.urlencode(q) if q else "")
     req = urllib.request.Request(full, headers={"Authorization": f"Bearer {token}"})
     try:
