@@ -21,6 +21,8 @@ cross-checks the reimplementation against ``promtool test rules`` on a series.
 Usage:
     python bench/leak_detection.py --quick   # ~1 minute: 1 day per background kind, 2 leaks per rate
     python bench/leak_detection.py           # full: 7 days x 4 background kinds, 10 leaks per rate
+    python bench/leak_detection.py --only 1:4   # one trace (the 5th 1 GiB/h one) of the full run, with
+                                                # the leak tests each scale failed, minute by minute
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from typing import Any
 
 import numpy as np
 
@@ -229,16 +232,101 @@ tests:
     return "promtool DISAGREES:\n" + r.stdout + r.stderr
 
 
+def leak_trace(rng: np.random.Generator, r: float, quick: bool) -> tuple[str, int, np.ndarray, np.ndarray]:
+    """Draw one leak trace: (background kind, onset s, leak-free twin, trace with the leak)."""
+    kind = KINDS[int(rng.integers(0, len(KINDS)))]
+    onset = int(rng.uniform(3600, 3 * 3600))
+    horizon = (3 if quick else 8) * 3600 if r >= 0.5 else (6 if quick else 12) * 3600
+    n = onset + horizon
+    twin = background(kind, n, rng)
+    t = np.arange(n)
+    used = np.minimum(TOTAL, twin + np.round(r * GiB / 3600 * np.maximum(0, t - onset) / (2 * MiB)) * 2 * MiB)
+    return kind, onset, twin, used
+
+
+def run_only(rng: np.random.Generator, cfg: DetectorConfig, quiet_days: float, leaks_per_rate: int,
+             quick: bool, only: tuple[float, int]) -> int:
+    """Replay the random stream of a benchmark run up to one leak trace and diagnose that trace."""
+    for kind in KINDS:  # the quiet traces come first in the stream; draw them, do not evaluate them
+        background(kind, int(quiet_days * 86400), rng)
+    for r in RATES:
+        for i in range(leaks_per_rate):
+            kind, onset, _, used = leak_trace(rng, r, quick)
+            if (r, i) == only:
+                break
+        else:
+            continue
+        break
+    print(f"# {r} GiB/h trace {i}: background {kind}, onset {onset} s, {len(used)} samples")
+    det = LeakDetector(cfg)
+    was = False
+    last_report = -math.inf
+    for t, v in enumerate(used.tolist()):
+        det.update(float(t), v)
+        if t >= onset and t - last_report >= 60 and det._by_scale[0] is not None and not was:
+            last_report = t
+            cells = []
+            for res in det._by_scale:
+                if res is None:
+                    cells.append("-")
+                    continue
+                why = failed_conditions(res, cfg)
+                cells.append(f"{res.window_s:.0f}s:{'PASS' if res.passed else ','.join(why)}")
+            print(f"  +{(t - onset) / 60:5.1f} min  " + "  ".join(cells))
+        now = det.verdict == "leak"
+        if now and not was:
+            print(f"detected at +{((det.detected_at or t) - onset) / 60:.1f} min, rate "
+                  f"{(det.rate or 0) * 3600 / GiB:.3f} GiB/h")
+            return 0
+        was = now
+    print("never detected")
+    return 0
+
+
+def failed_conditions(res: Any, cfg: DetectorConfig) -> list[str]:
+    """Names of the leak conditions a TrendResult failed (mirrors detector.trend's conjunction)."""
+    rises = res.rises
+    out = []
+    if not res.z > cfg.z:
+        out.append(f"z={res.z:.1f}")
+    if not res.lower > cfg.min_rate_bytes_per_s:
+        out.append("lower")
+    if sum(x <= 0 for x in rises) > (len(rises) - 1) // 2:
+        out.append("flat_pairs")
+    elif min(x for x in rises if x > 0) < cfg.min_rise_ratio * max(rises):
+        out.append("rise_ratio=" + "/".join(f"{x / MiB:.0f}" for x in rises))
+    if not cfg.balance <= res.half_ratio <= 1 / cfg.balance:
+        out.append(f"balance={res.half_ratio:.2f}")
+    if res.step_share > cfg.max_step_share:
+        out.append(f"step={res.step_share:.2f}")
+    if not out:
+        out.append("noise/jitter")
+    return out
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="smaller run (about a minute)")
     ap.add_argument("--seed", type=int, default=7)
     ap.add_argument("--check-promtool", action="store_true", help="cross-check predict_linear with promtool")
+    ap.add_argument("--only", metavar="RATE:INDEX",
+                    help="run one leak trace only (e.g. 1:3 = the 4th 1 GiB/h trace of this seed and mode) "
+                         "and print why the detector fired when it did; the traces are the same as in the "
+                         "full or --quick run")
     args = ap.parse_args()
     rng = np.random.default_rng(args.seed)
     cfg = DetectorConfig()
     quiet_days = 1.0 if args.quick else 7.0
     leaks_per_rate = 2 if args.quick else 10
+    if args.only:
+        try:
+            r_s, i_s = args.only.split(":")
+            only = (float(r_s), int(i_s))
+        except ValueError:
+            ap.error(f"--only takes RATE:INDEX (e.g. 1:3), got {args.only!r}")
+        if only[0] not in RATES or not 0 <= only[1] < leaks_per_rate:
+            ap.error(f"--only: rate must be one of {RATES} and index 0..{leaks_per_rate - 1}")
+        return run_only(rng, cfg, quiet_days, leaks_per_rate, args.quick, only)
     names = ("inferwatch", "predict_linear", "threshold_90")
 
     print(f"# Quiet traces: {quiet_days:g} simulated days for each of {len(KINDS)} background kinds")
@@ -267,13 +355,8 @@ def main() -> int:
     rate_err: dict[float, list[float]] = {r: [] for r in RATES}
     for r in RATES:
         for _ in range(leaks_per_rate):
-            kind = KINDS[int(rng.integers(0, len(KINDS)))]
-            onset = int(rng.uniform(3600, 3 * 3600))
-            horizon = (3 if args.quick else 8) * 3600 if r >= 0.5 else (6 if args.quick else 12) * 3600
-            n = onset + horizon
-            twin = background(kind, n, rng)
-            t = np.arange(n)
-            used = np.minimum(TOTAL, twin + np.round(r * GiB / 3600 * np.maximum(0, t - onset) / (2 * MiB)) * 2 * MiB)
+            kind, onset, twin, used = leak_trace(rng, r, args.quick)
+            n = len(used)
             edges, cpu, det = run_detector(used, cfg)
             det_cpu += cpu
             det_samples += n
@@ -295,14 +378,15 @@ def main() -> int:
                     rate_err[r].append(d.rate / (r * GiB / 3600) - 1)
     print("(baselines are credited only for firing that the same trace without the leak does not show;"
           " inferwatch for any firing after onset)")
-    print(f"\n{'rate GiB/h':<12}" + "".join(f"{n + ' median delay':>30}" for n in names))
+    print(f"\n{'rate GiB/h':<12}" + "".join(f"{n + ' median delay':>36}" for n in names))
     for r in RATES:
         cells = []
         for n in names:
             d = delays[n][r]
             med = f"{statistics.median(d) / 60:.1f} min" if d else "never"
-            cells.append(f"{med} ({len(d)}/{len(d) + missed[n][r]})")
-        print(f"{r:<12}" + "".join(f"{c:>30}" for c in cells))
+            worst = f", worst {max(d) / 60:.1f}" if d else ""
+            cells.append(f"{med} ({len(d)}/{len(d) + missed[n][r]}{worst})")
+        print(f"{r:<12}" + "".join(f"{c:>36}" for c in cells))
     print(f"\ninferwatch false alarms before onset on the leak traces: {pre['inferwatch']}")
     print("inferwatch rate estimate error at the end (median |rel. error|): " + ", ".join(
         f"{r}: {statistics.median([abs(e) for e in rate_err[r]]) * 100:.1f}%" for r in RATES if rate_err[r]))
