@@ -232,13 +232,23 @@ class _TooLarge(Exception):
     """An event does not fit a frame (string table or record length limit)."""
 
 
+_NO_CTX = object()
+
+
 class _FrameBuilder:
     """Accumulates records and a string table for one frame."""
 
-    __slots__ = ("strings", "table", "table_len", "records", "n_records", "size", "ctxs", "announced", "pre")
+    __slots__ = (
+        "strings", "table", "table_len", "records", "n_records", "size", "ctxs", "announced", "pre",
+        "ctx_obj", "ctx_refs",
+    )
 
     def __init__(self) -> None:
         self.n_records = 0
+        #: The context object of the last REQUEST on the fast path and its three string refs:
+        #: consecutive events usually share the very same tuple, so an ``is`` test skips hashing it.
+        self.ctx_obj: Any = _NO_CTX  # not None: a None context must reach the general path's error
+        self.ctx_refs: tuple[int, int, int] = (NONE_REF, NONE_REF, NONE_REF)
         #: Context tuple -> its packed three string refs, so a frame packs each context once.
         self.ctxs: dict[Any, bytes] = {}
         #: Schema IDs announced in this frame.
@@ -277,6 +287,10 @@ class Encoder:
         max_frame: largest frame to emit, in bytes.
     """
 
+    #: Encode plain REQUEST events on the fast path. Tests turn it off on an
+    #: instance to check that both paths write the same bytes.
+    _fast_request = True
+
     def __init__(
         self,
         pid: int,
@@ -295,6 +309,8 @@ class Encoder:
         self.max_frame = max_frame
         self._max_schemas = max_schemas
         self._seq = 0
+        #: Whether the last REQUEST on the fast path had a streamed stage.
+        self._streamy = False
         self._next_schema = 1
         # key -> [schema_id, numeric_names, categorical_names, last_announced_ns, numeric Struct]
         self._schemas: OrderedDict[tuple[tuple[str, int], ...], list[Any]] = OrderedDict()
@@ -438,10 +454,11 @@ class Encoder:
             ttft, items, gaps = stream
             gaps = gaps[:MAX_GAPS]
             n = len(gaps)
+            gs = _struct_for("I", n)
             try:
-                g = struct.pack(f"<{n}I", *gaps)
+                g = gs.pack(*gaps)
             except struct.error:
-                g = struct.pack(f"<{n}I", *[min(max(int(x), 0), _U32_MAX) for x in gaps])
+                g = gs.pack(*[min(max(int(x), 0), _U32_MAX) for x in gaps])
             out.append(_STAGE.pack(r, _u64(dur), 1))
             out.append(_STREAM.pack(_u64(ttft), min(max(int(items), 0), _U32_MAX), n))
             out.append(g)
@@ -573,6 +590,87 @@ class Encoder:
         if fb.pre:
             fb.pre = []
         if t == EV_REQUEST:
+            if self._fast_request:
+                # Fast path for the common REQUEST: a handful of plain (not streamed) stages
+                # and in-range ints. The whole record is packed by one precompiled Struct per
+                # (stage count, trace length, request-ID length). Byte identity with the
+                # general path below rests on the string table: this path adds strings in the
+                # general path's order (error type, context, stage names) and only where the
+                # general path is sure to add them too, i.e. never before a value on which the
+                # general path would raise. Refs are idempotent, so when anything here does not
+                # fit (a stream, an out-of-range value, an odd type) the general path redoes
+                # the event and writes the same bytes it always did, or raises the same error.
+                try:
+                    _, ctx, end_ns, dur, outcome, err, rid, trace, stages = ev
+                    n = len(stages)
+                    if (
+                        n <= _FAST_MAX_STAGES
+                        and type(end_ns) is int
+                        and type(dur) is int
+                        and type(outcome) is int
+                        and -0x8000000000000000 <= end_ns <= 0x7FFFFFFFFFFFFFFF
+                        and 0 <= outcome <= 0xFF
+                    ):
+                        if not trace:
+                            trace_b = b""
+                        elif type(trace) is bytes:
+                            trace_b = trace[:16]
+                        else:
+                            trace_b = bytes(trace)[:16]
+                        eref = NONE_REF if err is None else fb.strings.get(err)
+                        if eref is None:
+                            eref = fb.ref(err)
+                        if ctx is fb.ctx_obj:
+                            c0, c1, c2 = fb.ctx_refs
+                        else:
+                            refs = fb.ctx_refs = _CTX.unpack(self._ctx(fb, ctx))
+                            fb.ctx_obj = ctx
+                            c0, c1, c2 = refs
+                        if not rid:
+                            rid_b = b""
+                        elif type(rid) is str:
+                            rid_b = rid.encode("utf-8", "replace")
+                            if len(rid_b) > MAX_REQUEST_ID:
+                                rid_b = _clip(rid, MAX_REQUEST_ID)
+                        else:
+                            rid_b = self._rid(rid)[1:]
+                        lr = len(rid_b)
+                        lt = len(trace_b)
+                        if not self._streamy:
+                            got = _FAST_REQUEST.get(n << 16 | lt << 8 | lr)
+                            if got is None:
+                                got = _fast_request(n, lr, lt)
+                            rec = got[0](
+                                got[1], fb.strings, fb, stages,
+                                c0, c1, c2, end_ns, dur, outcome, eref, lr, rid_b, lt, trace_b,
+                            )
+                            if rec is not None:
+                                return rec
+                        # A streamed stage (an LLM response): the general stage packer does the
+                        # stages, in its own order of refs, and one Struct the rest. A service
+                        # that streams usually streams every response, so the next request
+                        # skips the plain-stage attempt while the last one had a stream (only
+                        # the speed depends on this guess, never the bytes).
+                        parts = self._stages(fb, stages)
+                        self._streamy = len(parts) != n  # a streamed stage packs as three parts
+                        plen = _FAST_HEAD_SIZE + lr + lt
+                        for b in parts:
+                            plen += len(b)
+                        if plen <= 0xFFFF:
+                            hp = _FAST_REQUEST.get(lt << 8 | lr)
+                            if hp is None:
+                                hp = _fast_request(0, lr, lt)
+                            return b"".join(
+                                (
+                                    hp[1](
+                                        EV_REQUEST, plen, c0, c1, c2, end_ns, dur, outcome, eref, n, lr, rid_b, lt,
+                                        trace_b,
+                                    ),
+                                    *parts,
+                                )
+                            )
+                except Exception:
+                    pass  # the general path below gives the reference result or error
             _, ctx, end_ns, dur, outcome, err, rid, trace, stages = ev
             if len(stages) > 255:
                 stages = stages[:255]
@@ -638,6 +736,55 @@ class Encoder:
 
 def _u64(x: Any) -> int:
     return min(max(int(x), 0), _U64_MAX)
+
+
+#: Stage counts the REQUEST encoder's fast path handles; more go the general way.
+_FAST_MAX_STAGES = 32
+_FastRequest = tuple[Callable[..., "bytes | None"], Callable[..., bytes]]
+#: A REQUEST payload's size before the request ID, trace and stages (ctx, tail, two length bytes).
+_FAST_HEAD_SIZE = _CTX.size + _REQUEST_TAIL.size + 2
+#: ``n_stages << 16 | trace_len << 8 | rid_len`` -> (builder, Struct.pack), bounded below.
+_FAST_REQUEST: dict[int, _FastRequest] = {}
+
+
+def _fast_request(n: int, lr: int, lt: int) -> _FastRequest:
+    """The packer of a whole REQUEST record: ``n`` plain stages, ``lr``-byte request ID, ``lt``-byte trace.
+
+    The builder takes ``(pack, fb.strings, fb, stages, ctx refs..., end_ns,
+    dur, outcome, error ref, lr, rid, lt, trace)`` and returns the record, or
+    None when a stage is streamed (or a new stage name comes with a non-int
+    duration). It is generated per stage count (as the decoder's
+    ``_plain_stages`` is) because unrolled code beats a loop that flattens the
+    stage fields; out-of-range values make ``pack`` raise ``struct.error``,
+    which sends the event to the general path.
+    """
+    fmt = f"<BHHHHqQBHBB{lr}sB{lt}s" + "HQB" * n
+    packer = struct.Struct(fmt)
+    payload = packer.size - 3
+    names = [f"n{i}, d{i}, s{i}" for i in range(n)]
+    lines = ["def build(pack, strings, fb, st, c0, c1, c2, e, d, o, er, lr, r, lt, t):"]
+    if n:
+        lines.append("    " + "".join(f"({x}), " for x in names) + "= st")
+        lines.append("    if " + " or ".join(f"s{i} is not None" for i in range(n)) + ":")
+        lines.append("        return None")
+        # Names are nearly always in the table already; otherwise ref() adds them in stage order.
+        lines.append("    try:")
+        lines.extend(f"        r{i} = strings[n{i}]" for i in range(n))
+        lines.append("    except KeyError:")
+        # Adding a name is safe only where the general path cannot raise before it adds them
+        # all, which an int duration guarantees (it clamps out-of-range ints).
+        lines.append("        if " + " or ".join(f"type(d{i}) is not int" for i in range(n)) + ":")
+        lines.append("            return None")
+        lines.extend(f"        r{i} = fb.ref(n{i})" for i in range(n))
+    args = "".join(f", r{i}, d{i}, 0" for i in range(n))
+    lines.append(f"    return pack({EV_REQUEST}, {payload}, c0, c1, c2, e, d, o, er, {n}, lr, r, lt, t{args})")
+    ns: dict[str, Any] = {}
+    exec("\n".join(lines), ns)  # only ints go into the source
+    got: _FastRequest = (ns["build"], packer.pack)
+    if len(_FAST_REQUEST) >= 4096:
+        _FAST_REQUEST.clear()
+    _FAST_REQUEST[n << 16 | lt << 8 | lr] = got
+    return got
 
 
 class Decoder:
