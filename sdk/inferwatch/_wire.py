@@ -261,6 +261,21 @@ class _FrameBuilder:
         self.records: list[bytes] = []
         self.size = _HEADER.size
 
+    def rollback(self, mark: int) -> None:
+        """Drop the strings added after the table had ``mark`` entries.
+
+        An event that fails or does not fit must not leave its strings behind:
+        they would make the flushed frame larger than ``max_frame``.
+        """
+        if len(self.table) <= mark:
+            return
+        del self.table[mark:]
+        self.table_len = sum(len(b) for b in self.table)
+        self.strings = {k: r for k, r in self.strings.items() if r < mark}
+        # The context caches may point at dropped refs; they are only caches.
+        self.ctx_obj = _NO_CTX
+        self.ctxs = {}
+
     def ref(self, s: str | None) -> int:
         if s is None:
             return NONE_REF
@@ -351,15 +366,18 @@ class Encoder:
         for i, ev in enumerate((extra + events) if extra else events):
             if pending:
                 pending.clear()
+            mark = len(fb.table)
             try:
                 rec: bytes | None = self._encode_event(fb, ev, now, pending)
             except _TooLarge:
                 rec = None  # string table full or record too big: retry on a fresh frame
             except Exception:
                 self._drop("encode_error")
+                fb.rollback(mark)
                 continue
             if rec is None or fb.size + fb.table_len + len(rec) > max_frame:
                 # Does not fit in the current frame: flush it and retry on a fresh one.
+                fb.rollback(mark)
                 if fb.records:
                     frames.append((self._finish(fb, now), counted))
                     counted = 0

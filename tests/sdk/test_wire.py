@@ -329,3 +329,20 @@ def test_header_fields_sit_at_the_documented_offsets() -> None:
     assert frame[32:34] == b"\x01s"  # the string table: u8 length, UTF-8
     f = Decoder().decode(frame)
     assert (f.pid, f.producer_id, f.seq, f.sent_unix_ns) == (0x01020304, 0x1122334455667788, 1, clock.now)
+
+
+def test_frames_never_exceed_max_frame_when_an_event_does_not_fit() -> None:
+    """An event that overflows the frame must not leave its strings in the flushed frame's table."""
+    enc = Encoder(1, 2, max_frame=2000)
+    ctx = ("svc", "m", "v1")
+    events = [
+        (EV_REQUEST, ctx, 1, 1000, 0, None, f"r{i}", None,
+         [(f"{'s' * 200}{i}_{j}", 10, None) for j in range(4)])
+        for i in range(20)
+    ]
+    frames = enc.encode_counted(events)
+    assert all(len(f) <= 2000 for f, _ in frames)
+    dec = Decoder()
+    decoded = [r for f, _ in frames for r in dec.decode(f).records]
+    assert len(decoded) == sum(n for _, n in frames) == 20
+    assert [r[6] for r in decoded] == [f"r{i}" for i in range(20)]
