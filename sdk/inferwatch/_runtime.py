@@ -45,9 +45,10 @@ logger = logging.getLogger("inferwatch")
 _EAGAIN_BACKOFF_S: tuple[float | None, ...] = (0.0005, 0.001, 0.002, 0.004, 0.008, 0.016, None)
 
 #: Events encoded per call before the sender lets the GIL go: bounds how long the
-#: serving threads wait on it (about 64 x 4 us on a slow core) while keeping the
-#: per-call cost spread over many events.
-_ENCODE_CHUNK = 64
+#: serving threads wait on it (about 256 x 2 us of request runs on a slow core, well
+#: under the interpreter's 5 ms switch interval) while spreading each call's fixed
+#: cost (a frame, its string table, the first request of each run) over many events.
+_ENCODE_CHUNK = 256
 
 #: Seconds between two warnings with the same key.
 WARN_INTERVAL_S = 60.0

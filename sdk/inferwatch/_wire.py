@@ -326,6 +326,8 @@ class Encoder:
         self._seq = 0
         #: Whether the last REQUEST on the fast path had a streamed stage.
         self._streamy = False
+        #: The last REQUEST packed whole by the fast path: a run of look-alikes may follow.
+        self._plain: Any = None
         self._next_schema = 1
         # key -> [schema_id, numeric_names, categorical_names, last_announced_ns, numeric Struct]
         self._schemas: OrderedDict[tuple[tuple[str, int], ...], list[Any]] = OrderedDict()
@@ -363,7 +365,12 @@ class Encoder:
         n_extra = len(extra) if extra else 0
         counted = 0
         pending: list[Any] = []  # schema entries announced by the event being encoded
-        for i, ev in enumerate((extra + events) if extra else events):
+        evs = (extra + events) if extra else events
+        total = len(evs)
+        i = 0
+        while i < total:
+            ev = evs[i]
+            i += 1
             if pending:
                 pending.clear()
             mark = len(fb.table)
@@ -405,11 +412,48 @@ class Encoder:
                     fb.announced.add(entry[0])
             else:
                 fb.n_records += 1
-            if i >= n_extra:
+            if i > n_extra:
                 counted += 1
+            if self._plain is ev and i < total:
+                # A plain REQUEST on the fast path: the requests after it usually have the
+                # same shape (context, stage names, no error), so they are packed in a run.
+                j = self._run(fb, ev, evs, i, max_frame)
+                if j > i:
+                    counted += j - i  # a run never contains extra events (HELLO, DROPS)
+                    i = j
         if fb.records:
             frames.append((self._finish(fb, now), counted))
         return frames
+
+    def _run(self, fb: _FrameBuilder, tmpl: tuple[Any, ...], evs: list[tuple[Any, ...]], i: int, max_frame: int) -> int:
+        """Pack the REQUESTs from ``evs[i]`` on that are shaped like ``tmpl`` into ``fb``; return the next index.
+
+        Shaped like the template means: the same context object, the same stage
+        names, no error type, plain stages, a ``str`` request ID and no trace or a
+        16-byte one. Their strings are all in the frame's table already, so each
+        is one ``Struct.pack`` with the template's refs and adds no string: the
+        bytes are exactly what :meth:`_encode_event` would write. The run stops at
+        the first event that differs or fails to pack, or when the frame is full;
+        the general loop takes it from there.
+        """
+        stages = tmpl[8]
+        n = len(stages)
+        runner = _RUNS.get(n)
+        if runner is None:
+            runner = _make_run(n)
+        strings = fb.strings
+        try:
+            names = [name for name, _, _ in stages]
+            refs = [NONE_REF if name is None else strings[name] for name in names]
+            j, used = runner(
+                evs, i, len(evs), tmpl[1], *fb.ctx_refs, fb.records, max_frame - fb.size - fb.table_len,
+                *names, *refs,
+            )
+        except Exception:  # an odd template (it packed, so this is only a guard): no run
+            return i
+        fb.size += used
+        fb.n_records += j - i
+        return int(j)
 
     def forget_announcements(self) -> None:
         """Re-announce every schema in the next frame.
@@ -663,6 +707,7 @@ class Encoder:
                                 c0, c1, c2, end_ns, dur, outcome, eref, lr, rid_b, lt, trace_b,
                             )
                             if rec is not None:
+                                self._plain = ev
                                 return rec
                         # A streamed stage (an LLM response): the general stage packer does the
                         # stages, in its own order of refs, and one Struct the rest. A service
@@ -803,6 +848,99 @@ def _fast_request(n: int, lr: int, lt: int) -> _FastRequest:
         _FAST_REQUEST.clear()
     _FAST_REQUEST[n << 16 | lt << 8 | lr] = got
     return got
+
+
+#: Stage count -> the generated run packer (see :meth:`Encoder._run`).
+_RUNS: dict[int, Callable[..., tuple[int, int]]] = {}
+
+
+def _run_shape(n: int, lr: int, lt: int, c0: int, c1: int, c2: int, refs: tuple[int, ...]) -> tuple[Any, ...]:
+    """The packer of one run's REQUESTs with an ``lr``-byte ID and ``lt``-byte trace, and its constant parts.
+
+    Within a run everything but the times, the outcome, the ID and the trace is
+    the same for every record, so those fields are packed once here into the few
+    byte strings that sit between the variable fields, and each record is one
+    ``pack`` of the variables and these constants (``s`` fields, copied as they
+    are). The bytes equal the ones :func:`_fast_request`'s packer writes.
+    """
+    st = struct.Struct(f"<9sqQB4s{lr}s1s{lt}s" + ("2sQ" + "3sQ" * (n - 1) + "1s" if n else ""))
+    consts: list[bytes] = [
+        _REC.pack(EV_REQUEST, st.size - 3) + _CTX.pack(c0, c1, c2),
+        struct.pack("<HBB", NONE_REF, n, lr),
+        _U8.pack(lt),
+    ]
+    if n:
+        consts.append(struct.pack("<H", refs[0]))
+        consts.extend(struct.pack("<BH", 0, r) for r in refs[1:])
+        consts.append(b"\x00")
+    return (st.pack, *consts)
+
+
+def _make_run(n: int) -> Callable[..., tuple[int, int]]:
+    """The run packer for REQUESTs with ``n`` plain stages, generated like :func:`_fast_request`.
+
+    It takes ``(evs, i, end, ctx, c0, c1, c2, records, room, N0, N1, ..., R0, R1, ...)``:
+    the events, where to start and stop, the template's context object and its
+    refs, the frame's record list, the bytes left in the frame, and each stage's
+    name and ref. It appends records and returns ``(next index, bytes appended)``.
+    Request IDs over the wire limit, other trace lengths, errors and streamed or
+    renamed stages stop the run; the general path takes them.
+    """
+    names = "".join(f", N{k}" for k in range(n))
+    refs = "".join(f", R{k}" for k in range(n))
+    consts = "P, M, L" + "".join(f", S{k}" for k in range(n + 1 if n else 0))
+    lines = [f"def run(evs, i, end, ctx0, c0, c1, c2, records, room{names}{refs}):"]
+    lines.append("    used = 0")
+    lines.append("    append = records.append")
+    lines.append("    shapes = {}")
+    lines.append("    key = -1")
+    lines.append("    while i < end:")
+    lines.append("        try:")
+    lines.append("            t, ctx, e, d, o, er, rid, tr, st = evs[i]")
+    lines.append(f"            if t != {EV_REQUEST} or ctx is not ctx0 or er is not None or type(rid) is not str:")
+    lines.append("                break")
+    if n:
+        lines.append("            " + "".join(f"(a{k}, d{k}, s{k}), " for k in range(n)) + "= st")
+        conds = [f"s{k} is not None" for k in range(n)] + [f"a{k} != N{k}" for k in range(n)]
+        lines.append("            if " + " or ".join(conds) + ":")
+        lines.append("                break")
+    else:
+        lines.append("            if st:")
+        lines.append("                break")
+    lines.append("            r = rid.encode()")
+    lines.append("            k = len(r)")
+    lines.append(f"            if k > {MAX_REQUEST_ID}:")
+    lines.append("                break")
+    lines.append("            if tr is None:")
+    lines.append('                tr = b""')
+    lines.append("            elif type(tr) is bytes and len(tr) == 16:")
+    lines.append("                k |= 4096")
+    lines.append("            else:")
+    lines.append("                break")
+    lines.append("            if k != key:")
+    lines.append("                sh = shapes.get(k)")
+    lines.append("                if sh is None:")
+    lines.append(f"                    sh = shapes[k] = _run_shape({n}, k & 255, k >> 8, c0, c1, c2, ({refs[2:]}{',' if n else ''}))")
+    lines.append(f"                pack, {consts} = sh")
+    lines.append("                key = k")
+    stage_args = "".join(f", S{k}, d{k}" for k in range(n)) + (f", S{n}" if n else "")
+    lines.append(f"            rec = pack(P, e, d, o, M, r, L, tr{stage_args})")
+    lines.append("        except Exception:")
+    lines.append("            break")
+    lines.append("        size = len(rec)")
+    lines.append("        if used + size > room:")
+    lines.append("            break")
+    lines.append("        append(rec)")
+    lines.append("        used += size")
+    lines.append("        i += 1")
+    lines.append("    return i, used")
+    ns: dict[str, Any] = {"_run_shape": _run_shape}
+    exec("\n".join(lines), ns)  # only ints go into the source
+    run: Callable[..., tuple[int, int]] = ns["run"]
+    if len(_RUNS) >= 256:
+        _RUNS.clear()
+    _RUNS[n] = run
+    return run
 
 
 class Decoder:

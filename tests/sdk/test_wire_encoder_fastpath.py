@@ -280,3 +280,91 @@ def test_streamed_and_plain_requests_interleaved_match() -> None:
     assert len(recs) == 60
     assert recs[0][8][1] == ("decode", 9_000, (1_500, 3, (10, 2**32 - 1, 0)))
     assert recs[1][8] == [("prefill", 1, None)]
+
+
+# -- runs of look-alike requests --------------------------------------------------------
+
+_RUN_CTX = ("svc", "model", "v1")
+_RUN_NAMES = ("ingress", "inference", "postprocess")
+
+
+def _run_event(draw: Any, k: int) -> tuple[Any, ...]:
+    """A request shaped like the run's template, or one that breaks the run in some way."""
+    n = draw(st.sampled_from([0, 1, 2, 3]))
+    names = list(_RUN_NAMES[:n])
+    twist = draw(st.sampled_from(["none"] * 6 + ["name", "copy-name", "stream", "ctx", "ctx-copy", "error", "dur",
+                                                  "rid", "trace", "arity", "outcome", "end"]))
+    stages: list[tuple[Any, ...]] = [(nm, draw(_int) if twist == "dur" else 1000 + k, None) for nm in names]
+    ctx: Any = _RUN_CTX
+    err = None
+    rid: Any = f"{0xABCDEF:x}-{k:x}"
+    trace: Any = draw(st.sampled_from([None, None, b"\x07" * 16]))
+    outcome: Any = draw(st.sampled_from([0, 1, 2]))
+    end: Any = NOW + k
+    if twist == "name" and stages:
+        stages[-1] = ("other", 5, None)
+    elif twist == "copy-name" and stages:
+        stages[0] = ("".join(list(stages[0][0])), 7, None)  # equal, not the same object
+    elif twist == "stream" and stages:
+        stages[0] = (stages[0][0], 9, (1, 2, [3, 4]))
+    elif twist == "ctx":
+        ctx = ("svc", "model", "v2")
+    elif twist == "ctx-copy":
+        ctx = tuple(list(_RUN_CTX))
+    elif twist == "error":
+        err = draw(st.sampled_from(["ValueError", "http_503"]))
+    elif twist == "rid":
+        rid = draw(_rid)
+    elif twist == "trace":
+        trace = draw(_trace)
+    elif twist == "outcome":
+        outcome = draw(st.one_of(st.booleans(), st.integers(min_value=-3, max_value=300)))
+    elif twist == "end":
+        end = draw(st.one_of(_int, st.floats(allow_nan=False, allow_infinity=False)))
+    if twist == "arity":
+        return (EV_REQUEST, ctx, end, 50_000, outcome, err, rid, trace)
+    return (EV_REQUEST, ctx, end, 50_000 + k, outcome, err, rid, trace, stages)
+
+
+@st.composite
+def _runs(draw: Any) -> list[tuple[Any, ...]]:
+    count = draw(st.integers(min_value=1, max_value=120))
+    return [_run_event(draw, k) for k in range(count)]
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(events=_runs(), max_frame=st.sampled_from([MAX_FRAME, 2000, 400]))
+def test_hypothesis_runs_of_look_alike_requests_encode_to_identical_bytes(
+    events: list[tuple[Any, ...]], max_frame: int
+) -> None:
+    """Runs (one pack per request after the first of a shape) write the general path's bytes, frame for frame."""
+    frames = _same(events, max_frame=max_frame)
+    assert all(len(f) <= max_frame for f, _ in frames)
+
+
+def test_a_run_really_packs_look_alikes_without_the_per_event_path(monkeypatch: pytest.MonkeyPatch) -> None:
+    """After the first request of a shape, the rest of a run never calls _encode_event."""
+    events = [(EV_REQUEST, _RUN_CTX, NOW + i, 10 + i, 0, None, f"id-{i:04d}", None, [("ingress", i, None)])
+              for i in range(500)]
+    want = _pair()[1].encode_counted(events)
+    fast = Encoder(1234, 0xABCDEF, clock=lambda: NOW)
+    calls = []
+    real = Encoder._encode_event
+
+    def counting(self: Encoder, *a: Any) -> Any:
+        calls.append(1)
+        return real(self, *a)
+
+    monkeypatch.setattr(Encoder, "_encode_event", counting)
+    assert fast.encode_counted(events) == want
+    assert len(calls) == 1
+    # A new ID length starts a new shape inside the same run; an error type ends the run, and the
+    # request with the error (packed by the per-event fast path) starts the next one.
+    calls.clear()
+    events[100] = (EV_REQUEST, _RUN_CTX, NOW, 1, 0, "http_503", "id-x", None, [("ingress", 1, None)])
+    events[200] = (EV_REQUEST, _RUN_CTX, NOW, 1, 0, None, "a-much-longer-request-id", None, [("ingress", 1, None)])
+    want = _pair()[1].encode_counted(events)
+    calls.clear()
+    fast = Encoder(1234, 0xABCDEF, clock=lambda: NOW)
+    assert fast.encode_counted(events) == want
+    assert len(calls) == 2  # the first event and the one with the error
