@@ -174,12 +174,6 @@ class InferwatchMiddleware:
         # request._close and _ingress, inlined for the common case.
         try:
             t1 = clock()
-            try:
-                _req_reset(req._token)
-            except ValueError:  # the app left the context we entered in (unusual): clear ours
-                if _req_get() is req:
-                    _req_set(None)
-            req.open = False
             end = req.first
             rs = req._resp_start
             if rs and rs < end:
@@ -190,10 +184,15 @@ class InferwatchMiddleware:
             stages = req.stages
             stages.insert(0, (self.ingress_stage, d if d > 0 else 0, None))
             err = req.status_error
-            if len(stages) > MAX_STAGES:  # rare: let _close split them
-                req.open = True
+            if len(stages) > MAX_STAGES:  # rare: _close splits them over several events
                 req._close(rt, t1, OUTCOME_OK if err is None else OUTCOME_ERROR, err)
                 return
+            try:
+                _req_reset(req._token)
+            except ValueError:  # the app left the context we entered in (unusual): clear ours
+                if _req_get() is req:
+                    _req_set(None)
+            req.open = False
             buf = rt.buf
             n = len(buf)
             if n < rt.cap:

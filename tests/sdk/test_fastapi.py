@@ -16,8 +16,9 @@ httpx = pytest.importorskip("httpx")
 uvicorn = pytest.importorskip("uvicorn")
 
 import inferwatch  # noqa: E402
+from inferwatch import _core  # noqa: E402
 from inferwatch._asgi import request_id_from_headers  # noqa: E402
-from inferwatch._wire import EV_REQUEST, OUTCOME_ERROR, OUTCOME_OK  # noqa: E402
+from inferwatch._wire import EV_REQUEST, EV_STAGE, OUTCOME_ERROR, OUTCOME_OK  # noqa: E402
 from tests.conftest import free_port  # noqa: E402
 from tests.sdk.conftest import Receiver, buffered, wait_for  # noqa: E402
 
@@ -129,6 +130,41 @@ def test_exceptions_and_5xx_are_errors(sdk: Receiver) -> None:
     assert r2.headers["x-request-id"]
     evs = _requests()
     assert [(e[4], e[5]) for e in evs] == [(OUTCOME_ERROR, "KeyError"), (OUTCOME_ERROR, "http_503")]
+
+
+def test_more_than_255_stages_through_the_middleware_spill_and_the_scope_closes(sdk: Receiver) -> None:
+    """The middleware's inline close hands a request with too many stages to request._close intact."""
+    app = FastAPI()
+    inferwatch.instrument_fastapi(app)
+
+    @app.get("/many")
+    async def many() -> dict[str, Any]:
+        for _ in range(300):
+            with inferwatch.stage("step"):
+                pass
+        return {"rid": inferwatch.current_request_id()}
+
+    r = asyncio.run(_get(app, "/many"))
+    assert r.status_code == 200 and r.json()["rid"] == r.headers["x-request-id"]
+    evs = buffered()
+    (req,) = [e for e in evs if e[0] == EV_REQUEST]
+    spilled = [e for e in evs if e[0] == EV_STAGE]
+    assert req[4] == OUTCOME_OK and req[6] == r.headers["x-request-id"]
+    assert len(req[8]) == 255 and req[8][0][0] == "ingress" and len(spilled) == 301 - 255
+    assert inferwatch.current_request_id() is None
+    assert _core._rt is not None and _core._rt.internal_errors == 0
+
+
+def test_an_app_that_sets_its_own_request_id_header_is_not_echoed_twice(sdk: Receiver) -> None:
+    app = FastAPI()
+    inferwatch.instrument_fastapi(app)
+
+    @app.get("/own")
+    async def own() -> JSONResponse:
+        return JSONResponse({"ok": True}, headers={"X-Request-ID": "set-by-app"})
+
+    r = asyncio.run(_get(app, "/own"))
+    assert r.headers.get_list("x-request-id") == ["set-by-app"]
 
 
 def test_streaming_endpoint_records_a_generator_stage(sdk: Receiver) -> None:
