@@ -3,7 +3,7 @@
 Everything here runs on the serving code's own thread or event loop, so it
 does the least possible work: a few clock reads, a contextvar lookup and one
 append to a bounded deque. Encoding, validation and sending happen on the
-sender thread (``_sender.py``).
+sender thread (``Sender`` in ``_runtime.py``).
 
 Before ``configure()`` the module-level runtime ``_rt`` is None and every
 function returns after one global lookup. Decorators applied at import time
