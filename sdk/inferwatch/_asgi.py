@@ -14,8 +14,8 @@ from operator import itemgetter
 from typing import Any
 
 from inferwatch import _core
-from inferwatch._core import _NO_STAGE, MAX_STAGES, _req_get, _req_reset, _req_set, check_stage_name, request
-from inferwatch._wire import EV_REQUEST, OUTCOME_ERROR, OUTCOME_OK
+from inferwatch._core import _NO_STAGE, _req_set, check_stage_name, request
+from inferwatch._wire import OUTCOME_ERROR, OUTCOME_OK
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -132,8 +132,9 @@ class InferwatchMiddleware:
             return
         # This runs for every HTTP request and its cost is measured in instructions
         # (bench/fastapi_overhead.py): one object holds the request scope and the send
-        # wrapper, the header scan runs in C unless an ID header is present, and the
-        # scope is opened and closed inline rather than through __enter__/__exit__.
+        # wrapper, the header scan runs in C unless an ID header is present, the scope is
+        # opened inline, and it is closed through request._close, the one place that
+        # resets the contextvar and emits the REQUEST event (splitting over 255 stages).
         clock = rt.clock
         req = _new(_HTTPRequest)
         req.t0 = clock()
@@ -171,39 +172,10 @@ class InferwatchMiddleware:
             self._ingress(req)
             req.__exit__(type(e), e, e.__traceback__)
             raise
-        # request._close and _ingress, inlined for the common case.
         try:
-            t1 = clock()
-            end = req.first
-            rs = req._resp_start
-            if rs and rs < end:
-                end = rs
-            elif end == _NO_STAGE:
-                end = t1
-            d = end - req.t0
-            stages = req.stages
-            stages.insert(0, (self.ingress_stage, d if d > 0 else 0, None))
+            self._ingress(req)
             err = req.status_error
-            if len(stages) > MAX_STAGES:  # rare: _close splits them over several events
-                req._close(rt, t1, OUTCOME_OK if err is None else OUTCOME_ERROR, err)
-                return
-            try:
-                _req_reset(req._token)
-            except ValueError:  # the app left the context we entered in (unusual): clear ours
-                if _req_get() is req:
-                    _req_set(None)
-            req.open = False
-            buf = rt.buf
-            n = len(buf)
-            if n < rt.cap:
-                buf.append(
-                    (EV_REQUEST, req.ctx, t1 + rt.offset, t1 - req.t0, OUTCOME_OK if err is None else OUTCOME_ERROR,
-                     err, req.rid, req.trace, stages)
-                )
-                if n == rt.high_water:
-                    rt.wake.set()
-            else:
-                rt.buffer_full += 1
+            req._close(rt, clock(), OUTCOME_OK if err is None else OUTCOME_ERROR, err)
         except Exception:
             rt.internal_errors += 1
 
