@@ -197,7 +197,10 @@ def classify(value: Any) -> tuple[int, Any] | None:
         ``(KIND_NUMERIC, float)`` for a finite number or bool (NaN and None
         become a missing numeric value), ``(KIND_CATEGORICAL, str)`` for a
         string, or None for anything else (inf, containers, objects), which
-        the caller counts as ``invalid_value`` and drops.
+        the caller counts as ``invalid_value`` and drops. Other number types
+        (numpy scalars, ``Decimal``, ``Fraction``: anything without a
+        ``shape`` that ``float()`` converts) are numeric too, so a value
+        classifies the same whichever path the encoder takes.
     """
     t = type(value)
     if t is float:
@@ -207,9 +210,12 @@ def classify(value: Any) -> tuple[int, Any] | None:
             return None
         return (KIND_NUMERIC, value)
     if t is int or t is bool:
-        if -(2**63) <= value < 2**63:
+        # Any int a float holds (the encoder's fast path packs ints the same way);
+        # past about 1.8e308 float() overflows and the value is dropped.
+        try:
             return (KIND_NUMERIC, float(value))
-        return None
+        except OverflowError:
+            return None
     if t is str:
         return (KIND_CATEGORICAL, value)
     if value is None:
@@ -225,6 +231,12 @@ def classify(value: Any) -> tuple[int, Any] | None:
         return classify(float(value))
     if isinstance(value, str):
         return (KIND_CATEGORICAL, str(value))
+    if hasattr(t, "__float__") and item is None and getattr(value, "shape", None) is None:
+        # Decimal, Fraction and other number types; arrays and tensors (a shape) are not scalars.
+        try:
+            return classify(float(value))
+        except Exception:
+            return None
     return None
 
 
@@ -567,12 +579,12 @@ class Encoder:
                 try:
                     total = sum(vals)
                     ok = total - total == 0.0  # False for NaN or inf anywhere
-                except TypeError:
+                except Exception:  # a str, or a number type whose arithmetic raises (a signaling NaN)
                     ok = False
                 if ok:
                     try:
                         packed = entry[4].pack(*vals)
-                    except (struct.error, TypeError, OverflowError):
+                    except Exception:  # out of range, or a __float__ that raises: the slow path counts it
                         packed = None
                     if packed is not None:
                         self._announce(fb, entry, now, pending)

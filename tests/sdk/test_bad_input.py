@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import decimal
+import fractions
 import math
 from typing import Any
 
@@ -54,7 +55,8 @@ CASES: list[tuple[dict[str, Any], dict[str, int]]] = [
     ({"features": [1, 2, 3]}, {"invalid_value": 1}),
     ({"features": [("a", 1.0), ("b", "x")]}, {}),
     ({"features": BadMapping(a=1.0)}, {"invalid_value": 1}),
-    ({"features": {"a": None, "b": math.nan, "c": True, "d": decimal.Decimal("1.5")}}, {"invalid_value": 1}),
+    ({"features": {"a": None, "b": math.nan, "c": True, "d": decimal.Decimal("1.5")}}, {}),
+    ({"features": {"a": decimal.Decimal("sNaN"), "b": fractions.Fraction(1, 3)}}, {"invalid_value": 1}),
     ({"confidence": "high"}, {"invalid_value": 1}),
     ({"confidence": math.inf}, {"invalid_value": 1}),
     ({"confidence": BadFloat()}, {"invalid_value": 1}),

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import decimal
+import fractions
 import math
 import struct
 from typing import Any
@@ -102,6 +104,59 @@ def test_fast_and_slow_feature_paths_agree() -> None:
     assert math.isnan(out[1]["f3"])
     assert "f4" not in out[2] and enc.drops == {"invalid_value": 1}
     assert out[3]["f5"] == 7.0
+
+
+class _ArithButNoFloat:
+    """Adds and subtracts like a number (so the fast path's NaN/inf check passes) but will not convert."""
+
+    def __add__(self, other: Any) -> _ArithButNoFloat:
+        return self
+
+    __radd__ = __sub__ = __add__
+
+    def __eq__(self, other: object) -> bool:
+        return True
+
+    __hash__ = object.__hash__
+
+    def __float__(self) -> float:
+        raise ValueError("not convertible")
+
+
+@pytest.mark.parametrize(
+    ("values", "expected", "drops"),
+    [
+        ({"a": 1.0, "b": decimal.Decimal("1.5")}, {"a": 1.0, "b": 1.5}, {}),
+        ({"a": decimal.Decimal("1.5"), "b": decimal.Decimal(2)}, {"a": 1.5, "b": 2.0}, {}),
+        ({"a": 1.0, "b": fractions.Fraction(1, 4)}, {"a": 1.0, "b": 0.25}, {}),
+        ({"a": 2**64, "b": -(2**70)}, {"a": 2.0**64, "b": -(2.0**70)}, {}),
+        ({"a": 1.0, "b": decimal.Decimal("NaN")}, {"a": 1.0, "b": math.nan}, {}),
+        ({"a": decimal.Decimal(1), "b": decimal.Decimal("sNaN")}, {"a": 1.0}, {"invalid_value": 1}),
+        ({"a": 1.0, "b": decimal.Decimal("-Infinity")}, {"a": 1.0}, {"invalid_value": 1}),
+        ({"a": 1, "b": 10**400}, {"a": 1.0}, {"invalid_value": 1}),
+        ({"a": 1.0, "b": _ArithButNoFloat()}, {"a": 1.0}, {"invalid_value": 1}),
+        ({"a": 1.0, "b": 1j}, {"a": 1.0}, {"invalid_value": 1}),
+    ],
+)
+def test_number_types_classify_the_same_on_the_fast_and_slow_feature_paths(
+    values: dict[str, Any], expected: dict[str, float], drops: dict[str, int]
+) -> None:
+    def numeric(enc: Encoder, dec: Decoder) -> dict[str, float]:
+        (rec,) = roundtrip([(EV_RECORD, CTX, 1, "r", None, None, None, values)], enc, dec)
+        schema, nums, _ = rec[7]
+        return dict(zip(schema.numeric, nums, strict=True))
+
+    slow_enc = Encoder(1, 2)  # first sight of this key set: the general path classifies each value
+    slow = numeric(slow_enc, Decoder())
+    fast_enc, fast_dec = Encoder(1, 2), Decoder()
+    roundtrip([(EV_RECORD, CTX, 1, "r", None, None, None, {"a": 0.5, "b": 0.5})], fast_enc, fast_dec)
+    assert tuple(values) in fast_enc._fast  # the key set is known: the next record tries the fast path
+    fast = numeric(fast_enc, fast_dec)
+    for got, enc in ((slow, slow_enc), (fast, fast_enc)):
+        assert got.keys() == expected.keys()
+        for k, v in expected.items():
+            assert got[k] == v or (math.isnan(v) and math.isnan(got[k]))
+        assert enc.drops == drops  # never encode_error: the record itself always survives
 
 
 def test_schema_is_sent_once_then_repeated_after_the_interval() -> None:
