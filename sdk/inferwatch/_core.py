@@ -647,6 +647,11 @@ class stage:
         self._t0: int | None = None
 
     def __call__(self, fn: F) -> F:
+        if isinstance(fn, (staticmethod, classmethod)):
+            # Written above @staticmethod / @classmethod: time the function inside and keep
+            # the descriptor, so the class still binds it (or not) as it would without us.
+            inner = fn.__func__
+            return type(fn)(_make_wrapper(inner, self.name, _kind(inner)))
         if not callable(fn):
             raise TypeError(f"stage({self.name!r}) decorates a callable, not {type(fn).__name__}")
         return _make_wrapper(fn, self.name, _kind(fn))  # type: ignore[return-value]

@@ -269,6 +269,55 @@ def test_methods_partials_and_callable_objects(sdk: Receiver, clock: FakeClock) 
     assert names == ["method", "bound", "partial", "obj"]
 
 
+def test_stage_above_staticmethod_and_classmethod_keeps_the_binding(sdk: Receiver, clock: FakeClock) -> None:
+    class Model:
+        k = 10
+
+        @inferwatch.stage("static")
+        @staticmethod
+        def scale(x: int, factor: int = 2) -> int:
+            clock.advance(MS)
+            return x * factor
+
+        @inferwatch.stage("cls")
+        @classmethod
+        def offset(cls, x: int) -> int:
+            clock.advance(2 * MS)
+            return x + cls.k
+
+        @inferwatch.stage("astatic")
+        @staticmethod
+        async def ascale(x: int) -> int:
+            clock.advance(3 * MS)
+            return -x
+
+        @inferwatch.stage("tokens")
+        @classmethod
+        def tokens(cls, n: int) -> Iterator[int]:
+            for i in range(n):
+                clock.advance(MS)
+                yield i + cls.k
+
+    m = Model()
+    assert Model.scale(3) == 6 and m.scale(3, factor=3) == 9  # no self passed in either way
+    assert Model.offset(1) == 11 and m.offset(2) == 12  # the class, from the class or an instance
+
+    class Sub(Model):
+        k = 100
+
+    assert Sub.offset(1) == 101
+    assert asyncio.run(m.ascale(4)) == -4
+    assert list(Sub.tokens(3)) == [100, 101, 102]
+    assert isinstance(Model.__dict__["scale"], staticmethod) and isinstance(Model.__dict__["offset"], classmethod)
+    assert Model.scale.__name__ == "scale" and Model.offset.__wrapped__.__name__ == "offset"
+    evs = _stage_events(buffered())
+    assert [(n, d) for n, d, _ in evs] == [
+        ("static", MS), ("static", MS), ("cls", 2 * MS), ("cls", 2 * MS), ("cls", 2 * MS), ("astatic", 3 * MS),
+        ("tokens", 3 * MS),
+    ]
+    assert evs[-1][2] is not None and evs[-1][2][1] == 3  # the generator is timed as a stream of 3 items
+
+
 def test_parameter_names_that_shadow_internals_still_work(sdk: Receiver) -> None:
     @inferwatch.stage("weird")
     def f(_rt: int, __iw_fn: int = 2) -> int:
