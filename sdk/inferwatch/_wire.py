@@ -227,15 +227,15 @@ def classify(value: Any) -> tuple[int, Any] | None:
             return classify(item())
         except Exception:
             return None
-    if isinstance(value, (int, float)):  # subclasses
-        return classify(float(value))
     if isinstance(value, str):
         return (KIND_CATEGORICAL, str(value))
-    if hasattr(t, "__float__") and item is None and getattr(value, "shape", None) is None:
+    if isinstance(value, (int, float)) or (
         # Decimal, Fraction and other number types; arrays and tensors (a shape) are not scalars.
+        hasattr(t, "__float__") and item is None and getattr(value, "shape", None) is None
+    ):
         try:
-            return classify(float(value))
-        except Exception:
+            return classify(float(value))  # subclasses of int and float too (an IntEnum, say)
+        except Exception:  # too large for a float, or a __float__ that raises
             return None
     return None
 

@@ -123,6 +123,10 @@ class _ArithButNoFloat:
         raise ValueError("not convertible")
 
 
+class _BigInt(int):
+    """An int subclass (an IntEnum is one), here too large for a float."""
+
+
 @pytest.mark.parametrize(
     ("values", "expected", "drops"),
     [
@@ -136,6 +140,7 @@ class _ArithButNoFloat:
         ({"a": 1, "b": 10**400}, {"a": 1.0}, {"invalid_value": 1}),
         ({"a": 1.0, "b": _ArithButNoFloat()}, {"a": 1.0}, {"invalid_value": 1}),
         ({"a": 1.0, "b": 1j}, {"a": 1.0}, {"invalid_value": 1}),
+        ({"a": _BigInt(10**400), "b": _BigInt(3)}, {"b": 3.0}, {"invalid_value": 1}),
     ],
 )
 def test_number_types_classify_the_same_on_the_fast_and_slow_feature_paths(
