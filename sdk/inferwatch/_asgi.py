@@ -88,14 +88,11 @@ class _HTTPRequest(request):
                 headers = message.get("headers")
                 if headers is None:
                     message["headers"] = [(b"x-request-id", self.rid.encode())]
-                else:
-                    for k, _ in headers:
-                        if k == b"x-request-id":  # ASGI response header names are lowercase
-                            break
-                    else:
-                        if type(headers) is not list:
-                            headers = message["headers"] = list(headers)
-                        headers.append((b"x-request-id", self.rid.encode()))
+                # The app's own X-Request-ID wins (ASGI response header names are lowercase).
+                elif b"x-request-id" not in map(_first, headers):
+                    if type(headers) is not list:
+                        headers = message["headers"] = list(headers)
+                    headers.append((b"x-request-id", self.rid.encode()))
         return self._asgi_send(message)
 
 

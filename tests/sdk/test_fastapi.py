@@ -167,6 +167,37 @@ def test_an_app_that_sets_its_own_request_id_header_is_not_echoed_twice(sdk: Rec
     assert r.headers.get_list("x-request-id") == ["set-by-app"]
 
 
+@pytest.mark.parametrize(
+    ("start", "echoed"),
+    [
+        ({}, [(b"x-request-id", b"rid-1")]),  # no headers key: one is made
+        ({"headers": ((b"content-length", b"0"),)}, [(b"content-length", b"0"), (b"x-request-id", b"rid-1")]),
+        ({"headers": [[b"x-request-id", b"app"]]}, [[b"x-request-id", b"app"]]),  # the app's own wins
+        ({"headers": ((b"x-request-id", b"app"),)}, ((b"x-request-id", b"app"),)),
+    ],
+)
+def test_echo_handles_every_header_container_an_asgi_app_may_send(
+    sdk: Receiver, start: dict[str, Any], echoed: Any
+) -> None:
+    async def app(scope: Any, receive: Any, send: Any) -> None:
+        await send({"type": "http.response.start", "status": 200, **start})
+        await send({"type": "http.response.body", "body": b""})
+
+    sent: list[dict[str, Any]] = []
+
+    async def send(message: dict[str, Any]) -> None:
+        sent.append(message)
+
+    async def receive() -> dict[str, Any]:
+        return {"type": "http.request", "body": b""}
+
+    scope = {"type": "http", "headers": [(b"x-request-id", b"rid-1")]}
+    asyncio.run(inferwatch.InferwatchMiddleware(app)(scope, receive, send))
+    assert sent[0]["headers"] == echoed
+    (ev,) = _requests()
+    assert ev[6] == "rid-1" and ev[4] == OUTCOME_OK
+
+
 def test_streaming_endpoint_records_a_generator_stage(sdk: Receiver) -> None:
     r = asyncio.run(_get(make_app(), "/stream?n=5"))
     assert r.text == "tok0 tok1 tok2 tok3 tok4 "
