@@ -501,7 +501,7 @@ def effective_alerts(overrides: Overrides | None = None) -> list[Alert]:
 
 
 def _check_latency_targets(alerts: list[Alert]) -> None:
-    from inferwatch_sidecar.catalog import by_name
+    from inferwatch_sidecar.metrics.catalog import by_name
 
     buckets = by_name()["inferwatch_stage_duration_seconds"].buckets or ()
     for a in alerts:

@@ -62,8 +62,8 @@ def evidently_window_flags(ref: np.ndarray, cur: np.ndarray) -> tuple[int, bool]
 def part_a(args: argparse.Namespace) -> dict[str, Any]:
     from scipy import stats as sps
 
-    from inferwatch_sidecar.drift import engine
-    from inferwatch_sidecar.drift import profile as prof
+    from inferwatch_sidecar.components.drift import engine
+    from inferwatch_sidecar.components.drift import profile as prof
 
     rng = np.random.default_rng(100)
     ref = rng.normal(size=(20_000, K))
@@ -127,8 +127,8 @@ def _chunks(rng: np.random.Generator, rows: int, change: tuple[str, float] | Non
 
 
 def part_b(args: argparse.Namespace) -> None:
-    from inferwatch_sidecar.drift import engine
-    from inferwatch_sidecar.drift import profile as prof
+    from inferwatch_sidecar.components.drift import engine
+    from inferwatch_sidecar.components.drift import profile as prof
 
     rng = np.random.default_rng(200)
     names = [f"f{i}" for i in range(K)]
@@ -176,8 +176,8 @@ def part_c(args: argparse.Namespace) -> dict[str, Any]:
     from scipy import stats as sps
     from sklearn.datasets import load_breast_cancer
 
-    from inferwatch_sidecar.drift import engine
-    from inferwatch_sidecar.drift import profile as prof
+    from inferwatch_sidecar.components.drift import engine
+    from inferwatch_sidecar.components.drift import profile as prof
 
     ds = load_breast_cancer()
     X, names = ds.data, [str(n) for n in ds.feature_names]

@@ -43,10 +43,10 @@ def timeit(fn: Callable[[], Any], reps: int) -> list[float]:
 
 def state_bytes(features: int) -> dict[str, Any]:
     from inferwatch._wire import EV_RECORD, Schema
-    from inferwatch_sidecar.component import ComponentContext
-    from inferwatch_sidecar.drift import profile as prof
-    from inferwatch_sidecar.drift.component import DriftComponent
-    from inferwatch_sidecar.drift.config import DriftConfig
+    from inferwatch_sidecar.components.base import ComponentContext
+    from inferwatch_sidecar.components.drift import profile as prof
+    from inferwatch_sidecar.components.drift.component import DriftComponent
+    from inferwatch_sidecar.components.drift.config import DriftConfig
 
     rng = np.random.default_rng(1)
     n = 5000
@@ -84,8 +84,8 @@ def main(argv: list[str] | None = None) -> int:
 
     from scipy import stats as sps
 
-    from inferwatch_sidecar.drift import engine
-    from inferwatch_sidecar.drift import profile as prof
+    from inferwatch_sidecar.components.drift import engine
+    from inferwatch_sidecar.components.drift import profile as prof
 
     rng = np.random.default_rng(0)
     n, k = args.rows, args.features

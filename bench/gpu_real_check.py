@@ -50,9 +50,9 @@ def main() -> int:
               file=sys.stderr)
         return 2
     from inferwatch._wire import EV_ALLOC
-    from inferwatch_sidecar.component import ComponentContext
-    from inferwatch_sidecar.gpu.component import build
-    from inferwatch_sidecar.gpu.config import GpuConfig
+    from inferwatch_sidecar.components.base import ComponentContext
+    from inferwatch_sidecar.components.gpu.component import build
+    from inferwatch_sidecar.components.gpu.config import GpuConfig
 
     cfg = GpuConfig(backend="nvml", interval_s=1.0, detector={
         "scales": [[64, 4]], "warmup_s": 20, "confirm_s": 8, "sub_windows": 4})

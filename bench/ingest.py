@@ -92,8 +92,8 @@ def load_baseline(rev: str) -> Any:
 
     tmp = Path(tempfile.mkdtemp(prefix="iw-baseline-"))
     mods = {}
-    for name, path in (("wire", "sdk/inferwatch/_wire.py"), ("aggregate", "sidecar/inferwatch_sidecar/aggregate.py"),
-                       ("pipeline", "sidecar/inferwatch_sidecar/pipeline.py")):
+    for name, path in (("wire", "sdk/inferwatch/_wire.py"), ("aggregate", "sidecar/inferwatch_sidecar/aggregate/aggregator.py"),
+                       ("pipeline", "sidecar/inferwatch_sidecar/ingest/pipeline.py")):
         try:
             src = subprocess.run(["git", "show", f"{rev}:{path}"], cwd=REPO, capture_output=True, check=True).stdout
         except (OSError, subprocess.CalledProcessError):
@@ -136,8 +136,8 @@ def in_process(repeats: int, n_req: int, baseline: str | None) -> dict[str, floa
     from prometheus_client import CollectorRegistry, Counter, Histogram
 
     from inferwatch._wire import EV_RECORD, EV_REQUEST, Decoder, Encoder
-    from inferwatch_sidecar import core_metrics
-    from inferwatch_sidecar.component import ComponentContext
+    from inferwatch_sidecar.components.base import ComponentContext
+    from inferwatch_sidecar.metrics import core as core_metrics
 
     enc = Encoder(os.getpid(), 42)
     now = time.time_ns()
@@ -220,8 +220,8 @@ def in_process(repeats: int, n_req: int, baseline: str | None) -> dict[str, floa
                     rec.labels(*ev[1]).inc()
         return clock() - t
 
-    import inferwatch_sidecar.aggregate as agg_now
-    import inferwatch_sidecar.pipeline as pipe_now
+    import inferwatch_sidecar.aggregate.aggregator as agg_now
+    import inferwatch_sidecar.ingest.pipeline as pipe_now
 
     fns: dict[str, Any] = {
         "decode": decode_with(Decoder),

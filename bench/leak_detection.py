@@ -40,8 +40,8 @@ from typing import Any
 
 import numpy as np
 
-from inferwatch_sidecar.gpu.config import DetectorConfig
-from inferwatch_sidecar.gpu.detector import LeakDetector
+from inferwatch_sidecar.components.gpu.config import DetectorConfig
+from inferwatch_sidecar.components.gpu.detector import LeakDetector
 
 MiB = 2**20
 GiB = 2**30
@@ -183,8 +183,8 @@ def run_detector(used: np.ndarray, cfg: DetectorConfig) -> tuple[list[float], fl
 
 def sampler_cpu(n_devices: int = 8, n_procs: int = 4, passes: int = 300) -> float:
     """Seconds of CPU per NvmlSampler pass over the fake pynvml (8 GPUs x 4 processes)."""
-    from inferwatch_sidecar.gpu.fake_nvml import FakeDevice, FakeNvml, FakeProcess, linear_leak
-    from inferwatch_sidecar.gpu.sampler import NvmlSampler
+    from inferwatch_sidecar.components.gpu.fake_nvml import FakeDevice, FakeNvml, FakeProcess, linear_leak
+    from inferwatch_sidecar.components.gpu.sampler import NvmlSampler
 
     clock = [0.0]
     devs = [FakeDevice(processes=[FakeProcess(100 + i * 10 + j, linear_leak(GiB, 1000.0)) for j in range(n_procs)])

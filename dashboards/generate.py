@@ -7,7 +7,7 @@ Usage::
     python dashboards/generate.py --list   # print every panel query
 
 Every query is checked while generating: each series it names must be in the
-metric catalog (``inferwatch_sidecar.catalog``) or be one of the recording
+metric catalog (``inferwatch_sidecar.metrics.catalog``) or be one of the recording
 rules of ``alerts/source.py``, and each label it matches must belong to that
 series. A renamed metric therefore fails generation instead of leaving a
 panel empty. Thresholds drawn on panels come from the alert that watches the
@@ -782,7 +782,7 @@ def known_series() -> dict[str, frozenset[str] | None]:
     ``alerts/drift.rules.yml`` (owned by the drift component) map to None: their labels are not checked.
     """
     from alerts import generate as rules
-    from inferwatch_sidecar.catalog import all_metrics, series_names
+    from inferwatch_sidecar.metrics.catalog import all_metrics, series_names
 
     out: dict[str, frozenset[str] | None] = {}
     for g in rules.drift_groups():

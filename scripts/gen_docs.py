@@ -15,8 +15,8 @@ import re
 import sys
 from pathlib import Path
 
-from inferwatch_sidecar.catalog import markdown
 from inferwatch_sidecar.config import reference_yaml
+from inferwatch_sidecar.metrics.catalog import markdown
 
 ROOT = Path(__file__).resolve().parent.parent
 

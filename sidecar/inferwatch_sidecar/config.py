@@ -24,8 +24,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator
 
-from inferwatch_sidecar.drift.config import DriftConfig
-from inferwatch_sidecar.gpu.config import GpuConfig
+from inferwatch_sidecar.components.drift.config import DriftConfig
+from inferwatch_sidecar.components.gpu.config import GpuConfig
 
 try:  # the SDK helper defines the default in one place
     from inferwatch._env import DEFAULT_SOCKET as _DEFAULT_SOCKET

@@ -33,22 +33,23 @@ from prometheus_client.metrics_core import GaugeMetricFamily
 from prometheus_client.metrics_core import Metric as PromMetric
 from prometheus_client.process_collector import ProcessCollector
 
-from inferwatch_sidecar import __version__, core_metrics
-from inferwatch_sidecar.aggregate import Aggregator
-from inferwatch_sidecar.component import Component, ComponentContext
+from inferwatch_sidecar import __version__
+from inferwatch_sidecar.aggregate.aggregator import Aggregator
+from inferwatch_sidecar.aggregate.labels import LabelLimiter
+from inferwatch_sidecar.components.base import Component, ComponentContext
 from inferwatch_sidecar.config import SidecarConfig
-from inferwatch_sidecar.httpd import HttpServer
-from inferwatch_sidecar.ingest import IngestThread
-from inferwatch_sidecar.json_ingest import JsonDecoder
-from inferwatch_sidecar.labels import LabelLimiter
-from inferwatch_sidecar.pipeline import EVENT_TYPES, Pipeline
+from inferwatch_sidecar.export.http_server import HttpServer
+from inferwatch_sidecar.ingest.http_json import JsonDecoder
+from inferwatch_sidecar.ingest.pipeline import EVENT_TYPES, Pipeline
+from inferwatch_sidecar.ingest.sockets import IngestThread
+from inferwatch_sidecar.metrics import core as core_metrics
 
 log = logging.getLogger("inferwatch.sidecar")
 
 #: Components the daemon knows, in start order: config section name -> module.
 COMPONENTS = (
-    ("gpu", "inferwatch_sidecar.gpu.component"),
-    ("drift", "inferwatch_sidecar.drift.component"),
+    ("gpu", "inferwatch_sidecar.components.gpu.component"),
+    ("drift", "inferwatch_sidecar.components.drift.component"),
 )
 
 
@@ -321,9 +322,9 @@ class Sidecar:
 
     def _start_otlp(self) -> None:
         try:
-            otlp_mod = importlib.import_module("inferwatch_sidecar.otlp")
+            otlp_mod = importlib.import_module("inferwatch_sidecar.export.otlp")
         except ModuleNotFoundError as e:
-            if e.name == "inferwatch_sidecar.otlp":
+            if e.name == "inferwatch_sidecar.export.otlp":
                 self.otlp_state = "unavailable"
                 return
             raise

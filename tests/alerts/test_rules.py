@@ -143,7 +143,7 @@ def test_catalog_check_catches_a_renamed_metric_and_a_wrong_label():
 
 
 def test_latency_targets_are_bucket_bounds_of_the_stage_histogram():
-    from inferwatch_sidecar.catalog import by_name
+    from inferwatch_sidecar.metrics.catalog import by_name
 
     buckets = by_name()["inferwatch_stage_duration_seconds"].buckets
     assert buckets is not None

@@ -149,7 +149,7 @@ def test_drifted_inputs_move_only_the_shifted_features() -> None:
 
 
 def test_reference_profile_is_built_from_the_training_data(tmp_path: Path) -> None:
-    from inferwatch_sidecar.drift import profile as prof
+    from inferwatch_sidecar.components.drift import profile as prof
 
     info = mdl.build_reference(str(tmp_path / "ref.json"), seed=0)
     p = prof.load(str(tmp_path / "ref.json"))

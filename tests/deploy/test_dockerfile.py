@@ -148,8 +148,8 @@ def test_exposes_the_http_port_and_declares_the_socket_volume(final):
 
 
 def test_entrypoint_and_cmd_parse_with_the_real_cli(final):
-    from inferwatch_sidecar import daemon_cli
     from inferwatch_sidecar.cli import build_parser
+    from inferwatch_sidecar.cli import sidecar as daemon_cli
 
     entry = final.last("ENTRYPOINT")
     cmd = final.last("CMD")

@@ -313,7 +313,7 @@ def test_ports_agree_between_config_container_service_and_servicemonitor():
 
 
 def test_servicemonitor_honors_our_labels_where_they_collide_with_target_labels():
-    from inferwatch_sidecar.catalog import all_metrics
+    from inferwatch_sidecar.metrics.catalog import all_metrics
 
     ours = {label for m in all_metrics() for label in m.labels}
     clash = ours & OPERATOR_TARGET_LABELS

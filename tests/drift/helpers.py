@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 
 from inferwatch._wire import EV_RECORD, Schema
-from inferwatch_sidecar.component import ComponentContext
+from inferwatch_sidecar.components.base import ComponentContext
 
 
 def schema(numeric: tuple[str, ...], categorical: tuple[str, ...] = (), sid: int = 1) -> Schema:

@@ -8,8 +8,8 @@ import logging
 import numpy as np
 import pytest
 
-from inferwatch_sidecar.drift.component import build
-from inferwatch_sidecar.drift.config import DriftConfig
+from inferwatch_sidecar.components.drift.component import build
+from inferwatch_sidecar.components.drift.config import DriftConfig
 from tests.drift.helpers import Clock, context
 from tests.drift.test_component import make_profile, traffic
 

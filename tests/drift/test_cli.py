@@ -12,8 +12,8 @@ import pytest
 from scipy import stats as sps
 
 from inferwatch_sidecar.cli import main
-from inferwatch_sidecar.drift import dataio
-from inferwatch_sidecar.drift import profile as prof
+from inferwatch_sidecar.components.drift import dataio
+from inferwatch_sidecar.components.drift import profile as prof
 
 
 def write_csv(path, header, rows) -> None:
@@ -183,7 +183,7 @@ def test_profile_of_a_constant_and_an_empty_column() -> None:
     assert e.count == 0 and e.missing == 10
     again = prof.from_json(json.loads(json.dumps(p.to_json())))
     assert again.columns["c"].counts.tolist() == [0, 500, 0]
-    from inferwatch_sidecar.drift import engine
+    from inferwatch_sidecar.components.drift import engine
 
     ev = engine.compare_columns(p, {"c": np.full(300, 3.0)}, {}, engine.Settings())
     assert not ev.results[0].drifted and ev.results[0].statistic == 0.0
@@ -194,7 +194,7 @@ def test_profile_of_a_constant_and_an_empty_column() -> None:
 
 
 def test_bh_control_and_effect_floor_in_the_decision() -> None:
-    from inferwatch_sidecar.drift import engine
+    from inferwatch_sidecar.components.drift import engine
 
     rng = np.random.default_rng(13)
     n = 200_000

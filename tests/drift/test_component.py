@@ -9,14 +9,14 @@ import numpy as np
 import pytest
 
 from inferwatch._wire import EV_RECORD, Decoder, Encoder
-from inferwatch_sidecar import catalog
-from inferwatch_sidecar.component import Component
-from inferwatch_sidecar.drift import engine
-from inferwatch_sidecar.drift import metrics as drift_metrics
-from inferwatch_sidecar.drift import profile as prof
-from inferwatch_sidecar.drift.component import CONF, PRED, build
-from inferwatch_sidecar.drift.config import DriftConfig
-from inferwatch_sidecar.labels import OVERFLOW, LabelLimiter
+from inferwatch_sidecar.aggregate.labels import OVERFLOW, LabelLimiter
+from inferwatch_sidecar.components.base import Component
+from inferwatch_sidecar.components.drift import engine
+from inferwatch_sidecar.components.drift import profile as prof
+from inferwatch_sidecar.components.drift.component import CONF, PRED, build
+from inferwatch_sidecar.components.drift.config import DriftConfig
+from inferwatch_sidecar.metrics import catalog
+from inferwatch_sidecar.metrics import drift as drift_metrics
 from tests.drift.helpers import Clock, context, label_only, rec, records, samples, schema
 
 SCH = schema(("a", "b"), ("color",))

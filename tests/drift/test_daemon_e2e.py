@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from inferwatch._wire import EV_RECORD, Encoder
-from inferwatch_sidecar.drift import profile as prof
+from inferwatch_sidecar.components.drift import profile as prof
 
 
 def _get(url: str, token: str | None = None) -> tuple[int, bytes]:

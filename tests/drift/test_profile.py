@@ -7,7 +7,7 @@ import json
 import numpy as np
 import pytest
 
-from inferwatch_sidecar.drift import profile as prof
+from inferwatch_sidecar.components.drift import profile as prof
 
 
 @pytest.mark.parametrize("kind", ["normal", "lognormal", "discrete", "cauchy", "tiny"])

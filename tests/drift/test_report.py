@@ -7,9 +7,9 @@ import sys
 import numpy as np
 
 from inferwatch_sidecar.cli import main
-from inferwatch_sidecar.drift import report
-from inferwatch_sidecar.drift.component import build
-from inferwatch_sidecar.drift.config import DriftConfig
+from inferwatch_sidecar.components.drift import report
+from inferwatch_sidecar.components.drift.component import build
+from inferwatch_sidecar.components.drift.config import DriftConfig
 from tests.drift.conftest import quiet_import
 from tests.drift.helpers import context
 from tests.drift.test_cli import data, to_csv
@@ -48,7 +48,7 @@ def test_admin_route_serves_the_window_report(tmp_path) -> None:
 
 
 def test_reconstruction_from_bins_keeps_the_window_shares() -> None:
-    from inferwatch_sidecar.drift import profile as prof
+    from inferwatch_sidecar.components.drift import profile as prof
 
     col = prof.categorical_column("c", ["a"] * 70 + ["b"] * 30)
     vals = report._reconstruct(col, np.array([7.0, 2.0, 1.0]), None, 100)

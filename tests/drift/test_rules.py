@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 import yaml
 
-from inferwatch_sidecar.drift import profile as prof
-from inferwatch_sidecar.drift import stats
+from inferwatch_sidecar.components.drift import profile as prof
+from inferwatch_sidecar.components.drift import stats
 
 TO = 1e-9
 RULES = Path(__file__).resolve().parents[2] / "alerts" / "drift.rules.yml"

@@ -7,11 +7,11 @@ import time
 import pytest
 
 from inferwatch._wire import EV_ALLOC
-from inferwatch_sidecar.component import Component, ComponentContext
-from inferwatch_sidecar.gpu.component import GpuComponent, build
-from inferwatch_sidecar.gpu.config import GpuConfig
-from inferwatch_sidecar.gpu.fake_nvml import FakeDevice, FakeNvml, FakeProcess, GiB, MiB
-from inferwatch_sidecar.gpu.sampler import NvmlSampler
+from inferwatch_sidecar.components.base import Component, ComponentContext
+from inferwatch_sidecar.components.gpu.component import GpuComponent, build
+from inferwatch_sidecar.components.gpu.config import GpuConfig
+from inferwatch_sidecar.components.gpu.fake_nvml import FakeDevice, FakeNvml, FakeProcess, GiB, MiB
+from inferwatch_sidecar.components.gpu.sampler import NvmlSampler
 from tests.gpu.test_sampler_faults import Clock, values
 
 FAST = {"scales": [[320, 10]], "warmup_s": 0, "confirm_s": 20}

@@ -7,8 +7,8 @@ import json
 import numpy as np
 import pytest
 
-from inferwatch_sidecar.gpu.config import DetectorConfig
-from inferwatch_sidecar.gpu.detector import LeakDetector, _norm_ppf, sen_mann_kendall
+from inferwatch_sidecar.components.gpu.config import DetectorConfig
+from inferwatch_sidecar.components.gpu.detector import LeakDetector, _norm_ppf, sen_mann_kendall
 from tests.gpu.traces import GiB, MiB, creep, noise, quantised
 
 N = 3 * 3600

@@ -12,10 +12,10 @@ from pathlib import Path
 import pytest
 
 from inferwatch_sidecar.cli import main
-from inferwatch_sidecar.component import ComponentContext
-from inferwatch_sidecar.gpu.component import build
-from inferwatch_sidecar.gpu.config import GpuConfig
-from inferwatch_sidecar.gpu.replay import LogError, ReplaySampler, parse_bytes, parse_log, parse_timestamp
+from inferwatch_sidecar.components.base import ComponentContext
+from inferwatch_sidecar.components.gpu.component import build
+from inferwatch_sidecar.components.gpu.config import GpuConfig
+from inferwatch_sidecar.components.gpu.replay import LogError, ReplaySampler, parse_bytes, parse_log, parse_timestamp
 
 UUID = "GPU-5d1c4e2a-7f3b-11ee-b962-0242ac120002"
 
@@ -189,7 +189,7 @@ def test_analyze_as_a_real_subprocess(tmp_path: Path) -> None:
 
 
 def test_analyze_reports_progress_up_to_the_total_size(tmp_path: Path) -> None:
-    from inferwatch_sidecar.gpu.analysis import analyze
+    from inferwatch_sidecar.components.gpu.analysis import analyze
 
     g, a = leaking_logs(tmp_path, seconds=6000)
     seen: list[int] = []

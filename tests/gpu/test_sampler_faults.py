@@ -5,11 +5,11 @@ from __future__ import annotations
 import pynvml
 import pytest
 
-from inferwatch_sidecar.component import ComponentContext
-from inferwatch_sidecar.gpu.component import GpuComponent, build
-from inferwatch_sidecar.gpu.config import GpuConfig
-from inferwatch_sidecar.gpu.fake_nvml import FakeDevice, FakeNvml, FakeProcess, GiB, MiB, linear_leak
-from inferwatch_sidecar.gpu.sampler import NvmlSampler, classify, container_hint
+from inferwatch_sidecar.components.base import ComponentContext
+from inferwatch_sidecar.components.gpu.component import GpuComponent, build
+from inferwatch_sidecar.components.gpu.config import GpuConfig
+from inferwatch_sidecar.components.gpu.fake_nvml import FakeDevice, FakeNvml, FakeProcess, GiB, MiB, linear_leak
+from inferwatch_sidecar.components.gpu.sampler import NvmlSampler, classify, container_hint
 
 
 class Clock:

@@ -19,7 +19,7 @@ from prometheus_client.metrics_core import (
 from prometheus_client.registry import Collector
 from prometheus_client.samples import Exemplar
 
-from inferwatch_sidecar.otlp import (
+from inferwatch_sidecar.export.otlp import (
     OtlpMetricsPusher,
     families_to_request,
     parse_key_value_list,

@@ -7,7 +7,7 @@ import logging
 import pytest
 from prometheus_client.metrics_core import CounterMetricFamily
 
-from inferwatch_sidecar.otlp import OtlpConfigError, OtlpMetricsPusher, endpoint_from_env
+from inferwatch_sidecar.export.otlp import OtlpConfigError, OtlpMetricsPusher, endpoint_from_env
 from tests.otlp.conftest import OtlpReceiver, attrs, metrics_by_name
 
 
@@ -168,6 +168,6 @@ def test_bad_constructor_arguments_raise_config_errors(kwargs: dict[str, object]
 
 
 def test_every_public_name_resolves() -> None:
-    import inferwatch_sidecar.otlp as otlp
+    import inferwatch_sidecar.export.otlp as otlp
 
     assert all(hasattr(otlp, name) for name in otlp.__all__)

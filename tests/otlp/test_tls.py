@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from prometheus_client.metrics_core import GaugeMetricFamily
 
-from inferwatch_sidecar.otlp import OtlpMetricsPusher
+from inferwatch_sidecar.export.otlp import OtlpMetricsPusher
 from tests.otlp.conftest import OtlpReceiver, metrics_by_name
 
 

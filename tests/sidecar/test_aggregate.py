@@ -10,11 +10,11 @@ from prometheus_client.openmetrics.exposition import generate_latest as om_lates
 from prometheus_client.openmetrics.parser import text_string_to_metric_families as om_families
 
 from inferwatch._wire import EV_BATCH, EV_DROPS, EV_QUEUE, EV_RECORD, EV_REQUEST, EV_STAGE, Encoder
-from inferwatch_sidecar import core_metrics
-from inferwatch_sidecar.aggregate import _CACHE_LIMIT, Aggregator
-from inferwatch_sidecar.component import ComponentContext
-from inferwatch_sidecar.labels import LabelLimiter
-from inferwatch_sidecar.pipeline import Pipeline
+from inferwatch_sidecar.aggregate.aggregator import _CACHE_LIMIT, Aggregator
+from inferwatch_sidecar.aggregate.labels import LabelLimiter
+from inferwatch_sidecar.components.base import ComponentContext
+from inferwatch_sidecar.ingest.pipeline import Pipeline
+from inferwatch_sidecar.metrics import core as core_metrics
 from tests.sidecar.conftest import parse_metrics, sample
 
 CTX = ("svc", "m", "v1")

@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-from inferwatch_sidecar.catalog import markdown
 from inferwatch_sidecar.config import reference_yaml
+from inferwatch_sidecar.metrics.catalog import markdown
 from tests.sidecar.conftest import REPO
 
 
 def test_metrics_md_matches_the_catalog() -> None:
     doc = (REPO / "docs" / "metrics.md").read_text()
-    assert doc == markdown(), "docs/metrics.md is stale: python -m inferwatch_sidecar.catalog --markdown > docs/metrics.md"
+    assert doc == markdown(), "docs/metrics.md is stale: python -m inferwatch_sidecar.metrics.catalog --markdown > docs/metrics.md"
 
 
 def test_config_md_contains_the_generated_reference() -> None:
@@ -20,7 +20,7 @@ def test_config_md_contains_the_generated_reference() -> None:
 
 
 def test_core_catalog_covers_what_the_issue_requires() -> None:
-    from inferwatch_sidecar import core_metrics
+    from inferwatch_sidecar.metrics import core as core_metrics
 
     names = {m.name for m in core_metrics.METRICS}
     for required in (

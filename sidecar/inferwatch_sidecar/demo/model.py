@@ -188,7 +188,7 @@ def build_reference(path: str, seed: int = 0) -> dict[str, Any]:
     Returns:
         A short description: rows, columns and the training accuracy.
     """
-    from inferwatch_sidecar.drift import profile as prof
+    from inferwatch_sidecar.components.drift import profile as prof
 
     model, data = train(seed)
     numeric, categorical = reference_columns(model, data)

@@ -1,0 +1,514 @@
+"""Aggregation: decoded events in, Prometheus metric families out.
+
+Why not prometheus_client's ``Histogram.labels(...).observe``: it costs about
+1.6 us per call, takes a lock per observation and keeps no exemplar per
+bucket across labels cheaply. At 100k events/s with several observations
+per event that alone would use a core. Instead the ingest thread keeps plain
+Python structures (bucket-count lists found with ``bisect``, dicts of
+counters keyed by capped label tuples) and a custom collector turns them into
+metric families at scrape time (STYLE.md 8).
+
+Thread model: the ingest thread and the HTTP JSON endpoint call
+:meth:`Aggregator.process` holding :attr:`Aggregator.lock`; the scrape thread
+takes the same lock only to copy the numbers, so neither stalls the other
+for longer than a copy.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+import threading
+from bisect import bisect_left
+from collections.abc import Iterator
+from typing import Any
+
+from prometheus_client.metrics_core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    InfoMetricFamily,
+)
+from prometheus_client.metrics_core import (
+    Metric as PromMetric,
+)
+from prometheus_client.samples import Exemplar
+
+from inferwatch._wire import (
+    DROP_REASONS,
+    EV_BATCH,
+    EV_DROPS,
+    EV_HELLO,
+    EV_QUEUE,
+    EV_RECORD,
+    EV_REQUEST,
+    EV_STAGE,
+    OUTCOMES,
+)
+from inferwatch_sidecar import __version__
+from inferwatch_sidecar.aggregate.labels import OVERFLOW, LabelLimiter
+from inferwatch_sidecar.components.base import ComponentContext
+from inferwatch_sidecar.metrics import core as core_metrics
+from inferwatch_sidecar.metrics.entry import Metric
+
+#: Raw-label caches are cleared when they reach this size, so hostile label
+#: values cannot grow memory (the limiters already cap the exported series).
+_CACHE_LIMIT = 20000
+#: Exemplar label sets are limited to 128 UTF-8 characters by OpenMetrics.
+_EXEMPLAR_RID_MAX = 128 - len("request_id")
+#: "No context seen yet" in :meth:`Aggregator.process` (a ctx can be anything, even None).
+_NO_CTX = object()
+
+
+def _fmt_le(b: float) -> str:
+    return repr(float(b))
+
+
+class Histogram:
+    """Per-bucket (non-cumulative) counts, sum, and the latest exemplar per bucket."""
+
+    __slots__ = ("counts", "sum", "ex", "exv")
+
+    def __init__(self, n_bounds: int) -> None:
+        self.counts = [0] * (n_bounds + 1)  # last slot is +Inf
+        self.sum = 0.0
+        #: Per bucket: the latest exemplar's (request_id, trace_id, end_unix_ns), shared by the
+        #: request's e2e and stage histograms so recording one allocates nothing per stage...
+        self.ex: list[Any] | None = None
+        #: ...and the observed value that goes with it.
+        self.exv: list[float] | None = None
+
+
+class HistogramSet:
+    """All series of one histogram family, keyed by capped label tuple."""
+
+    __slots__ = ("metric", "bounds", "series", "n")
+
+    def __init__(self, metric: Metric) -> None:
+        assert metric.buckets is not None
+        self.metric = metric
+        self.bounds: tuple[float, ...] = tuple(metric.buckets)
+        self.n = len(self.bounds)
+        self.series: dict[tuple[str, ...], Histogram] = {}
+
+    def get(self, key: tuple[str, ...]) -> Histogram:
+        h = self.series.get(key)
+        if h is None:
+            h = self.series[key] = Histogram(self.n)
+        return h
+
+    def observe(self, key: tuple[str, ...], v: float) -> None:
+        h = self.series.get(key)
+        if h is None:
+            h = self.series[key] = Histogram(self.n)
+        h.counts[bisect_left(self.bounds, v)] += 1
+        h.sum += v
+
+    def snapshot(self) -> list[tuple[tuple[str, ...], list[int], float, list[Any] | None]]:
+        return [(k, list(h.counts), h.sum, None) for k, h in self.series.items()]  # no exemplars here
+
+
+def _exemplar(ex: Any) -> Exemplar | None:
+    rid, trace, end_ns, value = ex
+    labels: dict[str, str] = {}
+    if trace:
+        labels["trace_id"] = trace.hex()
+    elif rid:
+        labels["request_id"] = rid[:_EXEMPLAR_RID_MAX]
+    if not labels:
+        return None
+    return Exemplar(labels, value, end_ns / 1e9 if end_ns else None)
+
+
+def histogram_family(m: Metric, snap: list[Any], bounds: tuple[float, ...]) -> HistogramMetricFamily:
+    """Build a prometheus_client family from a :meth:`HistogramSet.snapshot`."""
+    fam = HistogramMetricFamily(m.name, m.help, labels=m.labels, unit=m.unit)
+    les = [_fmt_le(b) for b in bounds] + ["+Inf"]
+    for key, counts, total, exs in snap:
+        acc = 0
+        buckets: list[Any] = []
+        for i, c in enumerate(counts):
+            acc += c
+            e = _exemplar(exs[i]) if exs and exs[i] is not None else None
+            buckets.append((les[i], acc, e) if e is not None else (les[i], acc))
+        fam.add_metric(list(key), buckets, total)
+    return fam
+
+
+class StageSeries:
+    """The series of one (service, model, version, stage)."""
+
+    __slots__ = ("key", "hist", "ttft", "itl", "length", "tokens")
+
+    def __init__(self, key: tuple[str, ...], n_latency: int) -> None:
+        self.key = key
+        self.hist = Histogram(n_latency)
+        self.ttft: Histogram | None = None
+        self.itl: Histogram | None = None
+        self.length: Histogram | None = None
+        self.tokens = 0
+
+
+class Bundle:
+    """Every series of one capped (service, model, model_version) label set.
+
+    The ingest loop finds the bundle with one dict lookup on the raw ``ctx``
+    tuple and then only indexes lists: no label tuples are built per event.
+    """
+
+    __slots__ = ("lab", "requests", "errors", "e2e", "stages", "stage_cache", "records", "queue", "batch", "depth")
+
+    def __init__(self, lab: tuple[str, str, str], n_latency: int) -> None:
+        self.lab = lab
+        self.requests = [0, 0, 0]  # by outcome code
+        self.errors: dict[str, int] = {}
+        self.e2e = Histogram(n_latency)
+        self.stages: dict[str, StageSeries] = {}  # capped stage name -> series
+        #: raw stage name -> (its series, whether it also feeds the queue-wait histogram)
+        self.stage_cache: dict[Any, tuple[StageSeries, bool]] = {}
+        self.records = 0
+        self.queue: Histogram | None = None
+        self.batch: Histogram | None = None
+        self.depth: float | None = None
+
+
+class Aggregator:
+    """Turns decoded event tuples into counters and histograms.
+
+    Args:
+        ctx: the component context; its limiters cap every label.
+        queue_stages: stage names that also feed the queue-wait histogram.
+    """
+
+    def __init__(
+        self, ctx: ComponentContext, queue_stages: frozenset[str] = frozenset({"queue"}), max_label_sets: int = 1000
+    ) -> None:
+        self.lock = threading.Lock()
+        self.max_label_sets = max_label_sets
+        #: Counts label sets refused because max_label_sets was reached (exported as label="label_set").
+        self.label_set_overflow = LabelLimiter("label_set", 1)
+        self.ctx = ctx
+        self.queue_stages = queue_stages
+        cat = {m.name: m for m in core_metrics.METRICS}
+        self._cat = cat
+        self.lat_bounds: tuple[float, ...] = tuple(core_metrics.LATENCY_BUCKETS)
+        self.n_lat = len(self.lat_bounds)
+        self.ttft_bounds = tuple(core_metrics.TTFT_BUCKETS)
+        self.itl_bounds = tuple(core_metrics.ITL_BUCKETS)
+        self.token_bounds = tuple(core_metrics.TOKEN_BUCKETS)
+        self.batch_bounds = tuple(core_metrics.BATCH_BUCKETS)
+        self.bundles: dict[tuple[str, str, str], Bundle] = {}
+        self.sdk_drops: dict[str, int] = {}
+        self._ctx_cache: dict[Any, Bundle] = {}
+        self._lim_service = ctx.limiter("service")
+        self._lim_model = ctx.limiter("model")
+        self._lim_version = ctx.limiter("model_version")
+        self._lim_stage = ctx.limiter("stage")
+        self._lim_error = ctx.limiter("error_type")
+
+    # -- labels ----------------------------------------------------------------
+
+    def bundle(self, ctx: Any) -> Bundle:
+        """The bundle for a raw ``(service, model, model_version)`` tuple (lock held)."""
+        b = self._ctx_cache.get(ctx)
+        if b is None:
+            if len(self._ctx_cache) >= _CACHE_LIMIT:
+                self._ctx_cache.clear()
+            try:
+                svc, model, ver = ctx
+            except (TypeError, ValueError):
+                svc = model = ver = None
+            lab = (self._lim_service.get(svc), self._lim_model.get(model), self._lim_version.get(ver))
+            b = self.bundles.get(lab)
+            if b is None:
+                # Per-label budgets multiply; this caps the combinations too, so the series count is bounded.
+                if len(self.bundles) >= self.max_label_sets:
+                    self.label_set_overflow.overflowed += 1
+                    lab = (OVERFLOW, OVERFLOW, OVERFLOW)
+                    b = self.bundles.get(lab)
+                if b is None:
+                    b = self.bundles[lab] = Bundle(lab, self.n_lat)
+            self._ctx_cache[ctx] = b
+        return b
+
+    def _stage_series(self, b: Bundle, name: Any) -> tuple[StageSeries, bool]:
+        if len(b.stage_cache) >= _CACHE_LIMIT:
+            b.stage_cache.clear()
+        capped = self._lim_stage.get(name)
+        s = b.stages.get(capped)
+        if s is None:
+            s = b.stages[capped] = StageSeries((*b.lab, capped), self.n_lat)
+        try:
+            queue = name in self.queue_stages
+        except TypeError:  # an unhashable name from a hand-made tuple
+            queue = False
+        entry = b.stage_cache[name] = (s, queue)
+        return entry
+
+    # -- events ----------------------------------------------------------------
+
+    def process(
+        self,
+        records: list[tuple[Any, ...]],
+        counts: list[int],
+        producer: Any = None,
+        record_sink: list[tuple[Any, ...]] | None = None,
+    ) -> None:
+        """Aggregate a list of event tuples. Call with :attr:`lock` held.
+
+        Args:
+            records: decoded event tuples (``inferwatch._wire`` layouts).
+            counts: per-event-type counters (indexed by ``EV_*``), incremented here.
+            producer: the sender's ``Producer`` entry (HELLO and DROPS update it), or None.
+            record_sink: when given, every RECORD event is also appended to it (the pipeline
+                hands them to components without a second pass over the frame).
+        """
+        # Measured choices (bench/ingest.py): every event of a frame carries the same ctx
+        # tuple object, so the bundle is looked up again only when the object changes; the
+        # stage cache also says whether a stage feeds the queue-wait histogram.
+        ctx_cache = self._ctx_cache
+        bounds = self.lat_bounds
+        nb = self.n_lat + 1
+        last_ctx: Any = _NO_CTX
+        b: Any = None
+        scache: dict[Any, tuple[StageSeries, bool]] = {}
+        for ev in records:
+            t = ev[0]
+            counts[t] += 1
+            if t == EV_REQUEST:
+                _, ctx, end_ns, dur, outcome, err, rid, trace, stages = ev
+                if ctx is not last_ctx:
+                    b = ctx_cache.get(ctx) or self.bundle(ctx)
+                    last_ctx = ctx
+                    scache = b.stage_cache
+                b.requests[outcome] += 1
+                if outcome == 1:
+                    el = self._lim_error.get(err)
+                    b.errors[el] = b.errors.get(el, 0) + 1
+                v = dur * 1e-9
+                h = b.e2e
+                i = bisect_left(bounds, v)
+                h.counts[i] += 1
+                h.sum += v
+                ref = (rid, trace, end_ns) if rid is not None or trace is not None else None
+                if ref is not None:
+                    if h.ex is None:
+                        h.ex = [None] * nb
+                        h.exv = [0.0] * nb
+                    h.ex[i] = ref
+                    h.exv[i] = v  # type: ignore[index]
+                for name, sdur, stream in stages:
+                    s, queue = scache.get(name) or self._stage_series(b, name)
+                    v = sdur * 1e-9
+                    h = s.hist
+                    i = bisect_left(bounds, v)
+                    h.counts[i] += 1
+                    h.sum += v
+                    if ref is not None:
+                        if h.ex is None:
+                            h.ex = [None] * nb
+                            h.exv = [0.0] * nb
+                        h.ex[i] = ref
+                        h.exv[i] = v  # type: ignore[index]
+                    if queue:
+                        self._queue(b, v)
+                    if stream is not None:
+                        self._stream(s, stream)
+            elif t == EV_RECORD:
+                ctx = ev[1]
+                if ctx is not last_ctx:
+                    b = ctx_cache.get(ctx) or self.bundle(ctx)
+                    last_ctx = ctx
+                    scache = b.stage_cache
+                b.records += 1
+                if record_sink is not None:
+                    record_sink.append(ev)
+            elif t == EV_STAGE:
+                _, ctx, end_ns, rid, st = ev
+                if ctx is not last_ctx:
+                    b = ctx_cache.get(ctx) or self.bundle(ctx)
+                    last_ctx = ctx
+                    scache = b.stage_cache
+                name, sdur, stream = st
+                s, queue = scache.get(name) or self._stage_series(b, name)
+                v = sdur * 1e-9
+                h = s.hist
+                i = bisect_left(bounds, v)
+                h.counts[i] += 1
+                h.sum += v
+                if rid is not None:
+                    if h.ex is None:
+                        h.ex = [None] * nb
+                        h.exv = [0.0] * nb
+                    h.ex[i] = (rid, None, end_ns)
+                    h.exv[i] = v  # type: ignore[index]
+                if queue:
+                    self._queue(b, v)
+                if stream is not None:
+                    self._stream(s, stream)
+            elif t == EV_BATCH:
+                bb = ctx_cache.get(ev[1]) or self.bundle(ev[1])
+                if bb.batch is None:
+                    bb.batch = Histogram(len(self.batch_bounds))
+                h = bb.batch
+                h.counts[bisect_left(self.batch_bounds, ev[2])] += 1
+                h.sum += ev[2]
+            elif t == EV_QUEUE:
+                bq = ctx_cache.get(ev[1]) or self.bundle(ev[1])
+                bq.depth = float(ev[2])
+            elif t == EV_DROPS:
+                if producer is not None:
+                    self.add_sdk_drops(producer.drop_deltas(ev[1]))
+                else:
+                    self.add_sdk_drops(ev[1])
+            elif t == EV_HELLO and producer is not None:
+                producer.hello = {"sdk_version": ev[1], "language": ev[2], "hostname": ev[3], "start_unix_ns": ev[4]}
+
+    def _queue(self, b: Bundle, v: float) -> None:
+        if b.queue is None:
+            b.queue = Histogram(self.n_lat)
+        h = b.queue
+        h.counts[bisect_left(self.lat_bounds, v)] += 1
+        h.sum += v
+
+    def _stream(self, s: StageSeries, stream: Any) -> None:
+        ttft, items, gaps = stream
+        if s.ttft is None:
+            s.ttft = Histogram(len(self.ttft_bounds))
+            s.itl = Histogram(len(self.itl_bounds))
+            s.length = Histogram(len(self.token_bounds))
+        assert s.itl is not None and s.length is not None
+        v = ttft * 1e-9
+        s.ttft.counts[bisect_left(self.ttft_bounds, v)] += 1
+        s.ttft.sum += v
+        s.tokens += items
+        s.length.counts[bisect_left(self.token_bounds, items)] += 1
+        s.length.sum += items
+        if gaps:
+            c = s.itl.counts
+            bounds = self.itl_bounds
+            for g in gaps:
+                c[bisect_left(bounds, g * 1e-6)] += 1
+            s.itl.sum += sum(gaps) * 1e-6
+
+    def add_sdk_drops(self, deltas: dict[str, int]) -> None:
+        """Add per-reason drop deltas reported by a producer (lock held)."""
+        for reason, n in deltas.items():
+            if n > 0:
+                self.sdk_drops[reason] = self.sdk_drops.get(reason, 0) + n
+
+    # -- scrape ----------------------------------------------------------------
+
+    @staticmethod
+    def _snap(h: Histogram | None) -> tuple[list[int], float, list[Any] | None] | None:
+        if h is None:
+            return None
+        if h.ex is None or h.exv is None:
+            return (list(h.counts), h.sum, None)
+        return (list(h.counts), h.sum, [None if r is None else (*r, v) for r, v in zip(h.ex, h.exv, strict=True)])
+
+    def collect(self) -> Iterator[PromMetric]:
+        """Metric families for everything aggregated so far."""
+        snap = self._snap
+        with self.lock:
+            rows = []
+            for lab, b in self.bundles.items():
+                stages = [
+                    (s.key, snap(s.hist), snap(s.ttft), snap(s.itl), snap(s.length), s.tokens)
+                    for s in b.stages.values()
+                ]
+                rows.append((lab, list(b.requests), dict(b.errors), snap(b.e2e), stages, b.records,
+                             snap(b.queue), snap(b.batch), b.depth))
+            drops = dict(self.sdk_drops)
+        cat = self._cat
+
+        def fam_of(name: str, kind: type) -> Any:
+            m = cat[name]
+            return kind(m.name, m.help, labels=m.labels, unit=m.unit) if kind is not GaugeMetricFamily else \
+                kind(m.name, m.help, labels=m.labels)
+
+        requests = fam_of("inferwatch_requests_total", CounterMetricFamily)
+        errors = fam_of("inferwatch_request_errors_total", CounterMetricFamily)
+        tokens = fam_of("inferwatch_generated_tokens_total", CounterMetricFamily)
+        records = fam_of("inferwatch_records_total", CounterMetricFamily)
+        depth = fam_of("inferwatch_queue_depth", GaugeMetricFamily)
+        hists = {
+            name: fam_of(name, HistogramMetricFamily)
+            for name in (
+                "inferwatch_request_duration_seconds", "inferwatch_stage_duration_seconds",
+                "inferwatch_queue_wait_seconds", "inferwatch_batch_size", "inferwatch_time_to_first_token_seconds",
+                "inferwatch_inter_token_latency_seconds", "inferwatch_generation_length_tokens",
+            )
+        }
+        les = {
+            "lat": _les(self.lat_bounds), "ttft": _les(self.ttft_bounds), "itl": _les(self.itl_bounds),
+            "tok": _les(self.token_bounds), "batch": _les(self.batch_bounds),
+        }
+        for lab, reqs, errs, e2e, stages, nrec, queue, batch, dep in rows:
+            labels = list(lab)
+            for code, n in enumerate(reqs):
+                if n:
+                    requests.add_metric([*labels, OUTCOMES[code]], n)
+            for et, n in errs.items():
+                errors.add_metric([*labels, et], n)
+            if nrec:
+                records.add_metric(labels, nrec)
+            if dep is not None:
+                depth.add_metric(labels, dep)
+            if e2e is not None and any(e2e[0]):
+                _add_hist(hists["inferwatch_request_duration_seconds"], labels, e2e, les["lat"])
+            if queue is not None:
+                _add_hist(hists["inferwatch_queue_wait_seconds"], labels, queue, les["lat"])
+            if batch is not None:
+                _add_hist(hists["inferwatch_batch_size"], labels, batch, les["batch"])
+            for key, hist, ttft, itl, length, ntok in stages:
+                sl = list(key)
+                _add_hist(hists["inferwatch_stage_duration_seconds"], sl, hist, les["lat"])
+                if ttft is not None:
+                    _add_hist(hists["inferwatch_time_to_first_token_seconds"], sl, ttft, les["ttft"])
+                    _add_hist(hists["inferwatch_inter_token_latency_seconds"], sl, itl, les["itl"])
+                    _add_hist(hists["inferwatch_generation_length_tokens"], sl, length, les["tok"])
+                    tokens.add_metric(sl, ntok)
+        yield requests
+        yield errors
+        yield tokens
+        yield records
+        yield depth
+        yield from hists.values()
+        m = cat["inferwatch_sdk_dropped_events_total"]
+        fam = CounterMetricFamily(m.name, m.help, labels=m.labels)
+        # Every reason the wire format defines is exported from the start (at 0), so
+        # dashboards and rate() see the series before the first drop.
+        drops = {**dict.fromkeys(DROP_REASONS.values(), 0), **drops}
+        for reason, n in sorted(drops.items()):
+            fam.add_metric([reason], n)
+        yield fam
+        m = cat["inferwatch_sidecar"]
+        info = InfoMetricFamily(m.name, m.help, labels=())
+        info.add_metric([], {"version": __version__, "python": sys.version.split()[0]})
+        yield info
+
+
+def _les(bounds: tuple[float, ...]) -> list[str]:
+    return [_fmt_le(b) for b in bounds] + ["+Inf"]
+
+
+def _add_hist(fam: HistogramMetricFamily, labels: list[str], snap: Any, les: list[str]) -> None:
+    counts, total, exs = snap
+    acc = 0
+    buckets: list[Any] = []
+    for i, c in enumerate(counts):
+        acc += c
+        e = _exemplar(exs[i]) if exs and exs[i] is not None else None
+        buckets.append((les[i], acc, e) if e is not None else (les[i], acc))
+    fam.add_metric(labels, buckets, total)
+
+
+def finite_or_none(x: Any) -> float | None:
+    """``x`` as a finite float, or None."""
+    try:
+        f = float(x)
+    except (TypeError, ValueError, OverflowError):
+        return None
+    return f if math.isfinite(f) else None
+

@@ -1,0 +1,133 @@
+"""``inferwatch gpu analyze``: run the leak detector over recorded nvidia-smi logs."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+
+def register(subparsers: Any) -> None:
+    """Add ``inferwatch gpu ...`` to the CLI."""
+    p = subparsers.add_parser("gpu", help="GPU memory tools (offline leak analysis of nvidia-smi logs)")
+    sub = p.add_subparsers(dest="gpu_command", metavar="GPU_COMMAND")
+    a = sub.add_parser(
+        "analyze",
+        help="detect memory leaks in nvidia-smi CSV logs",
+        description=(
+            "Run the sidecar's leak detector over logs recorded with\n"
+            "  nvidia-smi --query-gpu=timestamp,index,uuid,memory.total,memory.used,memory.free --format=csv -l 1\n"
+            "  nvidia-smi --query-compute-apps=timestamp,gpu_uuid,pid,used_memory --format=csv -l 1\n"
+            "and report a verdict per device and per process. Exit status 0 whatever the verdicts;\n"
+            "1 when a file cannot be read or parsed."
+        ),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    a.add_argument("files", nargs="+", metavar="FILE", help="nvidia-smi CSV logs (GPU and/or compute-apps queries)")
+    a.add_argument("--json", action="store_true", help="print one JSON object with a 'results' list")
+    a.add_argument(
+        "--window", action="append", metavar="SECONDS[:BIN_S]",
+        help="detector window (repeatable; bin defaults to window/72). Default: 720:10, 3600:30, 14400:120",
+    )
+    a.add_argument("--warmup", type=float, default=None, metavar="SECONDS",
+                   help="ignore each series' first SECONDS (default 1800)")
+    a.add_argument("--progress", choices=("auto", "always", "never"), default="auto",
+                   help="progress bar on stderr (auto: on a terminal, for files over 1 MB)")
+    a.set_defaults(func=_analyze)
+    p.set_defaults(func=lambda args: (p.print_help(), 2)[1])
+
+
+def _scales(specs: list[str]) -> list[tuple[float, float]]:
+    out = []
+    for s in specs:
+        w, _, b = s.partition(":")
+        try:
+            wf = float(w)
+            bf = float(b) if b else wf / 72
+        except ValueError:
+            raise ValueError(f"--window {s!r}: expected SECONDS or SECONDS:BIN_SECONDS, e.g. 720:10") from None
+        out.append((wf, bf))
+    return out
+
+
+def _analyze(args: argparse.Namespace) -> int:
+    from pydantic import ValidationError
+
+    from inferwatch_sidecar.components.gpu.analysis import analyze
+    from inferwatch_sidecar.components.gpu.config import DetectorConfig
+    from inferwatch_sidecar.components.gpu.replay import LogError, file_size
+
+    try:
+        kw: dict[str, Any] = {}
+        if args.window:
+            kw["scales"] = _scales(args.window)
+        if args.warmup is not None:
+            kw["warmup_s"] = args.warmup
+        cfg = DetectorConfig(**kw)
+    except (ValueError, ValidationError) as e:
+        msg = e.errors()[0]["msg"] if isinstance(e, ValidationError) else str(e)
+        print(f"inferwatch gpu analyze: {msg}", file=sys.stderr)
+        return 2
+    total = sum(file_size(f) for f in args.files)
+    show = args.progress == "always" or (args.progress == "auto" and sys.stderr.isatty() and total > 1_000_000)
+    try:
+        if show:
+            from rich.progress import Progress
+
+            with Progress(transient=True, console=_stderr_console()) as prog:
+                task = prog.add_task("reading logs", total=total)
+                result = analyze(args.files, cfg, progress=lambda done: prog.update(task, completed=done))
+        else:
+            result = analyze(args.files, cfg)
+    except LogError as e:
+        print(f"inferwatch gpu analyze: {e}", file=sys.stderr)
+        return 1
+    if args.json:
+        print(json.dumps(result, indent=2))
+    else:
+        _table(result)
+    return 0
+
+
+def _stderr_console() -> Any:
+    from rich.console import Console
+
+    return Console(stderr=True)
+
+
+def _fmt_bytes(v: float | None) -> str:
+    if v is None:
+        return "-"
+    return f"{v / 2**20:,.2f} MiB/s" if abs(v) >= 2**20 else f"{v / 2**10:,.1f} KiB/s"
+
+
+def _fmt_s(v: float | None) -> str:
+    if v is None:
+        return "-"
+    if v >= 86400:
+        return f"{v / 86400:.1f} d"
+    if v >= 3600:
+        return f"{v / 3600:.1f} h"
+    return f"{v / 60:.0f} min"
+
+
+def _table(result: dict[str, Any]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    t = Table(title="GPU memory leak analysis")
+    for col in ("device", "pid", "verdict", "rate", "95% CI", "time to OOM", "detected at", "samples"):
+        t.add_column(col)
+    for r in result["results"]:
+        ci = r.get("leak_rate_ci_bytes_per_s")
+        t.add_row(
+            str(r["device"]), "-" if r["pid"] is None else str(r["pid"]), r["verdict"],
+            _fmt_bytes(r["leak_rate_bytes_per_s"]),
+            f"{_fmt_bytes(ci[0])} .. {_fmt_bytes(ci[1])}" if ci else "-",
+            _fmt_s(r["time_to_oom_s"]), r["detected_at"] or "-", str(r["samples"]),
+        )
+    Console(width=140).print(t)
+    for f in result["files"]:
+        if f["skipped_rows"]:
+            print(f"{f['path']}: skipped rows {f['skipped_rows']}", file=sys.stderr)

@@ -1,0 +1,109 @@
+"""``inferwatch sidecar``: run the daemon, or check a config file.
+
+Configuration precedence, lowest first: built-in defaults, the YAML file
+(``--config``), ``INFERWATCH_<SECTION>__<FIELD>`` environment variables,
+then flags. See docs/config.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+EXAMPLES = """\
+examples:
+  inferwatch sidecar                                  # defaults: socket /tmp/inferwatch/ingest.sock, http 127.0.0.1:9464
+  inferwatch sidecar --config sidecar.yaml --http-host 0.0.0.0
+  inferwatch sidecar --check-config sidecar.yaml      # validate and exit (0 = valid)
+  inferwatch sidecar --print-config                   # every field with its default
+  INFERWATCH_HTTP__PORT=9500 inferwatch sidecar --set drift.enabled=false
+"""
+
+
+def register(sub: Any) -> None:
+    p = sub.add_parser(
+        "sidecar",
+        help="run the sidecar daemon (ingest, aggregation, /metrics, OTLP)",
+        description="Run the inferwatch sidecar: receive SDK events on a Unix datagram socket (and optionally UDP "
+        "or HTTP JSON), aggregate them, and export them on /metrics and over OTLP.",
+        epilog=EXAMPLES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("--config", metavar="FILE", help="YAML config file")
+    p.add_argument("--check-config", metavar="FILE", help="validate FILE (with env and flags applied) and exit")
+    p.add_argument("--print-config", action="store_true", help="print the effective config as YAML and exit")
+    p.add_argument("--socket", metavar="PATH", help="Unix datagram socket path (ingest.socket; '' disables it)")
+    p.add_argument("--udp-port", type=int, metavar="PORT", help="also receive UDP on this port (ingest.udp_port)")
+    p.add_argument("--http-host", metavar="HOST", help="HTTP bind address (http.host); 0.0.0.0 to be scraped in a pod")
+    p.add_argument("--http-port", type=int, metavar="PORT", help="HTTP port (http.port)")
+    p.add_argument("--no-gpu", action="store_true", help="disable the GPU monitor (gpu.enabled=false)")
+    p.add_argument("--no-drift", action="store_true", help="disable the drift engine (drift.enabled=false)")
+    p.add_argument(
+        "--set", action="append", default=[], metavar="KEY=VALUE",
+        help="set any field, e.g. --set labels.max_values.model=20 (repeatable; highest precedence)",
+    )
+    p.set_defaults(func=run)
+
+
+def _flag_overrides(args: argparse.Namespace) -> tuple[dict[str, Any], dict[str, str]]:
+    from inferwatch_sidecar.config import parse_set
+
+    tree: dict[str, Any] = {}
+    sources: dict[str, str] = {}
+
+    def put(path: str, value: Any, flag: str) -> None:
+        node = tree
+        keys = path.split(".")
+        for k in keys[:-1]:
+            node = node.setdefault(k, {})
+        node[keys[-1]] = value
+        sources[path] = flag
+
+    if args.socket is not None:
+        put("ingest.socket", args.socket, "--socket")
+    if args.udp_port is not None:
+        put("ingest.udp_port", args.udp_port, "--udp-port")
+    if args.http_host is not None:
+        put("http.host", args.http_host, "--http-host")
+    if args.http_port is not None:
+        put("http.port", args.http_port, "--http-port")
+    if args.no_gpu:
+        put("gpu.enabled", False, "--no-gpu")
+    if args.no_drift:
+        put("drift.enabled", False, "--no-drift")
+    set_tree, set_src = parse_set(args.set)
+    from inferwatch_sidecar.config import _merge
+
+    return _merge(tree, set_tree), {**sources, **set_src}
+
+
+def run(args: argparse.Namespace) -> int:
+    from inferwatch_sidecar.config import ConfigError, load_config
+
+    path = args.check_config or args.config
+    try:
+        overrides, sources = _flag_overrides(args)
+        cfg = load_config(path, overrides=overrides, override_sources=sources)
+    except ConfigError as e:
+        print(f"inferwatch sidecar: {e}", file=sys.stderr)
+        return 2
+    if args.check_config:
+        print(f"{args.check_config}: configuration is valid")
+        return 0
+    if args.print_config:
+        import yaml
+
+        data = cfg.model_dump(mode="json")
+        if data["http"].get("admin_token"):
+            data["http"]["admin_token"] = "***"
+        sys.stdout.write(yaml.safe_dump(data, sort_keys=False))
+        return 0
+    from inferwatch_sidecar.daemon import Sidecar, StartupError
+    from inferwatch_sidecar.ingest.sockets import IngestError
+
+    try:
+        return Sidecar(cfg).run()
+    except (StartupError, IngestError) as e:
+        print(f"inferwatch sidecar: cannot start: {e}", file=sys.stderr)
+        return 1

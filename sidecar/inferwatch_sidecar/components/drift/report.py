@@ -1,0 +1,186 @@
+"""The deep-dive HTML report, by Evidently (optional ``report`` extra, imported lazily).
+
+Two sources:
+
+- two data files (``inferwatch report --reference A --current B``): the raw
+  columns, sampled to ``max_rows`` rows each;
+- a running sidecar window (``GET /admin/drift/report?model=M&model_version=V``
+  with the admin token, or ``inferwatch report --sidecar URL``). The sidecar
+  keeps bins, not raw values, so both the reference and the window are
+  *reconstructed from their bins*: each numeric bin becomes its count of
+  values at the bin's mean, each category its count of that category, scaled
+  to at most ``RECON_ROWS`` rows. The report's per-column charts and tests are
+  therefore computed on binned data; the sidecar's own metrics remain the
+  authoritative numbers.
+"""
+
+from __future__ import annotations
+
+import os
+import warnings
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+if TYPE_CHECKING:
+    from inferwatch_sidecar.components.drift.component import DriftComponent
+
+INSTALL = 'the drift report needs Evidently: pip install "inferwatch[report]"'
+RECON_ROWS = 5000
+
+
+class ReportError(RuntimeError):
+    """The report cannot be produced; the message says why and what to do."""
+
+
+def _evidently() -> tuple[Any, Any, Any]:
+    try:
+        with warnings.catch_warnings():
+            # Evidently's import emits deprecation warnings about its own dependencies.
+            warnings.simplefilter("ignore")
+            import pandas as pd
+            from evidently import Report
+            from evidently.presets import DataDriftPreset
+    except ImportError as e:
+        raise ReportError(f"{INSTALL} ({e})") from None
+    return pd, Report, DataDriftPreset
+
+
+def render(reference: dict[str, Any], current: dict[str, Any], categorical: list[str]) -> bytes:
+    """Render an Evidently DataDriftPreset report of two column dicts as HTML bytes."""
+    pd, Report, DataDriftPreset = _evidently()
+    from evidently import DataDefinition, Dataset
+
+    num = [c for c in reference if c not in categorical]
+    dd = DataDefinition(numerical_columns=num, categorical_columns=[c for c in reference if c in categorical])
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        ref_df = pd.DataFrame(reference)
+        cur_df = pd.DataFrame({k: current[k] for k in reference if k in current})
+        snap = Report([DataDriftPreset()]).run(Dataset.from_pandas(cur_df, data_definition=dd),
+                                               Dataset.from_pandas(ref_df, data_definition=dd))
+        import tempfile
+
+        with tempfile.TemporaryDirectory() as d:
+            out = os.path.join(d, "report.html")
+            snap.save_html(out)
+            with open(out, "rb") as f:
+                return f.read()
+
+
+def report_for_files(reference: str, current: str, *, categorical: list[str] | None = None,
+                     numeric: list[str] | None = None, max_rows: int = 50000) -> bytes:
+    """HTML report for two data files (types inferred as in ``drift compare``)."""
+    from inferwatch_sidecar.components.drift.dataio import DataError, read_table
+
+    try:
+        rt = read_table(reference, categorical=categorical, numeric=numeric)
+        ct = read_table(current, categorical=[c for c in categorical or [] if c], numeric=numeric)
+    except DataError as e:
+        raise ReportError(str(e)) from None
+    cols = [c for c in rt.order if c in ct.order]
+    if not cols:
+        raise ReportError("the two files have no column in common")
+    cats = [c for c in cols if c in rt.categorical]
+
+    def pick(t: Any) -> dict[str, Any]:
+        idx = np.arange(t.rows)
+        if t.rows > max_rows:
+            idx = np.sort(np.random.default_rng(0).choice(t.rows, max_rows, replace=False))
+        out: dict[str, Any] = {}
+        for c in cols:
+            if c in cats:
+                src = t.categorical.get(c)
+                vals = src if src is not None else [None if not np.isfinite(v) else str(v) for v in t.numeric[c]]
+                out[c] = [vals[i] for i in idx]
+            else:
+                src = t.numeric.get(c)
+                if src is None:
+                    from inferwatch_sidecar.components.drift.engine import _to_float
+
+                    src = np.array([_to_float(v) for v in t.categorical[c]])
+                out[c] = src[idx]
+        return out
+
+    return render(pick(rt), pick(ct), cats)
+
+
+def _reconstruct(ref: Any, counts: np.ndarray, sums: np.ndarray | None, rows: int) -> list[Any]:
+    from inferwatch_sidecar.components.drift.profile import NumericColumn
+
+    total = counts.sum()
+    if total <= 0:
+        return [None] * rows
+    # Largest-remainder rounding of the bin shares to `rows` values: deterministic.
+    raw = counts / total * rows
+    k = np.floor(raw).astype(int)
+    rest = rows - k.sum()
+    if rest > 0:
+        k[np.argsort(-(raw - k), kind="stable")[:rest]] += 1
+    if isinstance(ref, NumericColumn):
+        with np.errstate(invalid="ignore", divide="ignore"):
+            means = np.where(counts > 0, (sums if sums is not None else ref.bin_means * counts) / np.maximum(counts, 1),
+                             0.0)
+        return np.repeat(means, k).tolist()
+    cats = [*ref.categories, "__other__"]
+    return [c for c, n in zip(cats, k.tolist(), strict=True) for _ in range(n)]
+
+
+def window_report(comp: DriftComponent, model: str | None, version: str | None) -> bytes:
+    """HTML report of one model version's window against its reference, reconstructed from bins."""
+    from inferwatch_sidecar.components.drift.profile import CategoricalColumn
+
+    mons = [m for m in comp.monitors.values() if (model is None or m.key[0] == model)
+            and (version is None or m.key[1] == version) and m.profile is not None]
+    if not mons:
+        raise ReportError("no model version with a built reference matches; see /v1/status components.drift")
+    mon = mons[0]
+    ref_cols: dict[str, Any] = {}
+    cur_cols: dict[str, Any] = {}
+    cats = []
+    for name, cw in mon.columns.items():
+        s = cw.summary()
+        ref_cols[name] = _reconstruct(cw.ref, cw.ref.counts, None, RECON_ROWS)
+        cur_cols[name] = _reconstruct(cw.ref, s.counts, s.sums, RECON_ROWS)
+        if isinstance(cw.ref, CategoricalColumn):
+            cats.append(name)
+    return render(ref_cols, cur_cols, cats)
+
+
+def admin_report(comp: DriftComponent, query: dict[str, str]) -> tuple[int, str, bytes]:
+    """Admin route handler: ``/admin/drift/report?model=M&model_version=V``.
+
+    ``model_version`` is the metrics' label name; the older ``version`` parameter is still accepted.
+    """
+    mv, old = query.get("model_version"), query.get("version")
+    if mv is not None and old is not None and mv != old:
+        return 400, "text/plain; charset=utf-8", (
+            f"model_version={mv!r} and version={old!r} disagree; pass only model_version\n").encode()
+    try:
+        with comp._state_lock:
+            body = window_report(comp, query.get("model"), mv if mv is not None else old)
+    except ReportError as e:
+        code = 501 if INSTALL in str(e) else 404
+        return code, "text/plain; charset=utf-8", (str(e) + "\n").encode()
+    return 200, "text/html; charset=utf-8", body
+
+
+def fetch_from_sidecar(url: str, token: str | None, model: str | None, version: str | None) -> bytes:
+    """GET the report from a running sidecar's admin endpoint."""
+    import urllib.error
+    import urllib.parse
+    import urllib.request
+
+    token = token or os.environ.get("INFERWATCH_ADMIN_TOKEN")
+    if not token:
+        raise ReportError("the admin endpoint needs a token: pass --token or set INFERWATCH_ADMIN_TOKEN")
+    q = {k: v for k, v in (("model", model), ("model_version", version)) if v}
+    full = url.rstrip("/") + "/admin/drift/report" + ("?" + urllib.parse.urlencode(q) if q else "")
+    req = urllib.request.Request(full, headers={"Authorization": f"Bearer {token}"})
+    try:
+        with urllib.request.urlopen(req, timeout=120) as resp:
+            return bytes(resp.read())
+    except urllib.error.HTTPError as e:
+        raise ReportError(f"{full}: HTTP {e.code}: {e.read(500).decode(errors='replace').strip()}") from None
+    except (urllib.error.URLError, OSError) as e:
+        raise ReportError(f"{full}: {getattr(e, 'reason', e)}") from None

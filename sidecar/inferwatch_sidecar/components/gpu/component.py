@@ -1,0 +1,535 @@
+"""The gpu component: sampling thread, allocator ingest, leak detectors, export.
+
+Threads: ``handle`` runs on the daemon's ingest thread and only stores the
+latest allocator record per (pid, device) (a dict assignment); the sampler
+thread samples NVML every ``interval_s``, feeds every detector and prunes dead
+PIDs; ``collect`` and ``status`` read a consistent state under one lock.
+"""
+
+from __future__ import annotations
+
+import importlib
+import math
+import threading
+import time
+from collections import deque
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from inferwatch._wire import EV_ALLOC
+from inferwatch_sidecar.components.base import ComponentContext
+from inferwatch_sidecar.components.gpu.config import GpuConfig
+from inferwatch_sidecar.components.gpu.detector import LeakDetector
+from inferwatch_sidecar.components.gpu.sampler import FIX, DeviceSample, Fault, NvmlSampler, Snapshot, container_hint
+
+KINDS = ("tensor", "cache_fragmentation", "native", "unknown")
+
+
+def _load_pynvml() -> Any:
+    return importlib.import_module("pynvml")
+
+
+@dataclass
+class _Proc:
+    gpu: str
+    pid: int
+    container: str | None
+    det: LeakDetector
+    used: int | None = None
+    last_seen: float = 0.0
+    kind: str | None = None
+
+
+@dataclass
+class _Alloc:
+    pid: int
+    device: int
+    det_allocated: LeakDetector
+    det_reserved: LeakDetector
+    det_split: LeakDetector
+    rec: tuple[Any, ...] | None = None
+    last_seen: float = 0.0
+    fed_t: float = -math.inf
+    retries: deque[tuple[float, int]] = field(default_factory=lambda: deque(maxlen=256))
+    frag_warning: bool = False
+    frag_reason: str = ""
+
+
+@dataclass
+class _FaultStat:
+    count: int = 0
+    message: str = ""
+    gpu: str | None = None
+    last: float = 0.0
+
+
+def _leak_dict(det: LeakDetector, headroom: float | None) -> dict[str, Any]:
+    return {
+        "verdict": det.verdict,
+        "rate_bytes_per_s": det.rate,
+        "rate_ci_bytes_per_s": list(det.ci) if det.ci else None,
+        "time_to_oom_s": det.time_to_oom(headroom),
+        "detected_at": det.detected_at,
+    }
+
+
+def _fake_sampler(cfg: GpuConfig, ctx: ComponentContext) -> NvmlSampler:
+    from inferwatch_sidecar.components.gpu import fake_nvml as fk
+
+    start = ctx.monotonic()
+    fc = cfg.fake
+    devices = []
+    for i in range(fc.devices):
+        procs = [
+            fk.FakeProcess(p.pid, fk.linear_leak(p.base_gib * fk.GiB, p.leak_mib_per_s * fk.MiB, p.leak_start_s,
+                                                 p.noise_mib * fk.MiB, seed=fc.seed + i * 1000 + p.pid))
+            for p in fc.processes
+        ]
+        devices.append(fk.FakeDevice(total=int(fc.total_gib * fk.GiB), processes=procs))
+    fake = fk.FakeNvml(devices, clock=lambda: ctx.monotonic() - start)
+    return NvmlSampler(lambda: fake, clock=ctx.clock, reinit_s=cfg.reinit_s, monotonic=ctx.monotonic)
+
+
+class GpuComponent:
+    """GPU memory monitor (see the module docstring).
+
+    Args:
+        config: the validated ``gpu:`` section.
+        ctx: the daemon's context (clock, label limiters, logger).
+        sampler: an NvmlSampler or ReplaySampler; injected by tests.
+        backend: the name reported in status.
+    """
+
+    name = "gpu"
+    record_types = frozenset({EV_ALLOC})
+
+    def __init__(self, config: GpuConfig, ctx: ComponentContext, sampler: Any, backend: str) -> None:
+        self.cfg = config
+        self.ctx = ctx
+        self.sampler = sampler
+        self.backend = backend
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._gpu_lim = ctx.limiter("gpu")
+        self._pid_lim = ctx.limiter("pid")
+        self._ctr_lim = ctx.limiter("container")
+        self.devices: dict[str, DeviceSample] = {}
+        self.dev_det: dict[str, LeakDetector] = {}
+        self.procs: dict[tuple[str, int], _Proc] = {}
+        self.allocs: dict[tuple[int, int], _Alloc] = {}
+        self._latest: dict[tuple[int, int], tuple[tuple[Any, ...], float]] = {}
+        self.errors: dict[tuple[str, str], _FaultStat] = {}
+        self.alloc_drops: dict[str, int] = {}
+        self.samples = 0
+        self.cpu_s = 0.0
+        self.up = False
+        self.last_good: float | None = None
+        self.last_t: float | None = None
+        self.absent_reason: Fault | None = None
+        self._labelled_pids: set[str] = set()
+
+    # -- lifecycle ---------------------------------------------------------------
+    def start(self) -> None:
+        """Start the sampler thread (the first sample is taken at once)."""
+        if self._thread is not None:
+            return
+        self._stop.clear()
+        self._thread = threading.Thread(target=self._run, name="inferwatch-gpu-sampler", daemon=True)
+        self._thread.start()
+
+    def stop(self, timeout: float) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout)
+            self._thread = None
+        try:
+            self.sampler.shutdown()
+        except Exception:  # noqa: BLE001 - best effort at exit
+            pass
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            t0 = time.monotonic()
+            try:
+                self.tick()
+            except Exception as e:  # noqa: BLE001 - the sampler must never die
+                self.ctx.logger.exception("gpu sampler pass failed")
+                with self._lock:
+                    self._count_fault(Fault("unexpected", "device", repr(e)))
+            if getattr(self.sampler, "finished", False):
+                return
+            self._stop.wait(max(0.0, self.cfg.interval_s - (time.monotonic() - t0)))
+
+    # -- ingest --------------------------------------------------------------------
+    def handle(self, pid: int, producer_id: int, records: list[tuple[Any, ...]]) -> None:
+        """Keep the latest allocator record per (pid, device); never raises."""
+        now = self.ctx.monotonic()
+        for r in records:
+            try:
+                if len(r) != 10 or r[0] != EV_ALLOC:
+                    raise ValueError("bad_layout")
+                dev = int(r[2])
+                if any(not isinstance(x, int) or x < 0 for x in r[3:9]) or dev < 0:
+                    raise ValueError("bad_value")
+                self._latest[(int(pid), dev)] = (r, now)
+            except (ValueError, TypeError) as e:
+                reason = str(e) if str(e) in ("bad_layout", "bad_value") else "bad_value"
+                self.alloc_drops[reason] = self.alloc_drops.get(reason, 0) + 1
+
+    # -- sampling --------------------------------------------------------------------
+    def _count_fault(self, f: Fault) -> None:
+        st = self.errors.setdefault((f.reason, f.op), _FaultStat())
+        st.count += 1
+        st.message = f.message
+        st.gpu = f.gpu
+        st.last = self.ctx.monotonic()
+
+    def tick(self) -> None:
+        """One sampling pass: sample, feed the detectors, prune dead PIDs."""
+        c0 = time.thread_time()
+        snap: Snapshot = self.sampler.sample()
+        with self._lock:
+            self.samples += 1
+            for f in snap.faults:
+                self._count_fault(f)
+            self.up = snap.ok and bool(snap.devices)
+            if self.backend == "auto" and not getattr(self.sampler, "initialised", True):
+                self.absent_reason = getattr(self.sampler, "init_fault", None)
+            if self.up:
+                self.last_good = self.ctx.monotonic()
+                self.absent_reason = None
+                self._ingest(snap)
+            self._feed_allocator()
+            self._prune(snap.t)
+        self.cpu_s += time.thread_time() - c0
+
+    def _ingest(self, snap: Snapshot) -> None:
+        t = snap.t
+        self.last_t = t
+        seen_devs = set()
+        for d in snap.devices:
+            seen_devs.add(d.gpu)
+            self.devices[d.gpu] = d
+            det = self.dev_det.get(d.gpu)
+            if det is None:
+                det = self.dev_det[d.gpu] = LeakDetector(self.cfg.detector)
+            if d.used is not None:
+                det.update(t, float(d.used))
+            for p in d.processes or ():
+                key = (d.gpu, p.pid)
+                st = self.procs.get(key)
+                if st is None:
+                    hint = container_hint(p.pid, self.cfg.proc_root) if self.cfg.resolve_containers else None
+                    st = self.procs[key] = _Proc(d.gpu, p.pid, hint, LeakDetector(self.cfg.detector))
+                st.last_seen = t
+                st.used = p.used_bytes
+                if p.used_bytes is not None:
+                    st.det.update(t, float(p.used_bytes))
+
+    def _feed_allocator(self) -> None:
+        for key, (rec, seen) in list(self._latest.items()):
+            a = self.allocs.get(key)
+            if a is None:
+                dc = self.cfg.detector
+                a = self.allocs[key] = _Alloc(key[0], key[1], LeakDetector(dc), LeakDetector(dc), LeakDetector(dc))
+            a.last_seen = seen
+            t = rec[1] / 1e9
+            if t <= a.fed_t:
+                continue
+            a.fed_t = t
+            a.rec = rec
+            allocated, reserved, split, retries = rec[3], rec[4], rec[6], rec[7]
+            a.det_allocated.update(t, float(allocated))
+            a.det_reserved.update(t, float(reserved))
+            a.det_split.update(t, float(split))
+            a.retries.append((t, retries))
+            while a.retries and t - a.retries[0][0] > 60.0:
+                a.retries.popleft()
+            old_t, old_r = a.retries[0]
+            rate = (retries - old_r) / (t - old_t) if t > old_t else 0.0
+            ratio = split / reserved if reserved else 0.0
+            a.frag_warning = rate > self.cfg.frag_retry_rate_per_s or ratio > self.cfg.frag_inactive_split_ratio
+            a.frag_reason = (
+                f"alloc retries {rate:.3f}/s" if rate > self.cfg.frag_retry_rate_per_s
+                else f"inactive-split ratio {ratio:.2f}" if a.frag_warning else ""
+            )
+
+    def _prune(self, t: float) -> None:
+        ttl = self.cfg.pid_ttl_s
+        now = self.ctx.monotonic()
+        for key, st in list(self.procs.items()):
+            if t - st.last_seen > ttl:
+                del self.procs[key]
+        for key, a in list(self.allocs.items()):
+            if now - a.last_seen > ttl and not any(p.pid == key[0] for p in self.procs.values()):
+                del self.allocs[key]
+                self._latest.pop(key, None)
+        # Release the label slots of dead PIDs, so the PID label stays bounded by the live
+        # processes. Only slots this component took are released (the limiter is shared).
+        live = {str(p.pid) for p in self.procs.values()} | {str(a.pid) for a in self.allocs.values()}
+        for pid in list(self._labelled_pids - live):
+            self._pid_lim.forget(pid)
+            self._labelled_pids.discard(pid)
+
+    # -- classification -------------------------------------------------------------
+    def _alloc_for(self, gpu: str, pid: int) -> _Alloc | None:
+        cands = [a for a in self.allocs.values() if a.pid == pid and a.rec is not None]
+        if not cands:
+            return None
+        if len(cands) == 1 and sum(1 for p in self.procs.values() if p.pid == pid) <= 1:
+            return cands[0]
+        for a in cands:
+            if str(a.device) == gpu:
+                return a
+        return None
+
+    def classify(self, rate: float | None, a: _Alloc | None, nvml: bool) -> str:
+        """Kind of growth of a leaking process, from the allocator trends."""
+        if a is None or not rate or rate <= 0:
+            return "unknown"
+        ra = a.det_allocated.trend_rate() or 0.0
+        rr = a.det_reserved.trend_rate() or 0.0
+        if ra >= 0.5 * rate:
+            return "tensor"
+        if rr >= 0.5 * rate and ra < 0.25 * rate:
+            return "cache_fragmentation"
+        if nvml and rr < 0.25 * rate:
+            return "native"
+        return "unknown"
+
+    def _process_view(self) -> Iterator[tuple[str, int, str | None, LeakDetector, str | None, _Alloc | None]]:
+        """(gpu, pid, container, detector, kind, alloc) for every process series."""
+        done = set()
+        for (gpu, pid), st in self.procs.items():
+            a = self._alloc_for(gpu, pid)
+            kind = self.classify(st.det.rate, a, True) if st.det.verdict == "leak" else None
+            done.add((pid, a.device) if a else None)
+            yield gpu, pid, st.container, st.det, kind, a
+        # Processes NVML does not list (no host PID namespace): judge the allocator's reserved bytes.
+        for key, a in self.allocs.items():
+            if key in done or a.rec is None or any(p.pid == a.pid for p in self.procs.values()):
+                continue
+            det = a.det_reserved
+            kind = self.classify(det.rate, a, False) if det.verdict == "leak" else None
+            yield str(a.device), a.pid, None, det, kind, a
+
+    def _headroom(self, gpu: str) -> float | None:
+        d = self.devices.get(gpu)
+        if d is None:
+            return None
+        if d.free is not None:
+            return float(d.free)
+        if d.total is not None and d.used is not None:
+            return float(d.total - d.used)
+        return None
+
+    # -- export ----------------------------------------------------------------------
+    def collect(self) -> Iterable[Any]:
+        from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, InfoMetricFamily
+
+        from inferwatch_sidecar.metrics.gpu import METRICS
+
+        fams: dict[str, Any] = {}
+        for x in METRICS:
+            if x.type == "counter":
+                fams[x.name] = CounterMetricFamily(x.family, x.help, labels=x.labels)
+            elif x.type == "info":
+                fams[x.name] = InfoMetricFamily(x.name, x.help, labels=x.labels[:0])
+            else:
+                fams[x.name] = GaugeMetricFamily(x.name, x.help, labels=x.labels)
+
+        acc: dict[tuple[str, tuple[str, ...]], float] = {}
+
+        def put(name: str, labels: tuple[str, ...], v: float | None) -> None:
+            if v is None or (isinstance(v, float) and math.isnan(v)):
+                return
+            key = (name, labels)
+            old = acc.get(key)
+            if old is None:
+                acc[key] = float(v)
+            elif name.endswith(("_bytes", "_total")):
+                acc[key] = old + float(v)  # several PIDs share the overflow label: amounts add up
+            else:
+                acc[key] = max(old, float(v))  # flags, rates, ratios: the worst one
+
+        G = self._gpu_lim.get
+
+        def P(pid: str) -> str:
+            self._labelled_pids.add(pid)
+            return self._pid_lim.get(pid)
+
+        with self._lock:
+            for gpu, d in self.devices.items():
+                g = (G(gpu),)
+                fams["inferwatch_gpu_device"].add_metric(
+                    [], {"gpu": g[0], "uuid": d.uuid, "name": d.name, "parent": d.parent or ""})
+                put("inferwatch_gpu_memory_total_bytes", g, d.total)
+                put("inferwatch_gpu_memory_used_bytes", g, d.used)
+                put("inferwatch_gpu_memory_free_bytes", g, d.free)
+                put("inferwatch_gpu_memory_reserved_bytes", g, d.reserved)
+                put("inferwatch_gpu_utilization_ratio", g, d.util_gpu)
+                put("inferwatch_gpu_memory_utilization_ratio", g, d.util_memory)
+                put("inferwatch_gpu_temperature_celsius", g, d.temperature_c)
+                put("inferwatch_gpu_power_watts", g, d.power_w)
+                det = self.dev_det.get(gpu)
+                if det is not None:
+                    self._put_leak(put, (g[0], ""), det, self._headroom(gpu), None)
+            for st in self.procs.values():
+                put("inferwatch_gpu_process_memory_used_bytes",
+                    (G(st.gpu), P(str(st.pid)), self._ctr_lim.get(st.container or "")), st.used)
+            for a in self.allocs.values():
+                if a.rec is None:
+                    continue
+                lab = (G(str(a.device)), P(str(a.pid)))
+                _, _, _, allocated, reserved, _active, split, retries, ooms, _exp = a.rec
+                put("inferwatch_gpu_allocator_allocated_bytes", lab, allocated)
+                put("inferwatch_gpu_allocator_reserved_bytes", lab, reserved)
+                put("inferwatch_gpu_allocator_inactive_split_bytes", lab, split)
+                put("inferwatch_gpu_allocator_fragmentation_ratio", lab, split / reserved if reserved else 0.0)
+                put("inferwatch_gpu_allocator_alloc_retries_total", lab, retries)
+                put("inferwatch_gpu_allocator_ooms_total", lab, ooms)
+                put("inferwatch_gpu_fragmentation_warning", lab, 1.0 if a.frag_warning else 0.0)
+                used = [p.used for p in self.procs.values() if p.pid == a.pid and p.used is not None
+                        and self._alloc_for(p.gpu, p.pid) is a]
+                if used:
+                    put("inferwatch_gpu_process_non_allocator_memory_bytes", lab, used[0] - reserved)
+            for gpu, pid, _c, det, kind, _a in self._process_view():
+                self._put_leak(put, (G(gpu), P(str(pid))), det, self._headroom(gpu), kind)
+            put("inferwatch_gpu_collector_up", (), 1.0 if self.up else 0.0)
+            for (reason, op), st in self.errors.items():
+                put("inferwatch_gpu_collector_errors_total", (reason, op), st.count)
+            put("inferwatch_gpu_collector_last_success_age_seconds", (),
+                self.ctx.monotonic() - self.last_good if self.last_good is not None else -1.0)
+            put("inferwatch_gpu_collector_samples_total", (), self.samples)
+            put("inferwatch_gpu_collector_cpu_seconds_total", (), self.cpu_s)
+            for reason, n in self.alloc_drops.items():
+                put("inferwatch_gpu_allocator_records_dropped_total", (reason,), n)
+        for (name, labels), v in acc.items():
+            fams[name].add_metric(list(labels), v)
+        return list(fams.values())
+
+    @staticmethod
+    def _put_leak(put: Any, lab: tuple[str, str], det: LeakDetector, headroom: float | None,
+                  kind: str | None) -> None:
+        if det.verdict == "insufficient_data":
+            put("inferwatch_gpu_leak_detected", lab, 0.0)
+            return
+        put("inferwatch_gpu_leak_detected", lab, 1.0 if det.verdict == "leak" else 0.0)
+        put("inferwatch_gpu_leak_rate_bytes_per_second", lab, det.rate)
+        if det.ci:
+            put("inferwatch_gpu_leak_rate_lower_bytes_per_second", lab, det.ci[0])
+            put("inferwatch_gpu_leak_rate_upper_bytes_per_second", lab, det.ci[1])
+        put("inferwatch_gpu_leak_time_to_oom_seconds", lab, det.time_to_oom(headroom))
+        put("inferwatch_gpu_leak_detected_timestamp_seconds", lab, det.detected_at)
+        if kind is not None and lab[1]:
+            for k in KINDS:
+                put("inferwatch_gpu_leak_kind", (*lab, k), 1.0 if k == kind else 0.0)
+
+    def status(self) -> dict[str, Any]:
+        """JSON-able state for /v1/status: backend, versions, devices, processes, leaks, faults."""
+        now = self.ctx.monotonic()
+        with self._lock:
+            sampler = self.sampler
+            absent = self.backend == "auto" and self.last_good is None and self.absent_reason is not None
+            faults = [
+                {"error": reason, "op": op, "gpu": st.gpu, "count": st.count, "message": st.message,
+                 "fix": FIX.get(reason, FIX["unknown"]), "last_seen_s_ago": round(now - st.last, 3)}
+                for (reason, op), st in sorted(self.errors.items())
+            ]
+            procs_by_gpu: dict[str, list[dict[str, Any]]] = {}
+            leaks = []
+            for gpu, pid, cont, det, kind, _a in self._process_view():
+                entry: dict[str, Any] = {"pid": pid, "container": cont, **_leak_dict(det, self._headroom(gpu))}
+                st = self.procs.get((gpu, pid))
+                entry["used_bytes"] = st.used if st else None
+                entry["series"] = "nvml" if st else "allocator_reserved"
+                if det.verdict == "leak":
+                    entry["kind"] = kind
+                    leaks.append({"gpu": gpu, "pid": pid, "kind": kind, "rate_bytes_per_s": det.rate,
+                                  "time_to_oom_s": entry["time_to_oom_s"], "detected_at": det.detected_at})
+                procs_by_gpu.setdefault(gpu, []).append(entry)
+            devices = []
+            for gpu, d in self.devices.items():
+                det = self.dev_det[gpu]
+                leak = _leak_dict(det, self._headroom(gpu))
+                if det.verdict == "leak":
+                    leaks.append({"gpu": gpu, "pid": None, "kind": None, "rate_bytes_per_s": det.rate,
+                                  "time_to_oom_s": leak["time_to_oom_s"], "detected_at": det.detected_at})
+                devices.append({
+                    "gpu": gpu, "uuid": d.uuid, "name": d.name, "parent": d.parent, "total_bytes": d.total,
+                    "used_bytes": d.used, "free_bytes": d.free, "reserved_bytes": d.reserved,
+                    "utilization": d.util_gpu, "temperature_c": d.temperature_c, "power_w": d.power_w,
+                    "per_process_memory": d.processes is not None,
+                    "leak": leak, "processes": procs_by_gpu.get(gpu, []),
+                })
+            allocator = []
+            for a in self.allocs.values():
+                if a.rec is None:
+                    continue
+                allocator.append({
+                    "pid": a.pid, "device": a.device, "allocated_bytes": a.rec[3], "reserved_bytes": a.rec[4],
+                    "inactive_split_bytes": a.rec[6], "alloc_retries": a.rec[7], "ooms": a.rec[8],
+                    "fragmentation_ratio": a.rec[6] / a.rec[4] if a.rec[4] else 0.0,
+                    "fragmentation_warning": a.frag_warning, "fragmentation_reason": a.frag_reason or None,
+                })
+            state = "absent" if absent else ("ok" if self.up and not any(
+                f["last_seen_s_ago"] < 3 * self.cfg.interval_s for f in faults) else ("degraded" if self.up else
+                                                                                      "failing"))
+            if self.samples == 0:
+                state = "starting"
+            out: dict[str, Any] = {
+                "backend": "absent" if absent else self.backend,
+                "state": state,
+                "driver_version": getattr(sampler, "driver_version", None),
+                "nvml_version": getattr(sampler, "nvml_version", None),
+                "memory_info_version": getattr(sampler, "memory_info_version", None),
+                "interval_s": self.cfg.interval_s,
+                "samples": self.samples,
+                "sampler_cpu_s": round(self.cpu_s, 6),
+                "last_good_sample_age_s": None if self.last_good is None else round(now - self.last_good, 3),
+                "devices": devices,
+                "allocator": allocator,
+                "leaks": leaks,
+                "faults": faults,
+                "allocator_records_dropped": dict(self.alloc_drops),
+            }
+            if absent and self.absent_reason is not None:
+                out["message"] = f"no GPU monitoring: {self.absent_reason.message}. Fix: {self.absent_reason.fix}"
+            return out
+
+
+def build(config: GpuConfig, ctx: ComponentContext, sampler: Any = None) -> GpuComponent:
+    """Build the gpu component from its config section (called by the daemon).
+
+    Args:
+        config: the ``gpu:`` section.
+        ctx: the daemon's context.
+        sampler: override the sampler (tests).
+
+    Raises:
+        ValueError: a replay file cannot be read or parsed (start-up stops with the message).
+    """
+    backend = config.backend
+    if sampler is None:
+        if backend == "fake":
+            sampler = _fake_sampler(config, ctx)
+        elif backend == "replay":
+            from inferwatch_sidecar.components.gpu.replay import LogError, ReplaySampler, parse_log
+
+            try:
+                logs = [parse_log(p) for p in config.replay.files]
+            except LogError as e:
+                raise ValueError(f"gpu.replay.files: {e}") from e
+            sampler = ReplaySampler(logs, loop=config.replay.loop)
+        else:
+            sampler = NvmlSampler(_load_pynvml, clock=ctx.clock, reinit_s=config.reinit_s, monotonic=ctx.monotonic)
+            if backend == "auto" and sampler.init() is not None:
+                ctx.logger.warning("gpu: NVML unavailable (%s); GPU monitoring is absent. %s",
+                                   sampler.init_fault.message if sampler.init_fault else "",
+                                   sampler.init_fault.fix if sampler.init_fault else "")
+    comp = GpuComponent(config, ctx, sampler, backend)
+    if backend == "auto" and getattr(sampler, "init_fault", None) is not None:
+        comp.absent_reason = sampler.init_fault
+    return comp

@@ -1,0 +1,353 @@
+"""The ingest pipeline: frames in, accounted for, aggregated, dispatched.
+
+Every datagram is accounted for exactly once:
+
+    frames received = frames decoded + frame decode errors (by reason)
+
+and within a decoded frame every record is either aggregated (counted in
+``events``) or counted as a record decode error by reason. Producers are
+tracked by producer ID in a bounded table; gaps in a producer's frame
+sequence numbers are counted as lost frames.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from bisect import bisect_left
+from collections import OrderedDict
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
+from prometheus_client.metrics_core import Metric as PromMetric
+
+from inferwatch._wire import EV_RECORD, Decoder, WireError
+from inferwatch_sidecar.aggregate.aggregator import Aggregator, HistogramSet, histogram_family
+from inferwatch_sidecar.metrics import core as core_metrics
+
+log = logging.getLogger("inferwatch.sidecar.ingest")
+
+#: Event type names by wire code, for ``inferwatch_ingest_events_total{type}``.
+EVENT_TYPES = {1: "hello", 2: "request", 3: "stage", 5: "record", 6: "batch", 7: "queue", 8: "drops", 9: "alloc"}
+TRANSPORTS = ("unix", "udp", "http")
+_RECORD_ONLY = frozenset({EV_RECORD})
+_SEQ_MOD = 1 << 32
+
+
+class Producer:
+    """One SDK process (one producer ID), as seen by the sidecar."""
+
+    __slots__ = (
+        "pid", "producer_id", "transport", "first_seen", "last_seen", "last_seq",
+        "frames", "lost_frames", "hello", "drops",
+    )
+
+    def __init__(self, pid: int, producer_id: int, transport: str, now: float, seq: int) -> None:
+        self.pid = pid
+        self.producer_id = producer_id
+        self.transport = transport
+        self.first_seen = now
+        self.last_seen = now
+        self.last_seq = seq
+        self.frames = 0
+        self.lost_frames = 0
+        self.hello: dict[str, Any] | None = None
+        #: Last cumulative drop counts reported, by reason.
+        self.drops: dict[str, int] = {}
+
+    def drop_deltas(self, cumulative: dict[str, int]) -> dict[str, int]:
+        """Turn a DROPS record's cumulative counts into increments since the last report."""
+        out = {}
+        for reason, total in cumulative.items():
+            prev = self.drops.get(reason, 0)
+            # A smaller total means the producer's counter restarted; count it whole.
+            out[reason] = total - prev if total >= prev else total
+            self.drops[reason] = total
+        return out
+
+    def as_dict(self, now: float) -> dict[str, Any]:
+        return {
+            "pid": self.pid,
+            "producer_id": f"{self.producer_id:016x}",
+            "transport": self.transport,
+            "first_seen_unix": round(self.first_seen, 3),
+            "last_seen_age_s": round(now - self.last_seen, 3),
+            "frames": self.frames,
+            "lost_frames": self.lost_frames,
+            "hello": self.hello,
+            "sdk_drops": dict(self.drops),
+        }
+
+
+class Pipeline:
+    """Decodes and accounts frames, feeds the aggregator and the components.
+
+    Args:
+        aggregator: where events go; its lock guards this object's state too.
+        dispatch: ``(name, record_types, handle)`` per component that wants records.
+        max_producers: bound of the producers table (least recently seen evicted).
+        max_schemas: bound of the decoder's schema cache.
+        clock: wall-clock seconds.
+    """
+
+    def __init__(
+        self,
+        aggregator: Aggregator,
+        dispatch: list[tuple[str, frozenset[int], Callable[..., None]]] | None = None,
+        max_producers: int = 1024,
+        max_schemas: int = 4096,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.agg = aggregator
+        self.lock = aggregator.lock
+        self.dispatch = dispatch or []
+        self.decoder = Decoder(max_schemas=max_schemas)
+        self.max_producers = max_producers
+        self.clock = clock
+        self.producers: OrderedDict[int, Producer] = OrderedDict()
+        self.frames = dict.fromkeys(TRANSPORTS, 0)
+        self.bytes = dict.fromkeys(TRANSPORTS, 0)
+        self.frames_decoded = 0
+        self.counts = {t: [0] * 16 for t in TRANSPORTS}
+        self.decode_errors: dict[tuple[str, str], int] = {}
+        self.dropped: dict[str, int] = {}
+        self.lost_frames = 0
+        self.component_errors: dict[tuple[str, str], int] = {}
+        self._err_lock = threading.Lock()
+        self.lag = HistogramSet({m.name: m for m in core_metrics.METRICS}["inferwatch_ingest_lag_seconds"])
+        self._lag_h = self.lag.get(())
+        #: Extra zero-arg callables returning {reason: count} merged into dropped (e.g. kernel UDP drops).
+        self.socket_drop_sources: list[Callable[[], int]] = []
+
+    # -- ingest ----------------------------------------------------------------
+
+    def datagram(self, buf: bytes, transport: str) -> None:
+        """Account, decode and aggregate one frame. Never raises."""
+        now = self.clock()
+        with self.lock:
+            self.frames[transport] += 1
+            self.bytes[transport] += len(buf)
+            try:
+                frame = self.decoder.decode(buf)
+            except WireError as e:
+                self._count_error("frame", e.reason)
+                return
+            except Exception:  # a decoder bug must never take ingest down
+                self._count_error("frame", "internal_error")
+                log.exception("decoder failed on a %d-byte frame", len(buf))
+                return
+            self.frames_decoded += 1
+            for r in frame.errors:
+                self._count_error("record", r)
+            p = self._producer(frame.pid, frame.producer_id, frame.seq, transport, now)
+            lag = now - frame.sent_unix_ns * 1e-9
+            h = self._lag_h
+            h.counts[self._lag_index(lag if lag > 0 else 0.0)] += 1
+            h.sum += lag if lag > 0 else 0.0
+            records = frame.records
+            if not records:
+                return
+            self._process(records, transport, p, frame.pid, frame.producer_id)
+
+    def _lag_index(self, v: float) -> int:
+        return bisect_left(self.lag.bounds, v)
+
+    def events(self, records: list[tuple[Any, ...]], transport: str = "http") -> None:
+        """Aggregate already-decoded event tuples (the JSON endpoints). Never raises."""
+        with self.lock:
+            self.frames[transport] += 1
+            self.frames_decoded += 1
+            if records:
+                self._process(records, transport, None, 0, 0)
+
+    def add_bytes(self, transport: str, n: int) -> None:
+        with self.lock:
+            self.bytes[transport] += n
+
+    def _process(self, records: list[tuple[Any, ...]], transport: str, p: Producer | None, pid: int, pid64: int) -> None:
+        counts = self.counts[transport]
+        dispatch = self.dispatch
+        if not dispatch:
+            try:
+                self.agg.process(records, counts, p)
+            except Exception:  # a record the decoder let through but the aggregator cannot use
+                self._count_error("record", "internal_error")
+                log.exception("aggregation failed")
+            return
+        # Component handoff without a filtering pass per component where we can help it:
+        # the aggregator collects RECORD events as it goes (the drift engine's diet), and
+        # its per-type counters say which other types this frame held at all (an ALLOC
+        # for the GPU monitor is rare, so most frames skip that component's pass).
+        before = counts[:]
+        sink: list[tuple[Any, ...]] | None = [] if any(t == _RECORD_ONLY for _, t, _ in dispatch) else None
+        ok = True
+        try:
+            self.agg.process(records, counts, p, sink)
+        except Exception:  # a record the decoder let through but the aggregator cannot use
+            ok = False
+            self._count_error("record", "internal_error")
+            log.exception("aggregation failed")
+        for name, types, handle in dispatch:
+            if not ok:
+                sub = [r for r in records if r[0] in types]
+            elif sink is not None and types == _RECORD_ONLY:
+                sub, sink = sink, list(sink)  # each component gets its own list
+            elif any(counts[t] != before[t] for t in types if 0 <= t < len(counts)):
+                sub = [r for r in records if r[0] in types]
+            else:
+                continue
+            if sub:
+                try:
+                    handle(pid, pid64, sub)
+                except Exception:
+                    self.count_component_error(name, "handle")
+
+    def _count_error(self, scope: str, reason: str) -> None:
+        k = (scope, reason)
+        self.decode_errors[k] = self.decode_errors.get(k, 0) + 1
+
+    def count_error(self, scope: str, reason: str, n: int = 1) -> None:
+        with self.lock:
+            k = (scope, reason)
+            self.decode_errors[k] = self.decode_errors.get(k, 0) + n
+
+    def count_drop(self, reason: str, n: int = 1) -> None:
+        with self.lock:
+            self.dropped[reason] = self.dropped.get(reason, 0) + n
+
+    #: Component methods whose exceptions are counted, one series each from the start.
+    COMPONENT_METHODS = ("handle", "collect", "status", "admin", "admin_routes")
+
+    def register_component(self, name: str) -> None:
+        """Create the component's error series at zero, so rates and panels work before the first error."""
+        with self._err_lock:
+            for method in self.COMPONENT_METHODS:
+                self.component_errors.setdefault((name, method), 0)
+
+    def count_component_error(self, name: str, method: str) -> None:
+        """Count an exception from a component; log it with its traceback now and then (call from an except block)."""
+        # Called from the ingest thread (holding self.lock) and from HTTP threads, so it has its own lock.
+        with self._err_lock:
+            k = (name, method)
+            n = self.component_errors[k] = self.component_errors.get(k, 0) + 1
+        if n in (1, 10, 100, 1000) or n % 10000 == 0:
+            log.exception("component %s raised in %s (%d times so far)", name, method, n)
+
+    def _producer(self, pid: int, producer_id: int, seq: int, transport: str, now: float) -> Producer:
+        producers = self.producers
+        p = producers.get(producer_id)
+        if p is None:
+            p = producers[producer_id] = Producer(pid, producer_id, transport, now, seq)
+            if len(producers) > self.max_producers:
+                producers.popitem(last=False)
+        else:
+            gap = (seq - p.last_seq - 1) % _SEQ_MOD
+            if gap < _SEQ_MOD // 2:
+                if gap:
+                    p.lost_frames += gap
+                    self.lost_frames += gap
+                p.last_seq = seq
+            # else: a late or duplicated frame; keep the newer sequence number.
+            p.last_seen = now
+            producers.move_to_end(producer_id)
+        p.frames += 1
+        return p
+
+    # -- read side -------------------------------------------------------------
+
+    def totals(self) -> dict[str, Any]:
+        """Counters for /v1/status and the rate sampler."""
+        with self.lock:
+            events = sum(sum(c) for c in self.counts.values())
+            return {
+                "frames": sum(self.frames.values()),
+                "frames_decoded": self.frames_decoded,
+                "events": events,
+                "bytes": sum(self.bytes.values()),
+                "frames_by_transport": dict(self.frames),
+                "decode_errors": {f"{s}/{r}": n for (s, r), n in sorted(self.decode_errors.items())},
+                "dropped": dict(self.dropped),
+                "lost_frames": self.lost_frames,
+                "sdk_dropped": dict(self.agg.sdk_drops),
+            }
+
+    def producers_status(self, now: float, timeout_s: float, limit: int = 100) -> dict[str, Any]:
+        with self.lock:
+            ps = list(self.producers.values())
+        connected = [p for p in ps if now - p.last_seen <= timeout_s]
+        return {
+            "connected": len(connected),
+            "known": len(ps),
+            "table": [p.as_dict(now) for p in reversed(ps[-limit:])],
+        }
+
+    def collect(self, now: float, producer_timeout_s: float, limiters: dict[str, Any]) -> Iterator[PromMetric]:
+        """Families for the sidecar's own ingest metrics."""
+        cat = {m.name: m for m in core_metrics.METRICS}
+        with self.lock:
+            frames = dict(self.frames)
+            nbytes = dict(self.bytes)
+            counts = {t: list(c) for t, c in self.counts.items()}
+            errors = dict(self.decode_errors)
+            dropped = dict(self.dropped)
+            lost = self.lost_frames
+        with self._err_lock:
+            comp_errors = dict(self.component_errors)
+        with self.lock:
+            lag = self.lag.snapshot()
+            connected = sum(1 for p in self.producers.values() if now - p.last_seen <= producer_timeout_s)
+
+        def counter(name: str) -> CounterMetricFamily:
+            m = cat[name]
+            return CounterMetricFamily(m.name, m.help, labels=m.labels, unit=m.unit)
+
+        fam = counter("inferwatch_ingest_frames_total")
+        for t, n in frames.items():
+            fam.add_metric([t], n)
+        yield fam
+        fam = counter("inferwatch_ingest_bytes_total")
+        for t, n in nbytes.items():
+            fam.add_metric([t], n)
+        yield fam
+        fam = counter("inferwatch_ingest_events_total")
+        for t, c in counts.items():
+            for code, name in EVENT_TYPES.items():
+                if c[code]:
+                    fam.add_metric([t, name], c[code])
+        yield fam
+        fam = counter("inferwatch_ingest_decode_errors_total")
+        for (scope, reason), n in sorted(errors.items()):
+            fam.add_metric([scope, reason], n)
+        yield fam
+        fam = counter("inferwatch_ingest_dropped_total")
+        for reason, n in sorted(dropped.items()):
+            fam.add_metric([reason], n)
+        yield fam
+        fam = counter("inferwatch_ingest_lost_frames_total")
+        fam.add_metric([], lost)
+        yield fam
+        fam = counter("inferwatch_ingest_socket_queue_dropped_total")
+        kernel = 0
+        for src in self.socket_drop_sources:
+            try:
+                kernel += int(src())
+            except Exception:  # /proc unreadable: report what we have
+                pass
+        fam.add_metric([], kernel)
+        yield fam
+        m = cat["inferwatch_producers"]
+        g = GaugeMetricFamily(m.name, m.help)
+        g.add_metric([], connected)
+        yield g
+        lag_fam: HistogramMetricFamily = histogram_family(self.lag.metric, lag, self.lag.bounds)
+        yield lag_fam
+        fam = counter("inferwatch_label_overflow_total")
+        for name, lim in sorted(limiters.items()):
+            fam.add_metric([name], lim.overflowed)
+        yield fam
+        fam = counter("inferwatch_component_errors_total")
+        for (comp, method), n in sorted(comp_errors.items()):
+            fam.add_metric([comp, method], n)
+        yield fam
