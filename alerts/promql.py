@@ -72,11 +72,17 @@ def selector_labels(expr: str) -> list[tuple[str, set[str]]]:
     return out
 
 
-def grouping_labels(expr: str) -> set[str]:
-    """Label names used in ``by``/``without``/``on``/``ignoring``/``group_*`` clauses."""
+#: Every clause that names labels in parentheses.
+GROUPING_CLAUSES = frozenset({"by", "without", "on", "ignoring", "group_left", "group_right"})
+
+
+def grouping_labels(expr: str, clauses: frozenset[str] = GROUPING_CLAUSES) -> set[str]:
+    """Label names used in ``clauses`` (default: ``by``/``without``/``on``/``ignoring``/``group_*``)."""
     text = _strip_strings(expr)
     out: set[str] = set()
     for m in _GROUPING.finditer(text):
+        if m.group(1) not in clauses:
+            continue
         inner = m.group(0)[m.group(0).index("(") + 1:-1]
         out.update(x.strip() for x in inner.split(",") if x.strip())
     return out

@@ -2,23 +2,34 @@
 
 Everything an operator may want to tune is a named threshold attached to the
 alert it feeds (kubernetes-mixin style); ``docs/alerts.md`` is generated from
-the same objects, so the documented values cannot drift from the rules.
+the same objects, so the documented values cannot drift from the rules. Every
+rule file of ``alerts/`` is rendered from here (:data:`RULE_FILES`).
 
-Expressions and annotations use two placeholders, expanded by :func:`render`:
+Expressions and annotations are :meth:`str.format_map` templates with these fields:
 
-* ``@w(SECONDS)``: a duration (range-vector window, ``predict_linear`` horizon
-  or ``for:``), scaled by the :class:`Profile` so that an end-to-end test can
-  load the same rules with second-long windows;
-* ``@t(NAME)``: the value of the alert's threshold ``NAME``.
+* ``{NAME}``: the value of the alert's threshold ``NAME`` (a ``duration``
+  threshold is scaled by the :class:`Profile`);
+* ``{NAME:le}``: a ``le`` matcher for the histogram bucket bounded by threshold ``NAME``;
+* ``{window:5m}``: a duration (range window, or a span named in prose), scaled
+  by the :class:`Profile` so that an end-to-end test can load the same rules
+  with second-long windows;
+* ``{labels.NAME}`` and ``{value:FUNCTION}``: the Go template text
+  ``{{ $labels.NAME }}`` and ``{{ $value | FUNCTION }}`` of annotations;
+* ``{by_version}``, ``{by_stage}``: the labels of one model version (and stage);
+  ``{sidecar_job}``: :data:`SIDECAR_JOB_SELECTOR`.
 
-Everything else is literal PromQL / Go template text.
+Literal braces (PromQL label matchers, other Go template actions) are doubled,
+as in any format string.
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, NamedTuple
+
+from inferwatch_sidecar.metrics.catalog import by_name
 
 #: Selects the scrape job(s) of the sidecar, used by the "sidecar down / not scraped" alerts.
 #: Change it to match your scrape config (the ServiceMonitor in deploy/k8s names the job "inferwatch").
@@ -67,25 +78,29 @@ class Profile:
 
 PRODUCTION = Profile()
 #: For end-to-end tests scraping every second: 5m becomes 5s, 1h becomes 1m, at least 4s.
-FAST = Profile("fast", scale=1 / 60, min_seconds=4.0)
+FAST = Profile(name="fast", scale=1 / 60, min_seconds=4.0)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Threshold:
     """A tunable value of one alert.
 
     Attributes:
-        name: the threshold's name, unique within its alert.
-        value: the number substituted for ``@t(name)``.
+        name: the threshold's name, unique within its alert; the template field ``{name}``.
+        value: the number (or regex) the field renders.
         doc: what it means, for docs/alerts.md.
+        duration: the value is seconds of time, scaled by the profile like the windows.
+        bucket_of: a histogram whose bucket bounds the value must be one of (the rule counts whole buckets).
     """
 
     name: str
     value: float | str
     doc: str
+    duration: bool = False
+    bucket_of: str | None = None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Alert:
     """One alerting rule.
 
@@ -93,11 +108,11 @@ class Alert:
         name: the alertname (CamelCase, prefixed Inferwatch).
         group: the rule group it belongs to.
         severity: critical (pages), warning (ticket) or info.
-        expr: PromQL with ``@w``/``@t`` placeholders.
+        expr: the PromQL template.
         for_s: the ``for:`` duration in seconds (0 = fire at once).
-        summary: one line, may use ``$labels``.
-        description: the details, with live values (``$value``, ``humanize``).
-        thresholds: the tunable values used by ``expr`` and the annotations.
+        summary: one line, may use ``{labels.NAME}``.
+        description: the details, with live values (``{value:humanize}``).
+        thresholds: the tunable values the templates use.
     """
 
     name: str
@@ -119,14 +134,448 @@ class Alert:
         return f"{RUNBOOK_BASE_URL}#{self.anchor}"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Recording:
-    """One recording rule (``level:metric:operations`` naming)."""
+    """One recording rule (``level:metric:operations`` naming).
+
+    Attributes:
+        record: the series it writes.
+        group: the rule group it belongs to.
+        expr: the PromQL template.
+        labels: static labels added to the result.
+        alert: the alert whose thresholds ``expr`` reads, so that an override of the alert moves both.
+    """
 
     record: str
     group: str
     expr: str
     labels: dict[str, str] = field(default_factory=dict)
+    alert: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class RuleFile:
+    """One generated rule file of ``alerts/``: its groups in file order, and the comment at its top."""
+
+    name: str
+    groups: tuple[str, ...]
+    doc: str = ""
+
+
+class LatencyObjective(NamedTuple):
+    """A latency SLO of every stage; ``target_seconds`` must be a bucket bound of the stage histogram."""
+
+    name: str
+    objective: float
+    target_seconds: float
+    burn_rate: float
+    severity: str
+
+
+#: The latency objectives. The burn rate counts the calls slower than the target straight from the
+#: histogram buckets, so each target is a bucket bound of inferwatch_stage_duration_seconds.
+LATENCY_OBJECTIVES: tuple[LatencyObjective, ...] = (
+    LatencyObjective(name="p99", objective=0.99, target_seconds=1.0, burn_rate=14.4, severity="critical"),
+    LatencyObjective(name="p999", objective=0.999, target_seconds=2.5, burn_rate=14.4, severity="warning"),
+)
+
+
+def _slo_alert_name(o: LatencyObjective) -> str:
+    return f"InferwatchStageLatency{o.name.upper()}BudgetBurn"
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# recording rules
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def _recordings() -> list[Recording]:
+    out: list[Recording] = [
+        Recording(record="service_model_version:inferwatch_requests:rate5m", group="inferwatch-recording",
+                  expr="sum by ({by_version}) (rate(inferwatch_requests_total[{window:5m}]))"),
+        Recording(record="service_model_version:inferwatch_request_errors:ratio_rate5m",
+                  group="inferwatch-recording",
+                  expr='sum by ({by_version}) (rate(inferwatch_requests_total{{outcome="error"}}[{window:5m}]))\n'
+                       "/\nsum by ({by_version}) (rate(inferwatch_requests_total[{window:5m}]))"),
+    ]
+    for q, name in ((0.5, "p50"), (0.99, "p99"), (0.999, "p999")):
+        out.append(Recording(
+            record=f"service_model_version:inferwatch_request_duration_seconds:{name}_5m",
+            group="inferwatch-recording",
+            expr=f"histogram_quantile({q}, "
+                 "sum by ({by_version}, le) (rate(inferwatch_request_duration_seconds_bucket[{window:5m}])))"))
+        out.append(Recording(
+            record=f"service_model_version_stage:inferwatch_stage_duration_seconds:{name}_5m",
+            group="inferwatch-recording",
+            expr=f"histogram_quantile({q}, "
+                 "sum by ({by_stage}, le) (rate(inferwatch_stage_duration_seconds_bucket[{window:5m}])))"))
+    # Share of stage calls slower than each latency target, over the two windows of the burn-rate alerts.
+    for o in LATENCY_OBJECTIVES:
+        for window in ("5m", "1h"):
+            out.append(Recording(
+                record=f"service_model_version_stage:inferwatch_stage_slow_{o.name}:ratio_rate{window}",
+                group="inferwatch-slo", alert=_slo_alert_name(o),
+                expr="1 - (\n"
+                     "  sum by ({by_stage}) (rate(inferwatch_stage_duration_seconds_bucket{{{target_seconds:le}}}"
+                     f"[{{window:{window}}}]))\n  /\n"
+                     f"  sum by ({{by_stage}}) (rate(inferwatch_stage_duration_seconds_count[{{window:{window}}}]))\n)"))
+    return out
+
+
+# Fleet-wide drift computed by Prometheus from every replica's sidecar.
+#
+# Each sidecar exports, per model version and feature:
+#   inferwatch_drift_bin_events_total{model,model_version,feature,bin}   values per reference bin (counter)
+#   inferwatch_drift_reference_bin_ratio{model,model_version,feature,bin} the reference proportion of that bin
+# (numeric features: the reference's 10 decile bins; categorical: top-K categories, last bin = "other").
+# Summing the counters' increases over all replicas gives the fleet's window; these rules turn it into PSI and a
+# chi-square statistic, exactly as the sidecar's engine does for one replica
+# (inferwatch_sidecar/components/drift/stats.py: psi, chi2_goodness_of_fit), with zero proportions replaced by 1e-4.
+# The window is a literal 10 minutes in every profile: the record names say so, and tests/drift/test_rules.py
+# checks these rules with promtool against values computed by the engine.
+FLEET_DRIFT_DOC = """\
+Fleet-wide drift (PSI and chi-square per feature) from the bin counters of every replica, over the last
+10 minutes, as the sidecar's engine computes it for one replica. This only makes sense when every replica
+uses the same reference profile file (drift.reference): warm-up references differ per replica."""
+
+_FLEET = "inferwatch-drift-fleet"
+_BINS = "model_feature_bin:inferwatch_drift_bin_events:increase10m"
+_TOTALS = "model_feature:inferwatch_drift_bin_events:increase10m"
+_RATIO = "model_feature_bin:inferwatch_drift_bin:ratio10m"
+_REF = "model_feature_bin:inferwatch_drift_reference_bin:ratio"
+
+
+def _fleet_recordings() -> list[Recording]:
+    return [
+        # Values per bin over the whole fleet in the last 10 minutes.
+        Recording(record=_BINS, group=_FLEET,
+                  expr="sum by (model, model_version, feature, bin) (increase(inferwatch_drift_bin_events_total[10m]))"),
+        # Values per feature over the whole fleet (only features that had traffic).
+        Recording(record=_TOTALS, group=_FLEET, expr=f"sum by (model, model_version, feature) ({_BINS}) > 0"),
+        # Fleet proportion per bin, zeros replaced by 1e-4 (as in the engine's PSI).
+        Recording(record=_RATIO, group=_FLEET, expr=(
+            "(\n"
+            f"  ({_BINS}\n    / ignoring(bin) group_left {_TOTALS}) > 0\n"
+            ")\n"
+            "or\n"
+            "(\n"
+            f"  {_BINS}\n    / ignoring(bin) group_left {_TOTALS}\n"
+            ") * 0 + 0.0001\n")),
+        # Reference proportion per bin (identical on every replica with the same profile), zeros -> 1e-4.
+        Recording(record=_REF, group=_FLEET, expr=(
+            "(max by (model, model_version, feature, bin) (inferwatch_drift_reference_bin_ratio) > 0)\n"
+            "or\n"
+            "(max by (model, model_version, feature, bin) (inferwatch_drift_reference_bin_ratio) * 0 + 0.0001)\n")),
+        # Fleet-wide population stability index per feature.
+        Recording(record="model_feature:inferwatch_drift_psi:10m", group=_FLEET, expr=(
+            "sum by (model, model_version, feature) (\n"
+            f"  ({_RATIO} - {_REF})\n"
+            f"  * ln({_RATIO} / {_REF})\n"
+            ")\n")),
+        # Fleet-wide chi-square goodness-of-fit statistic per feature: sum (observed - expected)^2 / expected.
+        Recording(record="model_feature:inferwatch_drift_chi2:10m", group=_FLEET, expr=(
+            "sum by (model, model_version, feature) (\n"
+            "  (\n"
+            f"    {_BINS}\n"
+            f"    - {_REF}\n"
+            f"      * ignoring(bin) group_left {_TOTALS}\n"
+            "  ) ^ 2\n"
+            "  / (\n"
+            f"    {_REF}\n"
+            f"      * ignoring(bin) group_left {_TOTALS}\n"
+            "  )\n"
+            ")\n")),
+        # Share of replicas whose own engine flags the feature as drifted right now.
+        Recording(record="model_feature:inferwatch_drift_feature_drifted:avg", group=_FLEET,
+                  expr="avg by (model, model_version, feature) (inferwatch_drift_feature_drifted)"),
+    ]
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# alerts
+# ---------------------------------------------------------------------------------------------------------------
+
+#: Regex (RE2, fully anchored) of the profile column names that hold the prediction. The drift
+#: metrics carry no role label, so the prediction column is found by name; ``__prediction__`` is
+#: the column name of warm-up references; ``.*pred.*`` catches the usual names of a profile's prediction
+#: column (prediction, predicted_class, y_pred, label_pred). Narrow it if an input feature matches.
+PREDICTION_FEATURES = "__prediction__|.*pred.*"
+
+_WHERE = "{labels.model} {labels.model_version} ({labels.service})"
+_MV = "{labels.model} version {labels.model_version}"
+
+
+def _slo_alerts() -> list[Alert]:
+    out: list[Alert] = []
+    for o in LATENCY_OBJECTIVES:
+        pct = f"{o.objective * 100:g}"
+        rec = f"service_model_version_stage:inferwatch_stage_slow_{o.name}"
+        q = o.name.upper()
+        out.append(Alert(
+            name=_slo_alert_name(o), group="inferwatch-slo", severity=o.severity, for_s=120,
+            expr=f"{rec}:ratio_rate5m > ({{burn_rate}} * (1 - {{objective}}))\n"
+                 f"and\n{rec}:ratio_rate1h > ({{burn_rate}} * (1 - {{objective}}))",
+            summary=f"Stage {{labels.stage}} of {{labels.model}} is burning its {q} latency budget.",
+            description="{value:humanizePercentage} of the calls of stage {labels.stage} of " + _WHERE +
+                        f" over the last {{window:5m}} took longer than the {q} target of {{target_seconds}}s; "
+                        f"the objective allows {100 - float(pct):.3g}%, so the error budget burns more than "
+                        "{burn_rate}x too fast (also true over the last {window:1h}).",
+            thresholds=(
+                Threshold(name="objective", value=o.objective,
+                          doc=f"share of calls that must finish within target_seconds ({pct}%)"),
+                Threshold(name="target_seconds", value=o.target_seconds, bucket_of="inferwatch_stage_duration_seconds",
+                          doc="latency target in seconds; must be a bucket bound of inferwatch_stage_duration_seconds"),
+                Threshold(name="burn_rate", value=o.burn_rate,
+                          doc="how many times faster than sustainable the budget burns (14.4 = a 30-day budget in "
+                              "2 days), required over both 5m and 1h"),
+            ),
+        ))
+    return out
+
+
+def _serving_alerts() -> list[Alert]:
+    return [
+        Alert(
+            name="InferwatchHighErrorRate", group="inferwatch-serving", severity="critical", for_s=300,
+            expr="service_model_version:inferwatch_request_errors:ratio_rate5m > {error_ratio}",
+            summary="{labels.model} {labels.model_version} fails too many requests.",
+            description="{value:humanizePercentage} of the requests to " + _WHERE +
+                        " failed over the last {window:5m} (threshold {error_ratio}).",
+            thresholds=(Threshold(name="error_ratio", value=0.05, doc="share of requests ending in outcome=\"error\""),),
+        ),
+        Alert(
+            name="InferwatchQueueBacklog", group="inferwatch-serving", severity="warning", for_s=600,
+            expr="min_over_time(inferwatch_queue_depth[{window:5m}]) > {depth}",
+            summary="The request queue of {labels.model} {labels.model_version} is not draining.",
+            description="The queue of " + _WHERE + " has held more than {depth} requests for at least {window:15m} "
+                        "(lowest depth over the last {window:5m}: {value:humanize}).",
+            thresholds=(Threshold(name="depth", value=100,
+                                  doc="queue depth that must be exceeded for the whole 5-minute window"),),
+        ),
+    ]
+
+
+def _gpu_alerts() -> list[Alert]:
+    return [
+        Alert(
+            name="InferwatchGPUMemoryFillingUp", group="inferwatch-gpu", severity="warning", for_s=3600,
+            expr="(inferwatch_gpu_memory_free_bytes / inferwatch_gpu_memory_total_bytes) < {free_ratio}\n"
+                 "and\npredict_linear(inferwatch_gpu_memory_free_bytes[{window:6h}], {horizon_seconds}) < 0",
+            summary="GPU {labels.gpu} memory is predicted to run out within {window:1d}.",
+            description="GPU {labels.gpu} has only {value:humanizePercentage} of its memory free and, at the "
+                        "trend of the last {window:6h}, will be full within {window:1d}.",
+            thresholds=(
+                Threshold(name="free_ratio", value=0.25,
+                          doc="level gate: free share of device memory below which the trend counts"),
+                Threshold(name="horizon_seconds", value=86400, duration=True,
+                          doc="trend gate: predict_linear horizon (24h)"),
+            ),
+        ),
+        Alert(
+            name="InferwatchGPUMemoryFillingUpSoon", group="inferwatch-gpu", severity="critical", for_s=1800,
+            expr="(inferwatch_gpu_memory_free_bytes / inferwatch_gpu_memory_total_bytes) < {free_ratio}\n"
+                 "and\npredict_linear(inferwatch_gpu_memory_free_bytes[{window:1h}], {horizon_seconds}) < 0",
+            summary="GPU {labels.gpu} memory is predicted to run out within {window:4h}.",
+            description="GPU {labels.gpu} has only {value:humanizePercentage} of its memory free and, at the "
+                        "trend of the last {window:1h}, will be full within {window:4h}.",
+            thresholds=(
+                Threshold(name="free_ratio", value=0.10, doc="level gate: free share of device memory"),
+                Threshold(name="horizon_seconds", value=14400, duration=True,
+                          doc="trend gate: predict_linear horizon (4h)"),
+            ),
+        ),
+        Alert(
+            # The description's Go template queries the time to OOM and the kind (tensor, cache_fragmentation,
+            # native, unknown); the kind picks the runbook's branch.
+            name="InferwatchGPUMemoryLeak", group="inferwatch-gpu", severity="warning", for_s=0,
+            expr="inferwatch_gpu_leak_rate_bytes_per_second\nand on (gpu, pid)\n(inferwatch_gpu_leak_detected == 1)",
+            summary="GPU memory leak on GPU {labels.gpu}{{{{ if $labels.pid }}}} in process {labels.pid}"
+                    "{{{{ end }}}}.",
+            description="The memory floor on GPU {labels.gpu}{{{{ if $labels.pid }}}} of process {labels.pid}"
+                        "{{{{ end }}}} grows by {value:humanize1024}B/s; "
+                        '{{{{ with printf "inferwatch_gpu_leak_time_to_oom_seconds{{gpu=\'%s\',pid=\'%s\'}}" '
+                        "$labels.gpu $labels.pid | query }}}}at that rate the device runs out of memory in "
+                        "{{{{ . | first | value | humanizeDuration }}}}{{{{ else }}}}the time to OOM is not known "
+                        "yet{{{{ end }}}}."
+                        '{{{{ with printf "inferwatch_gpu_leak_kind{{gpu=\'%s\',pid=\'%s\'}} == 1" $labels.gpu '
+                        '$labels.pid | query }}}} Kind: {{{{ . | first | label "kind" }}}}.{{{{ end }}}}',
+        ),
+        Alert(
+            name="InferwatchGPUAllocatorFragmented", group="inferwatch-gpu", severity="warning", for_s=1800,
+            expr="inferwatch_gpu_allocator_fragmentation_ratio > {ratio}",
+            summary="The CUDA caching allocator of process {labels.pid} is fragmented.",
+            description="{value:humanizePercentage} of the memory reserved by the caching allocator of process "
+                        "{labels.pid} on GPU {labels.gpu} sits in inactive split blocks (threshold {ratio}).",
+            thresholds=(Threshold(name="ratio", value=0.3, doc="inactive-split bytes / reserved bytes"),),
+        ),
+        Alert(
+            name="InferwatchGPUAllocRetries", group="inferwatch-gpu", severity="warning", for_s=0,
+            expr="increase(inferwatch_gpu_allocator_alloc_retries_total[{window:15m}]) > {retries}",
+            summary="Process {labels.pid} keeps flushing the CUDA allocator cache to allocate.",
+            description="The caching allocator of process {labels.pid} on GPU {labels.gpu} retried "
+                        "{value:humanize} cudaMalloc calls after flushing its cache in the last {window:15m} "
+                        "(threshold {retries}); every retry stalls the stream.",
+            thresholds=(Threshold(name="retries", value=10, doc="allocation retries within 15 minutes"),),
+        ),
+        Alert(
+            name="InferwatchGPUOutOfMemory", group="inferwatch-gpu", severity="critical", for_s=0,
+            expr="increase(inferwatch_gpu_allocator_ooms_total[{window:10m}]) > 0",
+            summary="Process {labels.pid} ran out of GPU memory.",
+            description="The allocator of process {labels.pid} on GPU {labels.gpu} raised "
+                        "{value:humanize} out-of-memory errors in the last {window:10m}.",
+        ),
+        Alert(
+            # last_success_age is -1 until the first good sample: a host without a GPU (backend auto, no
+            # NVML) never pages; a collector that worked and stopped does, and so does a failed component.
+            name="InferwatchGPUCollectorDown", group="inferwatch-gpu", severity="warning", for_s=300,
+            expr="(\n  inferwatch_gpu_collector_up == 0\n  and\n  inferwatch_gpu_collector_last_success_age_seconds >= 0\n)"
+                 '\nor\ninferwatch_component_up{{component="gpu"}} == 0',
+            summary="The sidecar's GPU collector is not returning data.",
+            description="The GPU collector of {labels.instance} has returned no device data for {window:5m}, so GPU "
+                        "memory, leak and fragmentation alerts are blind. /v1/status shows the NVML error and its fix.",
+        ),
+    ]
+
+
+def _drift_alerts() -> list[Alert]:
+    return [
+        Alert(
+            name="InferwatchFeatureDrift", group="inferwatch-drift", severity="warning", for_s=900,
+            expr="inferwatch_drift_dataset_drifted_ratio\nand on (model, model_version)\n"
+                 "(inferwatch_drift_dataset_drifted == 1)",
+            summary="The inputs of " + _MV + " drifted from the reference.",
+            description="{value:humanizePercentage} of the input features of " + _MV + " differ significantly "
+                        "from the reference profile (after multiple-testing correction and effect-size floors) for "
+                        "{window:15m}.",
+        ),
+        Alert(
+            name="InferwatchPredictionDrift", group="inferwatch-drift", severity="warning", for_s=900,
+            expr='inferwatch_drift_feature_drifted{{feature=~"{feature_regex}"}} == 1',
+            summary="The predictions of " + _MV + " drifted from the reference.",
+            description="The distribution of the predicted classes of " + _MV + " (column {labels.feature}) "
+                        "differs significantly from the reference profile for {window:15m}.",
+            thresholds=(Threshold(name="feature_regex", value=PREDICTION_FEATURES,
+                                  doc="regex of the prediction column names (the drift metrics have no role label)"),),
+        ),
+        Alert(
+            name="InferwatchConfidenceDrop", group="inferwatch-drift", severity="warning", for_s=1800,
+            expr='inferwatch_drift_confidence_mean{{window="reference"}}\n- ignoring (window)\n'
+                 'inferwatch_drift_confidence_mean{{window="current"}}\n> {drop}',
+            summary="The mean confidence of " + _MV + " dropped.",
+            description="The mean confidence of " + _MV + ' is {value:printf "%.2f"} below the reference\'s '
+                        "(threshold {drop}) for {window:30m}.",
+            thresholds=(Threshold(name="drop", value=0.1,
+                                  doc="absolute drop of the window's mean confidence below the reference's"),),
+        ),
+        Alert(
+            name="InferwatchCanaryDiverging", group="inferwatch-drift", severity="warning", for_s=900,
+            expr="inferwatch_drift_canary_drifted_ratio > {drifted_ratio}",
+            summary="Version {labels.model_version} of {labels.model} behaves differently from "
+                    "{labels.baseline_version}.",
+            description="{value:humanizePercentage} of the columns (inputs, predictions, confidence) of " + _MV +
+                        " differ significantly from the stable version {labels.baseline_version} for {window:15m}.",
+            thresholds=(Threshold(name="drifted_ratio", value=0,
+                                  doc="share of columns that differ (0: any column; the test already corrects for "
+                                      "multiple testing)"),),
+        ),
+        Alert(
+            name="InferwatchEstimatedAccuracyLow", group="inferwatch-drift", severity="warning", for_s=1800,
+            expr="inferwatch_drift_estimated_accuracy_ratio < {accuracy}",
+            summary="The estimated accuracy of " + _MV + " is low.",
+            description="The label-free accuracy estimate (CBPE) of " + _MV + " is {value:humanizePercentage}, "
+                        "below {accuracy}, for {window:30m}.",
+            thresholds=(Threshold(name="accuracy", value=0.7, doc="floor of the estimated accuracy"),),
+        ),
+    ]
+
+
+def _sidecar_alerts() -> list[Alert]:
+    return [
+        Alert(
+            name="InferwatchSidecarDown", group="inferwatch-sidecar", severity="critical", for_s=300,
+            expr="up{{{sidecar_job}}} == 0",
+            summary="The inferwatch sidecar {labels.instance} cannot be scraped.",
+            description="Prometheus has failed to scrape {labels.instance} (job {labels.job}) for {window:5m}: "
+                        "no latency, GPU or drift data arrives from that replica.",
+        ),
+        Alert(
+            name="InferwatchSidecarAbsent", group="inferwatch-sidecar", severity="critical", for_s=900,
+            expr="absent(up{{{sidecar_job}}})",
+            summary="No inferwatch sidecar is being scraped.",
+            description="Prometheus has had no scrape target of job {labels.job} ({{{sidecar_job}}}) for "
+                        "{window:15m}: the sidecar, its Service or its ServiceMonitor is missing.",
+        ),
+        Alert(
+            name="InferwatchSDKDroppingEvents", group="inferwatch-sidecar", severity="warning", for_s=600,
+            expr="sum by (job, instance, reason) (rate(inferwatch_sdk_dropped_events_total[{window:5m}])) > {rate}",
+            summary="The SDK in the model server drops events ({labels.reason}).",
+            description='Producers reporting to {labels.instance} drop {value:printf "%.3g"} events/s before '
+                        "sending (reason {labels.reason}); latency and drift data are incomplete.",
+            thresholds=(Threshold(name="rate", value=0, doc="dropped events per second"),),
+        ),
+        Alert(
+            name="InferwatchIngestDropping", group="inferwatch-sidecar", severity="warning", for_s=600,
+            expr="(\n  sum by (job, instance, reason) (rate(inferwatch_ingest_dropped_total[{window:5m}]))\nor\n  "
+                 "label_replace(sum by (job, instance) (rate(inferwatch_ingest_socket_queue_dropped_total"
+                 '[{window:5m}])), "reason", "socket_queue", "", "")\nor\n  '
+                 "label_replace(sum by (job, instance) (rate(inferwatch_ingest_lost_frames_total[{window:5m}])), "
+                 '"reason", "lost_frames", "", "")\n) > {rate}',
+            summary="The sidecar {labels.instance} loses events ({labels.reason}).",
+            description='The sidecar {labels.instance} lost {value:printf "%.3g"} items/s over the last '
+                        "{window:5m} (reason {labels.reason}).",
+            thresholds=(Threshold(name="rate", value=0, doc="dropped items per second"),),
+        ),
+        Alert(
+            name="InferwatchIngestDecodeErrors", group="inferwatch-sidecar", severity="warning", for_s=600,
+            expr="sum by (job, instance, scope, reason) (rate(inferwatch_ingest_decode_errors_total[{window:5m}])) "
+                 "> {rate}",
+            summary="The sidecar {labels.instance} receives malformed events ({labels.reason}).",
+            description='{value:printf "%.3g"} {labels.scope}s/s sent to {labels.instance} do not decode '
+                        "(reason {labels.reason}); they are counted and dropped.",
+            thresholds=(Threshold(name="rate", value=0, doc="undecodable frames, records or JSON events per second"),),
+        ),
+        Alert(
+            name="InferwatchLabelCardinalityOverflow", group="inferwatch-sidecar", severity="warning", for_s=0,
+            expr="increase(inferwatch_label_overflow_total[{window:15m}]) > {values}",
+            summary="Values of label {labels.label} overflow their cardinality budget.",
+            description="{value:humanize} values of label {labels.label} were mapped to __overflow__ by "
+                        "{labels.instance} in the last {window:15m}: the label's budget is spent and new values are "
+                        "merged.",
+            thresholds=(Threshold(name="values", value=0, doc="values mapped to __overflow__ within 15 minutes"),),
+        ),
+    ]
+
+
+ALERTS: tuple[Alert, ...] = (*_slo_alerts(), *_serving_alerts(), *_gpu_alerts(), *_drift_alerts(),
+                             *_sidecar_alerts())
+RECORDINGS: tuple[Recording, ...] = (*_recordings(), *_fleet_recordings())
+
+#: Group names of alerts/inferwatch.rules.yml, in file order.
+GROUPS: tuple[str, ...] = (
+    "inferwatch-recording", "inferwatch-slo", "inferwatch-serving", "inferwatch-gpu", "inferwatch-drift",
+    "inferwatch-sidecar",
+)
+#: Group names of alerts/drift.rules.yml (owned by the drift component).
+FLEET_GROUPS: tuple[str, ...] = (_FLEET,)
+
+#: Every rule file of ``alerts/``.
+RULE_FILES: tuple[RuleFile, ...] = (
+    RuleFile(name="inferwatch.rules.yml", groups=GROUPS),
+    RuleFile(name="drift.rules.yml", groups=FLEET_GROUPS, doc=FLEET_DRIFT_DOC),
+)
+
+# ---------------------------------------------------------------------------------------------------------------
+# rendering
+# ---------------------------------------------------------------------------------------------------------------
+
+_DURATION = re.compile(r"(\d+)([smhd])")
+_UNIT_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def _fmt_number(v: float | str) -> str:
+    if isinstance(v, str):
+        return v
+    return f"{v:g}" if not float(v).is_integer() else str(int(v))
 
 
 def _le(value: float) -> str:
@@ -140,335 +589,73 @@ def _le(value: float) -> str:
     return f'le="{text}"'
 
 
-#: The latency objectives: (quantile name, objective, target seconds, burn-rate factor, severity).
-#: Targets must be bucket bounds of inferwatch_stage_duration_seconds (a test checks it) because the
-#: burn rate counts the calls slower than the target straight from the histogram buckets.
-LATENCY_OBJECTIVES: tuple[tuple[str, float, float, float, str], ...] = (
-    ("p99", 0.99, 1.0, 14.4, "critical"),
-    ("p999", 0.999, 2.5, 14.4, "warning"),
-)
+class _Window:
+    """``{window:5m}``: the duration in the format spec, scaled by the profile."""
 
-# ---------------------------------------------------------------------------------------------------------------
-# recording rules
-# ---------------------------------------------------------------------------------------------------------------
+    def __init__(self, profile: Profile) -> None:
+        self._profile = profile
 
-
-def _recordings() -> list[Recording]:
-    out: list[Recording] = [
-        Recording("service_model_version:inferwatch_requests:rate5m", "inferwatch-recording",
-                  f"sum by ({SERVING}) (rate(inferwatch_requests_total[@w(300)]))"),
-        Recording("service_model_version:inferwatch_request_errors:ratio_rate5m", "inferwatch-recording",
-                  f'sum by ({SERVING}) (rate(inferwatch_requests_total{{outcome="error"}}[@w(300)]))\n'
-                  f"/\nsum by ({SERVING}) (rate(inferwatch_requests_total[@w(300)]))"),
-    ]
-    for q, name in ((0.5, "p50"), (0.99, "p99"), (0.999, "p999")):
-        out.append(Recording(
-            f"service_model_version:inferwatch_request_duration_seconds:{name}_5m", "inferwatch-recording",
-            f"histogram_quantile({q}, sum by ({SERVING}, le) "
-            f"(rate(inferwatch_request_duration_seconds_bucket[@w(300)])))"))
-        out.append(Recording(
-            f"service_model_version_stage:inferwatch_stage_duration_seconds:{name}_5m", "inferwatch-recording",
-            f"histogram_quantile({q}, sum by ({STAGE}, le) "
-            f"(rate(inferwatch_stage_duration_seconds_bucket[@w(300)])))"))
-    # Share of stage calls slower than each latency target, over the two windows of the burn-rate alerts.
-    for name, _obj, _target, _burn, _sev in LATENCY_OBJECTIVES:
-        for window, seconds in (("5m", 300), ("1h", 3600)):
-            out.append(Recording(
-                f"service_model_version_stage:inferwatch_stage_slow_{name}:ratio_rate{window}", "inferwatch-slo",
-                f"1 - (\n  sum by ({STAGE}) (rate(inferwatch_stage_duration_seconds_bucket{{@le({name})}}"
-                f"[@w({seconds})]))\n  /\n"
-                f"  sum by ({STAGE}) (rate(inferwatch_stage_duration_seconds_count[@w({seconds})]))\n)"))
-    return out
+    def __format__(self, spec: str) -> str:
+        m = _DURATION.fullmatch(spec)
+        if m is None:
+            raise ValueError(f"{{window:{spec}}}: not a duration such as 5m, 1h or 1d")
+        return self._profile.duration(int(m.group(1)) * _UNIT_SECONDS[m.group(2)])
 
 
-# ---------------------------------------------------------------------------------------------------------------
-# alerts
-# ---------------------------------------------------------------------------------------------------------------
+class _Labels:
+    """``{labels.NAME}``: Go template text for the alert's label NAME."""
 
-#: Regex (RE2, fully anchored) of the profile column names that hold the prediction. The drift
-#: metrics carry no role label, so the prediction column is found by name; ``__prediction__`` is
-#: the column name of warm-up references; ``.*pred.*`` catches the usual names of a profile's prediction
-#: column (prediction, predicted_class, y_pred, label_pred). Narrow it if an input feature matches.
-PREDICTION_FEATURES = "__prediction__|.*pred.*"
-
-_WHERE = "{{ $labels.model }} {{ $labels.model_version }} ({{ $labels.service }})"
-_MV = "{{ $labels.model }} version {{ $labels.model_version }}"
+    def __getattr__(self, name: str) -> str:
+        if name.startswith("_"):
+            raise AttributeError(name)
+        return f"{{{{ $labels.{name} }}}}"
 
 
-def _alerts() -> list[Alert]:
-    out: list[Alert] = []
-    for name, objective, target, burn, severity in LATENCY_OBJECTIVES:
-        pct = f"{objective * 100:g}"
-        rec = f"service_model_version_stage:inferwatch_stage_slow_{name}"
-        out.append(Alert(
-            f"InferwatchStageLatency{name.upper()}BudgetBurn", "inferwatch-slo", severity,
-            f"{rec}:ratio_rate5m > (@t(burn_rate) * (1 - @t(objective)))\n"
-            f"and\n{rec}:ratio_rate1h > (@t(burn_rate) * (1 - @t(objective)))",
-            120,
-            f"Stage {{{{ $labels.stage }}}} of {{{{ $labels.model }}}} is burning its {name.upper()} latency budget.",
-            f"{{{{ $value | humanizePercentage }}}} of the calls of stage {{{{ $labels.stage }}}} of {_WHERE} "
-            f"over the last @w(300) took longer than the {name.upper()} target of @t(target_seconds)s; "
-            f"the objective allows {100 - float(pct):.3g}%, so the error budget burns more than "
-            f"@t(burn_rate)x too fast (also true over the last @w(3600)).",
-            (
-                Threshold("objective", objective, f"share of calls that must finish within target_seconds ({pct}%)"),
-                Threshold("target_seconds", target,
-                          "latency target in seconds; must be a bucket bound of inferwatch_stage_duration_seconds"),
-                Threshold("burn_rate", burn,
-                          "how many times faster than sustainable the budget burns (14.4 = a 30-day budget in "
-                          "2 days), required over both 5m and 1h"),
-            ),
-        ))
-    out += [
-        Alert(
-            "InferwatchHighErrorRate", "inferwatch-serving", "critical",
-            "service_model_version:inferwatch_request_errors:ratio_rate5m > @t(error_ratio)",
-            300,
-            "{{ $labels.model }} {{ $labels.model_version }} fails too many requests.",
-            f"{{{{ $value | humanizePercentage }}}} of the requests to {_WHERE} failed over the last @w(300) "
-            "(threshold @t(error_ratio))." ,
-            (Threshold("error_ratio", 0.05, "share of requests ending in outcome=\"error\""),),
-        ),
-        Alert(
-            "InferwatchQueueBacklog", "inferwatch-serving", "warning",
-            "min_over_time(inferwatch_queue_depth[@w(300)]) > @t(depth)",
-            600,
-            "The request queue of {{ $labels.model }} {{ $labels.model_version }} is not draining.",
-            f"The queue of {_WHERE} has held more than @t(depth) requests for at least @w(900) "
-            "(lowest depth over the last @w(300): {{ $value | humanize }}).",
-            (Threshold("depth", 100, "queue depth that must be exceeded for the whole 5-minute window"),),
-        ),
-        # -- GPU -----------------------------------------------------------------------------------------------
-        Alert(
-            "InferwatchGPUMemoryFillingUp", "inferwatch-gpu", "warning",
-            "(inferwatch_gpu_memory_free_bytes / inferwatch_gpu_memory_total_bytes) < @t(free_ratio)\n"
-            "and\npredict_linear(inferwatch_gpu_memory_free_bytes[@w(21600)], @t(horizon_seconds)) < 0",
-            3600,
-            "GPU {{ $labels.gpu }} memory is predicted to run out within @w(86400).",
-            "GPU {{ $labels.gpu }} has only {{ $value | humanizePercentage }} of its memory free and, at the "
-            "trend of the last @w(21600), will be full within @w(86400).",
-            (
-                Threshold("free_ratio", 0.25, "level gate: free share of device memory below which the trend counts"),
-                Threshold("horizon_seconds", 86400, "trend gate: predict_linear horizon (24h)"),
-            ),
-        ),
-        Alert(
-            "InferwatchGPUMemoryFillingUpSoon", "inferwatch-gpu", "critical",
-            "(inferwatch_gpu_memory_free_bytes / inferwatch_gpu_memory_total_bytes) < @t(free_ratio)\n"
-            "and\npredict_linear(inferwatch_gpu_memory_free_bytes[@w(3600)], @t(horizon_seconds)) < 0",
-            1800,
-            "GPU {{ $labels.gpu }} memory is predicted to run out within @w(14400).",
-            "GPU {{ $labels.gpu }} has only {{ $value | humanizePercentage }} of its memory free and, at the "
-            "trend of the last @w(3600), will be full within @w(14400).",
-            (
-                Threshold("free_ratio", 0.10, "level gate: free share of device memory"),
-                Threshold("horizon_seconds", 14400, "trend gate: predict_linear horizon (4h)"),
-            ),
-        ),
-        Alert(
-            "InferwatchGPUMemoryLeak", "inferwatch-gpu", "warning",
-            "inferwatch_gpu_leak_rate_bytes_per_second\nand on (gpu, pid)\n"
-            "(inferwatch_gpu_leak_detected == 1)",
-            0,
-            "GPU memory leak on GPU {{ $labels.gpu }}{{ if $labels.pid }} in process {{ $labels.pid }}{{ end }}.",
-            "The memory floor on GPU {{ $labels.gpu }}{{ if $labels.pid }} of process {{ $labels.pid }}{{ end }} "
-            "grows by {{ $value | humanize1024 }}B/s; "
-            '{{ with printf "inferwatch_gpu_leak_time_to_oom_seconds{gpu=\'%s\',pid=\'%s\'}" $labels.gpu '
-            "$labels.pid | query }}at that rate the device runs out of memory in "
-            "{{ . | first | value | humanizeDuration }}{{ else }}the time to OOM is not known yet{{ end }}."
-            '{{ with printf "inferwatch_gpu_leak_kind{gpu=\'%s\',pid=\'%s\'} == 1" $labels.gpu $labels.pid '
-            '| query }} Kind: {{ . | first | label "kind" }}.{{ end }}',
-            # the kind (tensor, cache_fragmentation, native, unknown) picks the runbook's branch
-        ),
-        Alert(
-            "InferwatchGPUAllocatorFragmented", "inferwatch-gpu", "warning",
-            "inferwatch_gpu_allocator_fragmentation_ratio > @t(ratio)",
-            1800,
-            "The CUDA caching allocator of process {{ $labels.pid }} is fragmented.",
-            "{{ $value | humanizePercentage }} of the memory reserved by the caching allocator of process "
-            "{{ $labels.pid }} on GPU {{ $labels.gpu }} sits in inactive split blocks (threshold @t(ratio)).",
-            (Threshold("ratio", 0.3, "inactive-split bytes / reserved bytes"),),
-        ),
-        Alert(
-            "InferwatchGPUAllocRetries", "inferwatch-gpu", "warning",
-            "increase(inferwatch_gpu_allocator_alloc_retries_total[@w(900)]) > @t(retries)",
-            0,
-            "Process {{ $labels.pid }} keeps flushing the CUDA allocator cache to allocate.",
-            "The caching allocator of process {{ $labels.pid }} on GPU {{ $labels.gpu }} retried "
-            "{{ $value | humanize }} cudaMalloc calls after flushing its cache in the last @w(900) "
-            "(threshold @t(retries)); every retry stalls the stream.",
-            (Threshold("retries", 10, "allocation retries within 15 minutes"),),
-        ),
-        Alert(
-            "InferwatchGPUOutOfMemory", "inferwatch-gpu", "critical",
-            "increase(inferwatch_gpu_allocator_ooms_total[@w(600)]) > 0",
-            0,
-            "Process {{ $labels.pid }} ran out of GPU memory.",
-            "The allocator of process {{ $labels.pid }} on GPU {{ $labels.gpu }} raised "
-            "{{ $value | humanize }} out-of-memory errors in the last @w(600).",
-        ),
-        Alert(
-            "InferwatchGPUCollectorDown", "inferwatch-gpu", "warning",
-            # last_success_age is -1 until the first good sample: a host without a GPU (backend auto, no
-            # NVML) never pages; a collector that worked and stopped does, and so does a failed component.
-            "(\n  inferwatch_gpu_collector_up == 0\n  and\n  inferwatch_gpu_collector_last_success_age_seconds >= 0\n)"
-            '\nor\ninferwatch_component_up{component="gpu"} == 0',
-            300,
-            "The sidecar's GPU collector is not returning data.",
-            "The GPU collector of {{ $labels.instance }} has returned no device data for @w(300), so GPU "
-            "memory, leak and fragmentation alerts are blind. /v1/status shows the NVML error and its fix.",
-        ),
-        # -- drift ---------------------------------------------------------------------------------------------
-        Alert(
-            "InferwatchFeatureDrift", "inferwatch-drift", "warning",
-            "inferwatch_drift_dataset_drifted_ratio\nand on (model, model_version)\n"
-            "(inferwatch_drift_dataset_drifted == 1)",
-            900,
-            f"The inputs of {_MV} drifted from the reference.",
-            f"{{{{ $value | humanizePercentage }}}} of the input features of {_MV} differ significantly from the "
-            "reference profile (after multiple-testing correction and effect-size floors) for @w(900).",
-        ),
-        Alert(
-            "InferwatchPredictionDrift", "inferwatch-drift", "warning",
-            'inferwatch_drift_feature_drifted{feature=~"@t(feature_regex)"} == 1',
-            900,
-            f"The predictions of {_MV} drifted from the reference.",
-            f"The distribution of the predicted classes of {_MV} (column {{{{ $labels.feature }}}}) differs "
-            "significantly from the reference profile for @w(900).",
-            (Threshold("feature_regex", PREDICTION_FEATURES,
-                       "regex of the prediction column names (the drift metrics have no role label)"),),
-        ),
-        Alert(
-            "InferwatchConfidenceDrop", "inferwatch-drift", "warning",
-            'inferwatch_drift_confidence_mean{window="reference"}\n- ignoring (window)\n'
-            'inferwatch_drift_confidence_mean{window="current"}\n> @t(drop)',
-            1800,
-            f"The mean confidence of {_MV} dropped.",
-            f"The mean confidence of {_MV} is {{{{ $value | printf \"%.2f\" }}}} below the reference's "
-            "(threshold @t(drop)) for @w(1800).",
-            (Threshold("drop", 0.1, "absolute drop of the window's mean confidence below the reference's"),),
-        ),
-        Alert(
-            "InferwatchCanaryDiverging", "inferwatch-drift", "warning",
-            "inferwatch_drift_canary_drifted_ratio > @t(drifted_ratio)",
-            900,
-            "Version {{ $labels.model_version }} of {{ $labels.model }} behaves differently from "
-            "{{ $labels.baseline_version }}.",
-            "{{ $value | humanizePercentage }} of the columns (inputs, predictions, confidence) of "
-            f"{_MV} differ significantly from the stable version {{{{ $labels.baseline_version }}}} "
-            "for @w(900).",
-            (Threshold("drifted_ratio", 0, "share of columns that differ (0: any column; the test already "
-                                             "corrects for multiple testing)"),),
-        ),
-        Alert(
-            "InferwatchEstimatedAccuracyLow", "inferwatch-drift", "warning",
-            "inferwatch_drift_estimated_accuracy_ratio < @t(accuracy)",
-            1800,
-            f"The estimated accuracy of {_MV} is low.",
-            f"The label-free accuracy estimate (CBPE) of {_MV} is {{{{ $value | humanizePercentage }}}}, below "
-            "@t(accuracy), for @w(1800).",
-            (Threshold("accuracy", 0.7, "floor of the estimated accuracy"),),
-        ),
-        # -- the sidecar itself ---------------------------------------------------------------------------------
-        Alert(
-            "InferwatchSidecarDown", "inferwatch-sidecar", "critical",
-            f"up{{{SIDECAR_JOB_SELECTOR}}} == 0",
-            300,
-            "The inferwatch sidecar {{ $labels.instance }} cannot be scraped.",
-            "Prometheus has failed to scrape {{ $labels.instance }} (job {{ $labels.job }}) for @w(300): "
-            "no latency, GPU or drift data arrives from that replica.",
-        ),
-        Alert(
-            "InferwatchSidecarAbsent", "inferwatch-sidecar", "critical",
-            f"absent(up{{{SIDECAR_JOB_SELECTOR}}})",
-            900,
-            "No inferwatch sidecar is being scraped.",
-            f"Prometheus has had no scrape target of job {{{{ $labels.job }}}} ({{{SIDECAR_JOB_SELECTOR}}}) "
-            "for @w(900): the sidecar, its Service or its ServiceMonitor is missing.",
-        ),
-        Alert(
-            "InferwatchSDKDroppingEvents", "inferwatch-sidecar", "warning",
-            "sum by (job, instance, reason) (rate(inferwatch_sdk_dropped_events_total[@w(300)])) > @t(rate)",
-            600,
-            "The SDK in the model server drops events ({{ $labels.reason }}).",
-            "Producers reporting to {{ $labels.instance }} drop {{ $value | printf \"%.3g\" }} events/s before sending "
-            "(reason {{ $labels.reason }}); latency and drift data are incomplete.",
-            (Threshold("rate", 0, "dropped events per second"),),
-        ),
-        Alert(
-            "InferwatchIngestDropping", "inferwatch-sidecar", "warning",
-            "(\n  sum by (job, instance, reason) (rate(inferwatch_ingest_dropped_total[@w(300)]))\nor\n  "
-            'label_replace(sum by (job, instance) (rate(inferwatch_ingest_socket_queue_dropped_total[@w(300)])), '
-            '"reason", "socket_queue", "", "")\nor\n  '
-            'label_replace(sum by (job, instance) (rate(inferwatch_ingest_lost_frames_total[@w(300)])), '
-            '"reason", "lost_frames", "", "")\n) > @t(rate)',
-            600,
-            "The sidecar {{ $labels.instance }} loses events ({{ $labels.reason }}).",
-            "The sidecar {{ $labels.instance }} lost {{ $value | printf \"%.3g\" }} items/s over the last @w(300) "
-            "(reason {{ $labels.reason }}).",
-            (Threshold("rate", 0, "dropped items per second"),),
-        ),
-        Alert(
-            "InferwatchIngestDecodeErrors", "inferwatch-sidecar", "warning",
-            "sum by (job, instance, scope, reason) (rate(inferwatch_ingest_decode_errors_total[@w(300)])) "
-            "> @t(rate)",
-            600,
-            "The sidecar {{ $labels.instance }} receives malformed events ({{ $labels.reason }}).",
-            "{{ $value | printf \"%.3g\" }} {{ $labels.scope }}s/s sent to {{ $labels.instance }} do not decode "
-            "(reason {{ $labels.reason }}); they are counted and dropped.",
-            (Threshold("rate", 0, "undecodable frames, records or JSON events per second"),),
-        ),
-        Alert(
-            "InferwatchLabelCardinalityOverflow", "inferwatch-sidecar", "warning",
-            "increase(inferwatch_label_overflow_total[@w(900)]) > @t(values)",
-            0,
-            "Values of label {{ $labels.label }} overflow their cardinality budget.",
-            "{{ $value | humanize }} values of label {{ $labels.label }} were mapped to __overflow__ by "
-            "{{ $labels.instance }} in the last @w(900): the label's budget is spent and new values are "
-            "merged.",
-            (Threshold("values", 0, "values mapped to __overflow__ within 15 minutes"),),
-        ),
-    ]
-    return out
+class _Value:
+    """``{value:FUNCTION}``: Go template text for the alert's value piped through FUNCTION."""
+
+    def __format__(self, spec: str) -> str:
+        return f"{{{{ $value | {spec} }}}}" if spec else "{{ $value }}"
 
 
-ALERTS: tuple[Alert, ...] = tuple(_alerts())
-RECORDINGS: tuple[Recording, ...] = tuple(_recordings())
+class _ThresholdField:
+    """``{NAME}`` or ``{NAME:le}`` for one threshold."""
 
-#: Group names in file order, with their evaluation interval (None = Prometheus's global one).
-GROUPS: tuple[str, ...] = (
-    "inferwatch-recording", "inferwatch-slo", "inferwatch-serving", "inferwatch-gpu", "inferwatch-drift",
-    "inferwatch-sidecar",
-)
+    def __init__(self, threshold: Threshold, profile: Profile) -> None:
+        self._t = threshold
+        self._profile = profile
 
-_PLACEHOLDER = re.compile(r"@([wt])\(([A-Za-z0-9_.]+)\)")
+    def __format__(self, spec: str) -> str:
+        v = self._t.value
+        if spec == "le":
+            return _le(float(v))
+        if spec:
+            raise ValueError(f"{{{self._t.name}:{spec}}}: the only threshold format is 'le'")
+        if self._t.duration:
+            return _fmt_number(self._profile.seconds(float(v)))
+        return _fmt_number(v)
 
 
-def _fmt_number(v: float | str) -> str:
-    if isinstance(v, str):
-        return v
-    return f"{v:g}" if not float(v).is_integer() else str(int(v))
+class _Fields(dict[str, Any]):
+    """The fields of one rule's templates; a missing one names the rule."""
+
+    def __init__(self, owner: str, fields: Mapping[str, Any]) -> None:
+        super().__init__(fields)
+        self._owner = owner
+
+    def __missing__(self, key: str) -> Any:
+        raise KeyError(f"{self._owner}: no threshold or field {key!r}")
 
 
 def render(text: str, profile: Profile, alert: Alert | None = None) -> str:
-    """Expand ``@w(seconds)`` and ``@t(name)`` placeholders."""
-
-    def sub(m: re.Match[str]) -> str:
-        kind, arg = m.group(1), m.group(2)
-        if kind == "w":
-            return profile.duration(float(arg))
-        if alert is None:
-            raise ValueError(f"@t({arg}) outside an alert")
-        for t in alert.thresholds:
-            if t.name == arg:
-                if isinstance(t.value, str):
-                    return t.value
-                if t.name == "horizon_seconds":
-                    return _fmt_number(profile.seconds(t.value))
-                return _fmt_number(t.value)
-        raise ValueError(f"alert {alert.name}: unknown threshold {arg!r}")
-
-    return _PLACEHOLDER.sub(sub, text)
+    """Fill a template's fields (see the module docstring) for ``profile`` and ``alert``'s thresholds."""
+    fields: dict[str, Any] = {
+        "window": _Window(profile), "labels": _Labels(), "value": _Value(),
+        "by_version": SERVING, "by_stage": STAGE, "sidecar_job": SIDECAR_JOB_SELECTOR,
+    }
+    if alert is not None:
+        fields.update((t.name, _ThresholdField(t, profile)) for t in alert.thresholds)
+    return text.format_map(_Fields(alert.name if alert else "template", fields))
 
 
 Overrides = dict[str, dict[str, float | str]]
@@ -481,7 +668,7 @@ def effective_alerts(overrides: Overrides | None = None) -> list[Alert]:
         overrides: ``{alert name: {threshold name: value}}``; ``"for_s"`` replaces the ``for:`` duration.
 
     Raises:
-        ValueError: an unknown alert or threshold, or a latency target that is not a bucket bound.
+        ValueError: an unknown alert or threshold, or a threshold that must be a bucket bound and is not.
     """
     overrides = dict(overrides or {})
     out = []
@@ -496,49 +683,43 @@ def effective_alerts(overrides: Overrides | None = None) -> list[Alert]:
         out.append(replace(a, thresholds=th, for_s=for_s))
     if overrides:
         raise ValueError(f"unknown alert(s) {sorted(overrides)}")
-    _check_latency_targets(out)
+    _check_bucket_bounds(out)
     return out
 
 
-def _check_latency_targets(alerts: list[Alert]) -> None:
-    from inferwatch_sidecar.metrics.catalog import by_name
-
-    buckets = by_name()["inferwatch_stage_duration_seconds"].buckets or ()
+def _check_bucket_bounds(alerts: list[Alert]) -> None:
+    catalog = by_name()
     for a in alerts:
         for t in a.thresholds:
-            if t.name == "target_seconds" and float(t.value) not in buckets:
-                raise ValueError(f"{a.name}: target_seconds={t.value} is not a bucket bound of "
-                                 f"inferwatch_stage_duration_seconds {buckets}; the burn rate counts whole buckets")
+            if t.bucket_of is None:
+                continue
+            buckets = catalog[t.bucket_of].buckets or ()
+            if float(t.value) not in buckets:
+                raise ValueError(f"{a.name}: {t.name}={t.value} is not a bucket bound of {t.bucket_of} {buckets}; "
+                                 "the rule counts whole buckets")
 
 
-def _slo_alert(alerts: list[Alert], name: str) -> Alert:
-    return next(a for a in alerts if a.name == f"InferwatchStageLatency{name.upper()}BudgetBurn")
-
-
-def groups(profile: Profile = PRODUCTION, overrides: Overrides | None = None) -> list[dict[str, Any]]:
+def groups(profile: Profile = PRODUCTION, overrides: Overrides | None = None,
+           names: tuple[str, ...] = GROUPS) -> list[dict[str, Any]]:
     """Rule groups in Prometheus's rule-file layout, rendered for ``profile``.
 
     Args:
         profile: duration scaling (``PRODUCTION`` or ``FAST``).
         overrides: thresholds to replace, see :func:`effective_alerts`.
+        names: the groups to render, in order (those of one :class:`RuleFile`).
     """
-    alerts = effective_alerts(overrides)
-
-    def le(m: re.Match[str]) -> str:
-        target = next(t.value for t in _slo_alert(alerts, m.group(1)).thresholds if t.name == "target_seconds")
-        return _le(float(target))
-
+    alerts = {a.name: a for a in effective_alerts(overrides)}
     out: list[dict[str, Any]] = []
-    for g in GROUPS:
+    for g in names:
         rules: list[dict[str, Any]] = []
         for r in RECORDINGS:
             if r.group == g:
-                expr = re.sub(r"@le\((\w+)\)", le, render(r.expr, profile))
-                rule: dict[str, Any] = {"record": r.record, "expr": expr}
+                rule: dict[str, Any] = {"record": r.record,
+                                        "expr": render(r.expr, profile, alerts[r.alert] if r.alert else None)}
                 if r.labels:
                     rule["labels"] = dict(r.labels)
                 rules.append(rule)
-        for a in alerts:
+        for a in alerts.values():
             if a.group == g:
                 rule = {"alert": a.name, "expr": render(a.expr, profile, a)}
                 if a.for_s:
@@ -553,6 +734,15 @@ def groups(profile: Profile = PRODUCTION, overrides: Overrides | None = None) ->
         if rules:
             out.append({"name": g, "rules": rules})
     return out
+
+
+def threshold(alert: str, name: str) -> float:
+    """The numeric value of threshold ``name`` of ``alert`` (dashboards draw it on their panels)."""
+    a = next(a for a in ALERTS if a.name == alert)
+    v = next(t.value for t in a.thresholds if t.name == name)
+    if not isinstance(v, (int, float)):
+        raise TypeError(f"{alert}.{name} is {v!r}, not a number")
+    return float(v)
 
 
 def alert_names() -> list[str]:

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from dashboards.src import common
 
 from dashboards import generate as dash
 
@@ -173,14 +174,16 @@ def test_substitute_replaces_grafana_variables():
 
 
 def test_generation_refuses_a_query_on_a_renamed_metric(monkeypatch):
-    real = dash.overview
+    real = dash.dashboards
 
-    def broken() -> dash.Dashboard:
-        d = real()
-        d.items.append(dash.Panel("ghost", [dash.Target("rate(inferwatch_requests_count[5m])")]))
-        return d
+    def broken() -> list:
+        boards = real()
+        boards[0].panels.append(common.timeseries(title="ghost", description="",
+                                                  targets=[common.target("rate(inferwatch_requests_count[5m])")]
+                                                  ).build())
+        return boards
 
-    monkeypatch.setattr(dash, "overview", broken)
+    monkeypatch.setattr(dash, "dashboards", broken)
     with pytest.raises(SystemExit, match="unknown series 'inferwatch_requests_count'"):
         dash.render()
 
@@ -215,7 +218,7 @@ def test_runbooks_name_only_dashboards_and_panels_that_exist():
     titles = set()
     for d in dash.dashboards():
         titles.add(d.title.split(" / ", 1)[1])
-        titles |= {it.title for it in d.items}
+        titles |= {it.title for it in d.panels}
     text = (ROOT / "docs" / "runbooks.md").read_text()
     named = set(re.findall(r"(?<![*\w])\*([A-Z][^*\n]+?)\*(?!\*)", text))
     assert named, "the runbooks point to no dashboard panel"

@@ -1,0 +1,1 @@
+"""One module per dashboard, each with a ``build()``; ``common`` holds what they share."""

@@ -1,0 +1,53 @@
+"""Queue and batching: queue wait, queue depth and the dynamic batch-size distribution."""
+
+from __future__ import annotations
+
+from grafana_foundation_sdk.models.dashboard import Dashboard
+
+from dashboards.src.common import (
+    CORE,
+    RATE,
+    Row,
+    core_vars,
+    dashboard,
+    heatmap,
+    quantiles,
+    target,
+    threshold,
+    timeseries,
+)
+
+UID = "inferwatch-queue"
+
+
+def build() -> Dashboard:
+    depth = threshold("InferwatchQueueBacklog", "depth")
+    return dashboard(
+        uid=UID, title="inferwatch / Queue and batching",
+        description="Queue wait, queue depth and the dynamic batch-size distribution.",
+        variables=core_vars(),
+        items=[
+            Row("Queue"),
+            timeseries(title="Queue wait P50 / P99 / P999", unit="s",
+                       description="Time requests waited in the queue stages (ingest.queue_stages).",
+                       targets=quantiles("inferwatch_queue_wait_seconds", CORE, "model, model_version",
+                                         exemplar=True)),
+            timeseries(title="Queue depth", minimum=0, thresholds=[(depth / 2, "yellow"), (depth, "red")],
+                       description="Latest reported queue depth; red at InferwatchQueueBacklog's threshold.",
+                       targets=[target(f"max by (model, model_version) (inferwatch_queue_depth{{{CORE}}})",
+                                       "{{model}} {{model_version}}")]),
+            Row("Dynamic batching"),
+            heatmap(title="Batch size distribution", description="Batches per second by batch size bucket.",
+                    targets=[target(f"sum by (le) (rate(inferwatch_batch_size_bucket{{{CORE}}}[{RATE}]))", "{{le}}",
+                                    heatmap=True)]),
+            timeseries(title="Mean batch size and batches per second", minimum=0,
+                       description="Average items per batch, and batches formed per second.",
+                       targets=[
+                           target(f"sum(rate(inferwatch_batch_size_sum{{{CORE}}}[{RATE}]))\n/\n"
+                                  f"sum(rate(inferwatch_batch_size_count{{{CORE}}}[{RATE}]))", "mean batch size"),
+                           target(f"sum(rate(inferwatch_batch_size_count{{{CORE}}}[{RATE}]))", "batches/s"),
+                       ]),
+            timeseries(title="Batch size P50 / P99", w=24, minimum=0, description="Batch size quantiles.",
+                       targets=quantiles("inferwatch_batch_size", CORE, "", qs=((0.5, "P50"), (0.99, "P99")))),
+        ],
+    )
