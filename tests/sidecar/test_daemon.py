@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import json
+import os
+import signal
 import socket
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -16,7 +19,7 @@ from prometheus_client.metrics_core import GaugeMetricFamily
 
 from inferwatch._wire import EV_RECORD, EV_REQUEST, Encoder
 from inferwatch_sidecar.config import load_config
-from inferwatch_sidecar.daemon import ComponentSlot, Sidecar
+from inferwatch_sidecar.daemon import HANDLED_SIGNALS, ComponentSlot, Sidecar
 from tests.sidecar.conftest import parse_metrics, sample, total, wait_until
 
 TOKEN = "test-token-0123456789"
@@ -247,3 +250,76 @@ def test_lost_frames_counted_from_sequence_gaps(daemon: tuple[Sidecar, FakeCompo
     s = wait_until(lambda: (m := metrics(sc)) and total(m, "inferwatch_requests_total", service="g") == 7 and m,
                    what="frames")
     assert sample(s, "inferwatch_ingest_lost_frames_total") == 3
+
+
+class SlowStop(FakeComponent):
+    """A component whose stop() takes its whole time limit unless released."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.stopping = threading.Event()
+        self.release = threading.Event()
+
+    def stop(self, timeout: float) -> None:
+        self.stopping.set()
+        self.release.wait(timeout)
+
+
+def _lifecycle_daemon(tmp_path: Path, component: FakeComponent | None = None) -> Sidecar:
+    tree = {"ingest": {"socket": str(tmp_path / "l.sock")}, "http": {"port": 0}, "shutdown_timeout_s": 30,
+            "gpu": {"enabled": False}, "drift": {"enabled": False}}
+    sc = Sidecar(load_config(environ={}, overrides=tree), environ={})
+    if component is not None:
+        sc.slots.append(ComponentSlot("slow", "built", component))  # type: ignore[arg-type]
+    return sc
+
+
+def _handlers() -> dict[int, Any]:
+    return {sig: signal.getsignal(sig) for sig in HANDLED_SIGNALS}
+
+
+def test_run_restores_the_signal_handlers_it_replaced(tmp_path: Path) -> None:
+    sc = _lifecycle_daemon(tmp_path)
+    before = _handlers()
+    during: dict[int, Any] = {}
+
+    def stop_when_ready() -> None:
+        wait_until(lambda: sc.ready, what="daemon ready")
+        during.update(_handlers())
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    t = threading.Thread(target=stop_when_ready)
+    t.start()
+    assert sc.run() == 0
+    t.join()
+    assert during == dict.fromkeys(HANDLED_SIGNALS, sc.handle_exit)
+    assert _handlers() == before
+
+
+@pytest.mark.parametrize("second", [signal.SIGINT, signal.SIGTERM])
+def test_a_second_signal_cuts_a_slow_shutdown_short(tmp_path: Path, second: signal.Signals) -> None:
+    slow = SlowStop()
+    sc = _lifecycle_daemon(tmp_path, slow)
+    before = _handlers()
+    sent_at: list[float] = []
+
+    def signal_twice() -> None:
+        wait_until(lambda: sc.ready, what="daemon ready")
+        os.kill(os.getpid(), signal.SIGTERM)
+        assert slow.stopping.wait(10), "shutdown never reached the slow component"
+        sent_at.append(time.monotonic())
+        os.kill(os.getpid(), second)
+
+    t = threading.Thread(target=signal_twice)
+    t.start()
+    try:
+        rc = sc.run()
+        returned_at = time.monotonic()
+    finally:
+        slow.release.set()
+        t.join()
+    assert rc == 128 + second
+    assert sc.force_exit
+    # shutdown_timeout_s is 30 s and the component would use all of it: the second signal ends the wait.
+    assert returned_at - sent_at[0] < 3.0
+    assert _handlers() == before

@@ -1,0 +1,207 @@
+"""The sidecar's HTTP endpoints as a route table, independent of the server that serves it.
+
+:func:`sidecar_routes` maps each path to a :class:`Route` (its methods and a
+handler from :class:`Request` to :class:`Response`). The handlers reach the
+rest of the sidecar only through the callables in :class:`Endpoints`, so any
+server that can build a ``Request`` and send a ``Response`` can serve them;
+:mod:`.http_server` is the standard-library one.
+
+Routes:
+    GET  /metrics          Prometheus text, or OpenMetrics (with exemplars) when the Accept header asks.
+    GET  /healthz          200 while the process runs (never touches GPU or drift).
+    GET  /readyz           200 once started and not shutting down, else 503.
+    GET  /v1/status        JSON status.
+    POST /v1/events        JSON events (docs/wire-format.md).
+    POST /v1/labels        JSON ground-truth labels for earlier predictions.
+    ANY  /admin/<component>/<path>   component admin routes; Bearer token required.
+"""
+
+from __future__ import annotations
+
+import hmac
+import json
+import logging
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+from urllib.parse import parse_qsl
+
+from prometheus_client.exposition import choose_encoder
+from prometheus_client.registry import Collector
+
+log = logging.getLogger("inferwatch.sidecar.http")
+
+TEXT = "text/plain; charset=utf-8"
+#: A component's admin handler: query parameters (and ``body`` for a POST) -> (status, content type, body).
+AdminHandler = Callable[[dict[str, str]], tuple[int, str, bytes]]
+
+
+class HttpError(Exception):
+    """A request the server refuses before a handler sees it (no length, body too large)."""
+
+    def __init__(self, status: int, message: str, close: bool = False) -> None:
+        super().__init__(message)
+        self.status = status
+        self.close = close
+
+
+class Headers(Protocol):
+    """Request headers: ``get`` ignores the name's case (``email.message.Message`` does)."""
+
+    def get(self, name: str, default: str, /) -> str: ...
+
+
+@dataclass(frozen=True)
+class Request:
+    """One HTTP request, as the server hands it to a handler.
+
+    Attributes:
+        method: ``GET``, ``HEAD`` or ``POST``.
+        path: the URL path, without the query.
+        query: the raw query string.
+        headers: request headers.
+        read_body: reads the body, at most ``limit`` bytes; raises
+            :class:`HttpError` (411 without a length, 413 past the limit).
+    """
+
+    method: str
+    path: str
+    query: str
+    headers: Headers
+    read_body: Callable[[int], bytes]
+
+
+@dataclass(frozen=True)
+class Response:
+    """What a handler answers; the server adds Content-Length and drops the body for HEAD."""
+
+    status: int
+    body: bytes
+    content_type: str = TEXT
+    headers: Mapping[str, str] = field(default_factory=dict)
+    close: bool = False
+
+
+Handler = Callable[[Request], Response]
+
+
+@dataclass(frozen=True)
+class Route:
+    """A handler and the methods it answers (others get 404, as an unknown path does)."""
+
+    methods: frozenset[str]
+    handler: Handler
+
+
+@dataclass(frozen=True, kw_only=True)
+class Endpoints:
+    """Everything the routes need from the sidecar, passed in at construction.
+
+    Attributes:
+        scrape: the ``Accept`` header -> (exposition body, content type); see :func:`scrape_registry`.
+        ready: whether the daemon has started and is not shutting down.
+        status: the JSON-able ``/v1/status`` document.
+        ingest_json: (``"events"`` or ``"labels"``, body bytes) -> (HTTP status, JSON answer).
+        reject_body: counts a JSON body refused for its length.
+        admin_route: (component, path) -> its admin handler, or None.
+        admin_index: admin paths by component.
+        admin_token: the Bearer token for ``/admin/``; None disables those routes.
+        max_body_bytes: the largest POST body read.
+    """
+
+    scrape: Callable[[str], tuple[bytes, str]]
+    ready: Callable[[], bool]
+    status: Callable[[], Mapping[str, Any]]
+    ingest_json: Callable[[str, bytes], tuple[int, Mapping[str, Any]]]
+    reject_body: Callable[[], None]
+    admin_route: Callable[[str, str], AdminHandler | None]
+    admin_index: Callable[[], Mapping[str, list[str]]]
+    admin_token: str | None
+    max_body_bytes: int
+
+
+def scrape_registry(registry: Collector, accept: str) -> tuple[bytes, str]:
+    """Render ``registry`` in the exposition format the ``Accept`` header asks for (prometheus_client's choice)."""
+    encoder, ctype = choose_encoder(accept)
+    return encoder(registry), ctype
+
+
+def json_response(status: int, obj: Any) -> Response:
+    return Response(status, json.dumps(obj, indent=1, default=str).encode() + b"\n", "application/json")
+
+
+def resolve(routes: Mapping[str, Route], method: str, path: str) -> Handler | None:
+    """The handler for ``method path``: an exact key, else the longest ``<prefix>/*`` key that matches."""
+    route = routes.get(path)
+    if route is None:
+        prefixes = [k[:-1] for k in routes if k.endswith("/*") and path.startswith(k[:-1])]
+        route = routes[max(prefixes, key=len) + "*"] if prefixes else None
+    if route is None or method not in route.methods:
+        return None
+    return route.handler
+
+
+_GET = frozenset({"GET", "HEAD"})
+_POST = frozenset({"POST"})
+_ANY = frozenset({"GET", "HEAD", "POST"})
+_INDEX = b"inferwatch sidecar: /metrics /healthz /readyz /v1/status /v1/events /v1/labels\n"
+
+
+def sidecar_routes(ep: Endpoints) -> dict[str, Route]:
+    """The sidecar's route table, path -> :class:`Route` (``/admin/*`` matches every path below it)."""
+
+    def metrics(req: Request) -> Response:
+        try:
+            body, ctype = ep.scrape(req.headers.get("Accept", ""))
+        except Exception as e:  # a broken family must not kill the endpoint silently
+            log.exception("scrape failed")
+            return Response(500, f"scrape failed: {e}\n".encode())
+        return Response(200, body, ctype)
+
+    def readyz(req: Request) -> Response:
+        return Response(200, b"ready\n") if ep.ready() else Response(503, b"not ready\n")
+
+    def post_json(kind: str) -> Handler:
+        def handle(req: Request) -> Response:
+            try:
+                body = req.read_body(ep.max_body_bytes)
+            except HttpError:
+                ep.reject_body()
+                raise
+            return json_response(*ep.ingest_json(kind, body))
+
+        return handle
+
+    def admin(req: Request) -> Response:
+        if ep.admin_token is None:
+            return Response(404, b"admin routes are disabled: set http.admin_token or INFERWATCH_ADMIN_TOKEN\n")
+        auth = req.headers.get("Authorization", "")
+        if not hmac.compare_digest(auth.encode(), ("Bearer " + ep.admin_token).encode()):
+            return Response(401, b"missing or wrong bearer token\n", headers={"WWW-Authenticate": "Bearer"})
+        parts = req.path.split("/", 3)  # ['', 'admin', component, rest]
+        if len(parts) < 3 or not parts[2]:
+            return json_response(200, {"routes": ep.admin_index()})
+        handler = ep.admin_route(parts[2], parts[3] if len(parts) > 3 else "")
+        if handler is None:
+            return Response(404, b"no such admin route\n")
+        query = dict(parse_qsl(req.query))
+        if req.method == "POST":
+            body = req.read_body(ep.max_body_bytes)
+            if body:
+                query["body"] = body.decode("utf-8", "replace")
+        try:
+            status, ctype, out = handler(query)
+        except Exception as e:
+            return Response(500, f"admin route failed: {e}\n".encode())
+        return Response(status, out, ctype)
+
+    return {
+        "/metrics": Route(_GET, metrics),
+        "/healthz": Route(_GET, lambda req: Response(200, b"ok\n")),
+        "/readyz": Route(_GET, readyz),
+        "/v1/status": Route(_GET, lambda req: json_response(200, ep.status())),
+        "/v1/events": Route(_POST, post_json("events")),
+        "/v1/labels": Route(_POST, post_json("labels")),
+        "/admin/*": Route(_ANY, admin),
+        "/": Route(_GET, lambda req: Response(200, _INDEX)),
+    }
