@@ -17,22 +17,21 @@ field, what is wrong and where the value came from, and start-up stops.
 
 from __future__ import annotations
 
+import json
 import os
+import sys
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+import yaml
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator
 
+# The SDK defines the default socket, so both sides agree on it.
+from inferwatch._env import DEFAULT_SOCKET
 from inferwatch_sidecar.components.drift.config import DriftConfig
 from inferwatch_sidecar.components.gpu.config import GpuConfig
 
-try:  # the SDK helper defines the default in one place
-    from inferwatch._env import DEFAULT_SOCKET as _DEFAULT_SOCKET
-except ImportError:  # pragma: no cover - until the SDK module lands
-    _DEFAULT_SOCKET = "/tmp/inferwatch/ingest.sock"
-
-DEFAULT_SOCKET: str = _DEFAULT_SOCKET
 ENV_PREFIX = "INFERWATCH_"
 
 
@@ -162,8 +161,6 @@ def _set_path(tree: dict[str, Any], path: list[str], value: Any) -> None:
 
 
 def _parse_scalar(text: str) -> Any:
-    import yaml
-
     try:
         return yaml.safe_load(text) if text != "" else ""
     except yaml.YAMLError:
@@ -176,8 +173,6 @@ def read_yaml(path: str | os.PathLike[str]) -> dict[str, Any]:
     Raises:
         ConfigError: the file is missing, unreadable, not YAML, or not a mapping.
     """
-    import yaml
-
     p = Path(path)
     try:
         text = p.read_text(encoding="utf-8")
@@ -235,11 +230,12 @@ def parse_set(items: list[str]) -> tuple[dict[str, Any], dict[str, str]]:
     return tree, sources
 
 
-def _merge(base: dict[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
+def merge(base: dict[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
+    """``base`` with ``over`` laid on top, nested mappings merged key by key (neither is modified)."""
     out = dict(base)
     for k, v in over.items():
         if isinstance(v, Mapping) and isinstance(out.get(k), dict):
-            out[k] = _merge(out[k], v)
+            out[k] = merge(out[k], v)
         else:
             out[k] = v
     return out
@@ -300,10 +296,10 @@ def load_config(
         for k in _flatten_keys(tree):
             sources[k] = f"config file {path}"
     env_tree, env_src = env_overrides(os.environ if environ is None else environ)
-    tree = _merge(tree, env_tree)
+    tree = merge(tree, env_tree)
     sources.update(env_src)
     if overrides:
-        tree = _merge(tree, overrides)
+        tree = merge(tree, overrides)
         for k in _flatten_keys(overrides):
             sources[k] = (override_sources or {}).get(k, "command line")
     try:
@@ -334,8 +330,6 @@ def reference_yaml(skip: tuple[str, ...] = ("gpu", "drift")) -> str:
             default = f.get_default(call_default_factory=True)
             if isinstance(default, SecretStr):
                 default = "***"
-            import json
-
             shown = f'"{default:04o}"' if name == "socket_mode" else json.dumps(default)
             lines.append(f"{indent}{name}: {shown}")
 
@@ -344,8 +338,6 @@ def reference_yaml(skip: tuple[str, ...] = ("gpu", "drift")) -> str:
 
 
 if __name__ == "__main__":  # pragma: no cover
-    import sys
-
     if sys.argv[1:] == ["--reference"]:
         sys.stdout.write(reference_yaml())
     else:

@@ -10,11 +10,16 @@ the OTLP pusher), a main loop that ticks until an exit flag is set, and
 3. stop the components;
 4. stop HTTP.
 
-SIGTERM and SIGINT set the exit flag; a second SIGINT forces the exit.
+SIGTERM and SIGINT set the exit flag. A second one sets ``force_exit``: the
+steps not yet begun get no time, :meth:`Sidecar.run` stops waiting for the
+one in progress and returns ``128 + signal``. The original signal handlers are
+restored when :meth:`Sidecar.run` returns.
 """
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import importlib
 import json
 import logging
@@ -26,25 +31,37 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Mapping
+from types import FrameType
 from typing import Any
 
 from prometheus_client import CollectorRegistry
-from prometheus_client.metrics_core import GaugeMetricFamily
 from prometheus_client.metrics_core import Metric as PromMetric
 from prometheus_client.process_collector import ProcessCollector
 
 from inferwatch_sidecar import __version__
+from inferwatch_sidecar.aggregate.aggregator import METRICS as AGGREGATOR_METRICS
 from inferwatch_sidecar.aggregate.aggregator import Aggregator
 from inferwatch_sidecar.aggregate.labels import LabelLimiter
 from inferwatch_sidecar.components.base import Component, ComponentContext
 from inferwatch_sidecar.config import SidecarConfig
 from inferwatch_sidecar.export.http_server import HttpServer
-from inferwatch_sidecar.ingest.http_json import JsonDecoder
+from inferwatch_sidecar.export.routes import AdminHandler, Endpoints, Route, scrape_registry, sidecar_routes
+from inferwatch_sidecar.ingest.http_json import JsonDecoder, JsonIngest
 from inferwatch_sidecar.ingest.pipeline import EVENT_TYPES, Pipeline
+from inferwatch_sidecar.ingest.pipeline import METRICS as PIPELINE_METRICS
 from inferwatch_sidecar.ingest.sockets import IngestThread
-from inferwatch_sidecar.metrics import core as core_metrics
+from inferwatch_sidecar.metrics import families
+from inferwatch_sidecar.metrics.catalog import all_metrics
+from inferwatch_sidecar.metrics.core import COMPONENT_UP, PROCESS_METRICS
 
 log = logging.getLogger("inferwatch.sidecar")
+
+#: Signals that start a graceful shutdown (a second one forces it).
+HANDLED_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+#: How often the main thread checks on a shutdown in progress (and handles signals).
+_SHUTDOWN_POLL_S = 0.05
+#: After a forced exit, how long the remaining steps (given no time of their own) may still take.
+_FORCED_GRACE_S = 0.5
 
 #: Components the daemon knows, in start order: config section name -> module.
 COMPONENTS = (
@@ -66,15 +83,10 @@ class ComponentSlot:
         self.component = component
         self.reason = reason
 
-
-class _Collector:
-    """Adapts a zero-arg callable returning metric families to the registry's Collector protocol."""
-
-    def __init__(self, fn: Callable[[], Iterable[PromMetric]]) -> None:
-        self._fn = fn
-
-    def collect(self) -> Iterable[PromMetric]:
-        return self._fn()
+#: What the core collector exports: the aggregator's, the pipeline's and the component states.
+CORE_METRICS = (*AGGREGATOR_METRICS, *PIPELINE_METRICS, COMPONENT_UP)
+#: The catalog entries of every component the daemon knows (running or not: the names stay reserved).
+COMPONENT_METRICS = tuple(m for m in all_metrics() if m.component in dict(COMPONENTS))
 
 
 class Sidecar:
@@ -99,6 +111,7 @@ class Sidecar:
         self.started_mono = time.monotonic()
         self.should_exit = threading.Event()
         self.force_exit = False
+        self._force_signal = 0
         self.ready = False
         self.ctx = ComponentContext(default_label_budget=cfg.labels.default_max_values)
         for label, budget in cfg.labels.max_values.items():
@@ -107,7 +120,7 @@ class Sidecar:
         self.pipeline = Pipeline(
             self.aggregator, max_producers=cfg.ingest.max_producers, max_schemas=cfg.ingest.max_schemas, clock=clock
         )
-        self.json_decoder = JsonDecoder(cfg.ingest.max_json_events)
+        self.json_ingest = JsonIngest(self.pipeline, JsonDecoder(cfg.ingest.max_json_events))
         self.slots: list[ComponentSlot] = []
         self.ingest: IngestThread | None = None
         self.http: HttpServer | None = None
@@ -115,9 +128,11 @@ class Sidecar:
         self.otlp_state = "disabled"
         self._rates: deque[tuple[float, int, int, int]] = deque(maxlen=130)
         self.registry = CollectorRegistry()
-        self.registry.register(_Collector(self._collect_core))
-        self.registry.register(_Collector(self._collect_components))
-        ProcessCollector(namespace="inferwatch_sidecar", registry=self.registry)
+        # Every collector describes its catalog entries, so the registry refuses a name exported twice.
+        self.registry.register(families.CatalogCollector(self._collect_core, CORE_METRICS))
+        self.registry.register(families.CatalogCollector(self._collect_components, COMPONENT_METRICS))
+        process = ProcessCollector(namespace="inferwatch_sidecar", registry=None)
+        self.registry.register(families.CatalogCollector(process.collect, PROCESS_METRICS))
 
     # -- collection ------------------------------------------------------------
 
@@ -125,8 +140,7 @@ class Sidecar:
         yield from self.aggregator.collect()
         limiters = {**self.ctx.limiters, "label_set": self.aggregator.label_set_overflow}
         yield from self.pipeline.collect(self.clock(), self.cfg.ingest.producer_timeout_s, limiters)
-        m = {x.name: x for x in core_metrics.METRICS}["inferwatch_component_up"]
-        g = GaugeMetricFamily(m.name, m.help, labels=m.labels)
+        g = families.gauge(COMPONENT_UP)
         for s in self.slots:
             g.add_metric([s.name], 1.0 if s.state == "running" else 0.0)
         yield g
@@ -175,7 +189,8 @@ class Sidecar:
             if types:
                 self.pipeline.dispatch.append((name, types, comp.handle))
 
-    def admin_route(self, component: str, path: str) -> Callable[[dict[str, str]], tuple[int, str, bytes]] | None:
+    def admin_route(self, component: str, path: str) -> AdminHandler | None:
+        """The running component's admin handler for ``path``, or None; what it raises is counted, then re-raised."""
         for s in self.slots:
             if s.name == component and s.component is not None and s.state == "running":
                 routes_fn = getattr(s.component, "admin_routes", None)
@@ -186,8 +201,16 @@ class Sidecar:
                 except Exception:
                     self.pipeline.count_component_error(s.name, "admin_routes")
                     return None
-                return routes.get(path) or routes.get("/" + path)  # type: ignore[no-any-return]
+                handler = routes.get(path) or routes.get("/" + path)
+                return None if handler is None else functools.partial(self._call_admin, s.name, handler)
         return None
+
+    def _call_admin(self, name: str, handler: AdminHandler, query: dict[str, str]) -> tuple[int, str, bytes]:
+        try:
+            return handler(query)
+        except Exception:
+            self.pipeline.count_component_error(name, "admin")
+            raise
 
     def admin_routes_index(self) -> dict[str, list[str]]:
         out: dict[str, list[str]] = {}
@@ -281,7 +304,10 @@ class Sidecar:
         )
         self.ingest.open()
         try:
-            self.http = HttpServer(self, cfg.http.host, cfg.http.port)
+            self.http = HttpServer(self._routes(), cfg.http.host, cfg.http.port)
+        except OSError as e:
+            self.ingest.close()
+            raise StartupError(f"http.port: cannot listen on {cfg.http.host}:{cfg.http.port}: {e.strerror}") from None
         except BaseException:
             self.ingest.close()
             raise
@@ -304,6 +330,23 @@ class Sidecar:
             "inferwatch sidecar %s ready: socket=%s udp=%s http=%s:%d components=%s",
             __version__, cfg.ingest.socket or "-", self.ingest.udp_port or "-", cfg.http.host, self.http.port,
             ",".join(f"{s.name}:{s.state}" for s in self.slots) or "-",
+        )
+
+    def _routes(self) -> dict[str, Route]:
+        """The HTTP route table, wired to this daemon through narrow callables only."""
+        token = self.cfg.http.admin_token
+        return sidecar_routes(
+            Endpoints(
+                scrape=functools.partial(scrape_registry, self.registry),
+                ready=lambda: self.ready,
+                status=self.status,
+                ingest_json=self.json_ingest.post,
+                reject_body=self.json_ingest.reject_body,
+                admin_route=self.admin_route,
+                admin_index=self.admin_routes_index,
+                admin_token=None if token is None else token.get_secret_value(),
+                max_body_bytes=self.cfg.ingest.max_json_body_bytes,
+            )
         )
 
     def _resource(self) -> dict[str, str]:
@@ -359,7 +402,8 @@ class Sidecar:
         ok = True
 
         def left() -> float:
-            return max(0.05, deadline - time.monotonic())
+            # After a second signal the steps still to come get no time: nothing waits for a flush any more.
+            return 0.0 if self.force_exit else max(0.05, deadline - time.monotonic())
 
         log.info("shutting down (limit %.1f s)", self.cfg.shutdown_timeout_s)
         if self.ingest is not None:
@@ -393,34 +437,79 @@ class Sidecar:
         log.info("stopped")
         return ok
 
-    def install_signal_handlers(self) -> None:
+    @contextlib.contextmanager
+    def install_signal_handlers(self) -> Iterator[None]:
+        """Handle SIGINT and SIGTERM with :meth:`handle_exit` inside the block; restore the original handlers after.
+
+        Signals reach only the main thread, so elsewhere (a test's helper
+        thread) this installs nothing.
+        """
         if threading.current_thread() is not threading.main_thread():
+            yield
             return
+        original = {sig: signal.signal(sig, self.handle_exit) for sig in HANDLED_SIGNALS}
+        try:
+            yield
+        finally:
+            for sig, handler in original.items():
+                signal.signal(sig, handler)
 
-        def handle(sig: int, frame: Any) -> None:
-            if self.should_exit.is_set() and sig == signal.SIGINT:
+    def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+        """The first signal asks for a graceful shutdown; a second one sets ``force_exit`` to shorten it."""
+        if self.should_exit.is_set():
+            if not self.force_exit:
+                log.warning("second %s: skipping the rest of the graceful shutdown", signal.Signals(sig).name)
+                self._force_signal = sig
                 self.force_exit = True
-                log.warning("second interrupt: exiting now")
-                os._exit(130)
-            self.should_exit.set()
-
-        signal.signal(signal.SIGTERM, handle)
-        signal.signal(signal.SIGINT, handle)
+            return
+        self.should_exit.set()
 
     def run(self) -> int:
-        """Start, serve until signalled, shut down. Returns the exit status."""
-        self.install_signal_handlers()
-        self.startup()
-        try:
-            self.main_loop()
-        finally:
-            # The time limit is enforced even if a component's stop() hangs.
-            watchdog = threading.Timer(self.cfg.shutdown_timeout_s + 1.0, self._shutdown_overrun)
-            watchdog.daemon = True
-            watchdog.start()
-            ok = self.shutdown()
-            watchdog.cancel()
+        """Start, serve until signalled, shut down.
+
+        Returns:
+            The exit status: 0 after a complete graceful shutdown, 1 when a
+            step failed or overran, ``128 + signal`` when a second signal
+            forced the exit.
+        """
+        with self.install_signal_handlers():
+            self.startup()
+            try:
+                self.main_loop()
+            finally:
+                ok = self._shutdown_from_main_thread()
+        if self.force_exit:
+            return 128 + self._force_signal
         return 0 if ok else 1
+
+    def _shutdown_from_main_thread(self) -> bool:
+        """Run :meth:`shutdown` on a helper thread while this one keeps handling signals.
+
+        Waiting here in short steps is what lets a second signal cut a slow
+        step short, and what enforces the time limit even if a component's
+        ``stop()`` hangs.
+        """
+        outcome: dict[str, Any] = {}
+
+        def target() -> None:
+            try:
+                outcome["ok"] = self.shutdown()
+            except BaseException as e:  # re-raised below, in the caller's thread
+                outcome["error"] = e
+
+        worker = threading.Thread(target=target, name="inferwatch-shutdown", daemon=True)
+        limit = time.monotonic() + self.cfg.shutdown_timeout_s + 1.0
+        worker.start()
+        while worker.is_alive():
+            if self.force_exit:
+                worker.join(_FORCED_GRACE_S)
+                break
+            if time.monotonic() > limit:
+                self._shutdown_overrun()
+            worker.join(_SHUTDOWN_POLL_S)
+        if "error" in outcome:
+            raise outcome["error"]
+        return bool(outcome.get("ok", False))
 
     def _shutdown_overrun(self) -> None:
         log.error("graceful shutdown exceeded shutdown_timeout_s=%.1f; exiting now", self.cfg.shutdown_timeout_s)

@@ -10,25 +10,22 @@ from prometheus_client.openmetrics.exposition import generate_latest as om_lates
 from prometheus_client.openmetrics.parser import text_string_to_metric_families as om_families
 
 from inferwatch._wire import EV_BATCH, EV_DROPS, EV_QUEUE, EV_RECORD, EV_REQUEST, EV_STAGE, Encoder
+from inferwatch_sidecar.aggregate import aggregator
 from inferwatch_sidecar.aggregate.aggregator import _CACHE_LIMIT, Aggregator
 from inferwatch_sidecar.aggregate.labels import LabelLimiter
 from inferwatch_sidecar.components.base import ComponentContext
 from inferwatch_sidecar.ingest.pipeline import Pipeline
 from inferwatch_sidecar.metrics import core as core_metrics
+from inferwatch_sidecar.metrics.families import CatalogCollector
 from tests.sidecar.conftest import parse_metrics, sample
 
 CTX = ("svc", "m", "v1")
 LAB = {"service": "svc", "model": "m", "model_version": "v1"}
 
 
-class _Reg:
-    def __init__(self, fn: Any) -> None:
-        self.collect = fn
-
-
 def scrape(agg: Aggregator, openmetrics: bool = False) -> str:
     reg = CollectorRegistry()
-    reg.register(_Reg(agg.collect))  # type: ignore[arg-type]
+    reg.register(CatalogCollector(agg.collect, aggregator.METRICS))
     return (om_latest if openmetrics else generate_latest)(reg).decode()
 
 
@@ -139,7 +136,7 @@ def test_every_catalog_family_is_exposed_with_catalog_types() -> None:
     agg = Aggregator(ComponentContext())
     agg.process([req(0.1)], [0] * 16)
     reg = CollectorRegistry()
-    reg.register(_Reg(agg.collect))  # type: ignore[arg-type]
+    reg.register(CatalogCollector(agg.collect, aggregator.METRICS))
     fams = {f.name: f for f in reg.collect()}
     for m in core_metrics.METRICS:
         if m.name.startswith(("inferwatch_ingest", "inferwatch_sidecar_process", "inferwatch_label", "inferwatch_component",

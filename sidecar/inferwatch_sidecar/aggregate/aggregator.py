@@ -23,15 +23,8 @@ from bisect import bisect_left
 from collections.abc import Iterator
 from typing import Any
 
-from prometheus_client.metrics_core import (
-    CounterMetricFamily,
-    GaugeMetricFamily,
-    HistogramMetricFamily,
-    InfoMetricFamily,
-)
-from prometheus_client.metrics_core import (
-    Metric as PromMetric,
-)
+from prometheus_client.metrics_core import HistogramMetricFamily
+from prometheus_client.metrics_core import Metric as PromMetric
 from prometheus_client.samples import Exemplar
 
 from inferwatch._wire import (
@@ -48,8 +41,35 @@ from inferwatch._wire import (
 from inferwatch_sidecar import __version__
 from inferwatch_sidecar.aggregate.labels import OVERFLOW, LabelLimiter
 from inferwatch_sidecar.components.base import ComponentContext
-from inferwatch_sidecar.metrics import core as core_metrics
+from inferwatch_sidecar.metrics import families
+from inferwatch_sidecar.metrics.core import (
+    BATCH_SIZE,
+    GENERATED_TOKENS_TOTAL,
+    GENERATION_LENGTH_TOKENS,
+    INTER_TOKEN_LATENCY_SECONDS,
+    QUEUE_DEPTH,
+    QUEUE_WAIT_SECONDS,
+    RECORDS_TOTAL,
+    REQUEST_DURATION_SECONDS,
+    REQUEST_ERRORS_TOTAL,
+    REQUESTS_TOTAL,
+    SDK_DROPPED_EVENTS_TOTAL,
+    SIDECAR,
+    STAGE_DURATION_SECONDS,
+    TIME_TO_FIRST_TOKEN_SECONDS,
+)
 from inferwatch_sidecar.metrics.entry import Metric
+
+#: The histograms :meth:`Aggregator.collect` exports, in the order it yields them.
+_HISTOGRAMS = (
+    REQUEST_DURATION_SECONDS, STAGE_DURATION_SECONDS, QUEUE_WAIT_SECONDS, BATCH_SIZE, TIME_TO_FIRST_TOKEN_SECONDS,
+    INTER_TOKEN_LATENCY_SECONDS, GENERATION_LENGTH_TOKENS,
+)
+#: Every catalog entry :meth:`Aggregator.collect` exports, in the order it yields them.
+METRICS: tuple[Metric, ...] = (
+    REQUESTS_TOTAL, REQUEST_ERRORS_TOTAL, GENERATED_TOKENS_TOTAL, RECORDS_TOTAL, QUEUE_DEPTH, *_HISTOGRAMS,
+    SDK_DROPPED_EVENTS_TOTAL, SIDECAR,
+)
 
 #: Raw-label caches are cleared when they reach this size, so hostile label
 #: values cannot grow memory (the limiters already cap the exported series).
@@ -60,8 +80,22 @@ _EXEMPLAR_RID_MAX = 128 - len("request_id")
 _NO_CTX = object()
 
 
-def _fmt_le(b: float) -> str:
-    return repr(float(b))
+def _buckets(m: Metric) -> tuple[float, ...]:
+    assert m.buckets is not None  # a histogram entry (checked by Metric)
+    return m.buckets
+
+
+def _shared_buckets(*ms: Metric) -> tuple[float, ...]:
+    """The bounds of histograms that :meth:`Aggregator.process` bisects with one bounds tuple."""
+    first = _buckets(ms[0])
+    for m in ms[1:]:
+        if _buckets(m) != first:
+            raise ValueError(f"metric {m.name!r}: the aggregator needs the buckets of {ms[0].name!r}")
+    return first
+
+
+#: One bisect serves the request's end-to-end, stage and queue-wait histograms.
+_LATENCY_BOUNDS = _shared_buckets(REQUEST_DURATION_SECONDS, STAGE_DURATION_SECONDS, QUEUE_WAIT_SECONDS)
 
 
 class Histogram:
@@ -85,9 +119,8 @@ class HistogramSet:
     __slots__ = ("metric", "bounds", "series", "n")
 
     def __init__(self, metric: Metric) -> None:
-        assert metric.buckets is not None
         self.metric = metric
-        self.bounds: tuple[float, ...] = tuple(metric.buckets)
+        self.bounds = _buckets(metric)
         self.n = len(self.bounds)
         self.series: dict[tuple[str, ...], Histogram] = {}
 
@@ -120,18 +153,12 @@ def _exemplar(ex: Any) -> Exemplar | None:
     return Exemplar(labels, value, end_ns / 1e9 if end_ns else None)
 
 
-def histogram_family(m: Metric, snap: list[Any], bounds: tuple[float, ...]) -> HistogramMetricFamily:
-    """Build a prometheus_client family from a :meth:`HistogramSet.snapshot`."""
-    fam = HistogramMetricFamily(m.name, m.help, labels=m.labels, unit=m.unit)
-    les = [_fmt_le(b) for b in bounds] + ["+Inf"]
+def histogram_family(m: Metric, snap: list[Any]) -> HistogramMetricFamily:
+    """Build the family of entry ``m`` from a :meth:`HistogramSet.snapshot`."""
+    fam = families.histogram(m)
+    les = families.bucket_les(m)
     for key, counts, total, exs in snap:
-        acc = 0
-        buckets: list[Any] = []
-        for i, c in enumerate(counts):
-            acc += c
-            e = _exemplar(exs[i]) if exs and exs[i] is not None else None
-            buckets.append((les[i], acc, e) if e is not None else (les[i], acc))
-        fam.add_metric(list(key), buckets, total)
+        _add_hist(fam, list(key), (counts, total, exs), les)
     return fam
 
 
@@ -189,14 +216,12 @@ class Aggregator:
         self.label_set_overflow = LabelLimiter("label_set", 1)
         self.ctx = ctx
         self.queue_stages = queue_stages
-        cat = {m.name: m for m in core_metrics.METRICS}
-        self._cat = cat
-        self.lat_bounds: tuple[float, ...] = tuple(core_metrics.LATENCY_BUCKETS)
+        self.lat_bounds = _LATENCY_BOUNDS
         self.n_lat = len(self.lat_bounds)
-        self.ttft_bounds = tuple(core_metrics.TTFT_BUCKETS)
-        self.itl_bounds = tuple(core_metrics.ITL_BUCKETS)
-        self.token_bounds = tuple(core_metrics.TOKEN_BUCKETS)
-        self.batch_bounds = tuple(core_metrics.BATCH_BUCKETS)
+        self.ttft_bounds = _buckets(TIME_TO_FIRST_TOKEN_SECONDS)
+        self.itl_bounds = _buckets(INTER_TOKEN_LATENCY_SECONDS)
+        self.token_bounds = _buckets(GENERATION_LENGTH_TOKENS)
+        self.batch_bounds = _buckets(BATCH_SIZE)
         self.bundles: dict[tuple[str, str, str], Bundle] = {}
         self.sdk_drops: dict[str, int] = {}
         self._ctx_cache: dict[Any, Bundle] = {}
@@ -420,30 +445,18 @@ class Aggregator:
                 rows.append((lab, list(b.requests), dict(b.errors), snap(b.e2e), stages, b.records,
                              snap(b.queue), snap(b.batch), b.depth))
             drops = dict(self.sdk_drops)
-        cat = self._cat
-
-        def fam_of(name: str, kind: type) -> Any:
-            m = cat[name]
-            return kind(m.name, m.help, labels=m.labels, unit=m.unit) if kind is not GaugeMetricFamily else \
-                kind(m.name, m.help, labels=m.labels)
-
-        requests = fam_of("inferwatch_requests_total", CounterMetricFamily)
-        errors = fam_of("inferwatch_request_errors_total", CounterMetricFamily)
-        tokens = fam_of("inferwatch_generated_tokens_total", CounterMetricFamily)
-        records = fam_of("inferwatch_records_total", CounterMetricFamily)
-        depth = fam_of("inferwatch_queue_depth", GaugeMetricFamily)
-        hists = {
-            name: fam_of(name, HistogramMetricFamily)
-            for name in (
-                "inferwatch_request_duration_seconds", "inferwatch_stage_duration_seconds",
-                "inferwatch_queue_wait_seconds", "inferwatch_batch_size", "inferwatch_time_to_first_token_seconds",
-                "inferwatch_inter_token_latency_seconds", "inferwatch_generation_length_tokens",
-            )
-        }
-        les = {
-            "lat": _les(self.lat_bounds), "ttft": _les(self.ttft_bounds), "itl": _les(self.itl_bounds),
-            "tok": _les(self.token_bounds), "batch": _les(self.batch_bounds),
-        }
+        requests = families.counter(REQUESTS_TOTAL)
+        errors = families.counter(REQUEST_ERRORS_TOTAL)
+        tokens = families.counter(GENERATED_TOKENS_TOTAL)
+        records = families.counter(RECORDS_TOTAL)
+        depth = families.gauge(QUEUE_DEPTH)
+        hists = [families.histogram(m) for m in _HISTOGRAMS]
+        e2e_fam, stage_fam, queue_fam, batch_fam, ttft_fam, itl_fam, length_fam = hists
+        lat_les = families.bucket_les(REQUEST_DURATION_SECONDS)  # the stage and queue-wait buckets too
+        batch_les = families.bucket_les(BATCH_SIZE)
+        ttft_les = families.bucket_les(TIME_TO_FIRST_TOKEN_SECONDS)
+        itl_les = families.bucket_les(INTER_TOKEN_LATENCY_SECONDS)
+        length_les = families.bucket_les(GENERATION_LENGTH_TOKENS)
         for lab, reqs, errs, e2e, stages, nrec, queue, batch, dep in rows:
             labels = list(lab)
             for code, n in enumerate(reqs):
@@ -456,41 +469,35 @@ class Aggregator:
             if dep is not None:
                 depth.add_metric(labels, dep)
             if e2e is not None and any(e2e[0]):
-                _add_hist(hists["inferwatch_request_duration_seconds"], labels, e2e, les["lat"])
+                _add_hist(e2e_fam, labels, e2e, lat_les)
             if queue is not None:
-                _add_hist(hists["inferwatch_queue_wait_seconds"], labels, queue, les["lat"])
+                _add_hist(queue_fam, labels, queue, lat_les)
             if batch is not None:
-                _add_hist(hists["inferwatch_batch_size"], labels, batch, les["batch"])
+                _add_hist(batch_fam, labels, batch, batch_les)
             for key, hist, ttft, itl, length, ntok in stages:
                 sl = list(key)
-                _add_hist(hists["inferwatch_stage_duration_seconds"], sl, hist, les["lat"])
+                _add_hist(stage_fam, sl, hist, lat_les)
                 if ttft is not None:
-                    _add_hist(hists["inferwatch_time_to_first_token_seconds"], sl, ttft, les["ttft"])
-                    _add_hist(hists["inferwatch_inter_token_latency_seconds"], sl, itl, les["itl"])
-                    _add_hist(hists["inferwatch_generation_length_tokens"], sl, length, les["tok"])
+                    _add_hist(ttft_fam, sl, ttft, ttft_les)
+                    _add_hist(itl_fam, sl, itl, itl_les)
+                    _add_hist(length_fam, sl, length, length_les)
                     tokens.add_metric(sl, ntok)
         yield requests
         yield errors
         yield tokens
         yield records
         yield depth
-        yield from hists.values()
-        m = cat["inferwatch_sdk_dropped_events_total"]
-        fam = CounterMetricFamily(m.name, m.help, labels=m.labels)
+        yield from hists
+        fam = families.counter(SDK_DROPPED_EVENTS_TOTAL)
         # Every reason the wire format defines is exported from the start (at 0), so
         # dashboards and rate() see the series before the first drop.
         drops = {**dict.fromkeys(DROP_REASONS.values(), 0), **drops}
         for reason, n in sorted(drops.items()):
             fam.add_metric([reason], n)
         yield fam
-        m = cat["inferwatch_sidecar"]
-        info = InfoMetricFamily(m.name, m.help, labels=())
+        info = families.info(SIDECAR)
         info.add_metric([], {"version": __version__, "python": sys.version.split()[0]})
         yield info
-
-
-def _les(bounds: tuple[float, ...]) -> list[str]:
-    return [_fmt_le(b) for b in bounds] + ["+Inf"]
 
 
 def _add_hist(fam: HistogramMetricFamily, labels: list[str], snap: Any, les: list[str]) -> None:

@@ -11,6 +11,8 @@ from __future__ import annotations
 import argparse
 import importlib
 import logging
+import os
+import signal
 import sys
 
 from inferwatch_sidecar import __version__
@@ -51,6 +53,14 @@ def main(argv: list[str] | None = None) -> int:
         parser.print_help()
         return 2
     try:
-        return int(func(args) or 0)
+        rc = int(func(args) or 0)
+        sys.stdout.flush()
+        return rc
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:
+        # The reader went away (``inferwatch ... | head``): stop quietly, as a
+        # shell tool killed by SIGPIPE does, and point stdout at /dev/null so
+        # the interpreter's final flush does not print a second traceback.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 128 + signal.SIGPIPE

@@ -47,8 +47,7 @@ def register(sub: Any) -> None:
 
 
 def _flag_overrides(args: argparse.Namespace) -> tuple[dict[str, Any], dict[str, str]]:
-    from inferwatch_sidecar.config import parse_set
-
+    """The config tree the named flags set, and each key's flag."""
     tree: dict[str, Any] = {}
     sources: dict[str, str] = {}
 
@@ -72,19 +71,19 @@ def _flag_overrides(args: argparse.Namespace) -> tuple[dict[str, Any], dict[str,
         put("gpu.enabled", False, "--no-gpu")
     if args.no_drift:
         put("drift.enabled", False, "--no-drift")
-    set_tree, set_src = parse_set(args.set)
-    from inferwatch_sidecar.config import _merge
-
-    return _merge(tree, set_tree), {**sources, **set_src}
+    return tree, sources
 
 
 def run(args: argparse.Namespace) -> int:
-    from inferwatch_sidecar.config import ConfigError, load_config
+    # Imported when the command runs, not when it registers, so that ``inferwatch --help``
+    # never loads pydantic, yaml or prometheus_client.
+    from inferwatch_sidecar.config import ConfigError, load_config, merge, parse_set
 
     path = args.check_config or args.config
+    flags, sources = _flag_overrides(args)
     try:
-        overrides, sources = _flag_overrides(args)
-        cfg = load_config(path, overrides=overrides, override_sources=sources)
+        set_tree, set_sources = parse_set(args.set)
+        cfg = load_config(path, overrides=merge(flags, set_tree), override_sources={**sources, **set_sources})
     except ConfigError as e:
         print(f"inferwatch sidecar: {e}", file=sys.stderr)
         return 2

@@ -8,11 +8,13 @@ values, categorical values)`` with :class:`inferwatch._wire.Schema` objects
 cached by feature-name tuple.
 
 A bad event is rejected alone and counted by reason; the rest of the body
-is accepted.
+is accepted. :class:`JsonIngest` is what the HTTP routes call: body bytes in,
+events into the pipeline, an answer out.
 """
 
 from __future__ import annotations
 
+import json
 import math
 import re
 import struct
@@ -34,6 +36,7 @@ from inferwatch._wire import (
     Schema,
     classify,
 )
+from inferwatch_sidecar.ingest.pipeline import Pipeline
 
 _OUTCOMES = {"ok": OUTCOME_OK, "error": OUTCOME_ERROR, "cancelled": OUTCOME_CANCELLED}
 _TRACE = re.compile(r"^[0-9a-f]{32}$")
@@ -287,3 +290,47 @@ class JsonDecoder:
         schema = self.schemas.get(tuple(key))
         # Keep the wire's order: numeric values in schema.numeric order, categorical likewise.
         return (schema, tuple(nums), tuple(cats))
+
+
+class JsonIngest:
+    """JSON bodies into the pipeline, every outcome counted.
+
+    Args:
+        pipeline: where accepted events go, and where errors and drops are counted.
+        decoder: turns a parsed body into event tuples.
+    """
+
+    def __init__(self, pipeline: Pipeline, decoder: JsonDecoder) -> None:
+        self.pipeline = pipeline
+        self.decoder = decoder
+
+    def reject_body(self) -> None:
+        """Count a body the HTTP layer refused for its length."""
+        self.pipeline.count_drop("body_too_large")
+
+    def post(self, kind: str, body: bytes) -> tuple[int, dict[str, Any]]:
+        """Decode and ingest one ``/v1/events`` (``kind="events"``) or ``/v1/labels`` (``"labels"``) body.
+
+        Returns:
+            The HTTP status and the JSON answer: 200 with accepted and
+            rejected counts, or 400 with the reason the whole body is unusable.
+        """
+        pipeline = self.pipeline
+        pipeline.add_bytes("http", len(body))
+        try:
+            doc = json.loads(body)
+        except (ValueError, UnicodeDecodeError) as e:
+            pipeline.count_error("json", "bad_json")
+            return 400, {"error": f"body is not JSON: {e}"}
+        try:
+            records, errors, extra = self.decoder.labels(doc) if kind == "labels" else self.decoder.events(doc)
+        except BadEvent as e:
+            pipeline.count_error("json", e.reason)
+            return 400, {"error": e.detail}
+        for reason, n in errors.items():
+            pipeline.count_error("json", reason, n)
+        if extra:
+            pipeline.count_drop("too_many_events", extra)
+            errors["too_many_events"] = extra
+        pipeline.events(records, "http")
+        return 200, {"accepted": len(records), "rejected": sum(errors.values()), "errors": errors}

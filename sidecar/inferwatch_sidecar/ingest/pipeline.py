@@ -20,18 +20,57 @@ from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.metrics_core import Metric as PromMetric
 
-from inferwatch._wire import EV_RECORD, Decoder, WireError
+from inferwatch._wire import (
+    EV_ALLOC,
+    EV_BATCH,
+    EV_DROPS,
+    EV_HELLO,
+    EV_QUEUE,
+    EV_RECORD,
+    EV_REQUEST,
+    EV_STAGE,
+    Decoder,
+    WireError,
+)
 from inferwatch_sidecar.aggregate.aggregator import Aggregator, HistogramSet, histogram_family
-from inferwatch_sidecar.metrics import core as core_metrics
+from inferwatch_sidecar.metrics import families
+from inferwatch_sidecar.metrics.core import (
+    COMPONENT_ERRORS_TOTAL,
+    INGEST_BYTES_TOTAL,
+    INGEST_DECODE_ERRORS_TOTAL,
+    INGEST_DROPPED_TOTAL,
+    INGEST_EVENTS_TOTAL,
+    INGEST_FRAMES_TOTAL,
+    INGEST_LAG_SECONDS,
+    INGEST_LOST_FRAMES_TOTAL,
+    INGEST_SOCKET_QUEUE_DROPPED_TOTAL,
+    LABEL_OVERFLOW_TOTAL,
+    PRODUCERS,
+)
+from inferwatch_sidecar.metrics.entry import Metric
 
 log = logging.getLogger("inferwatch.sidecar.ingest")
 
 #: Event type names by wire code, for ``inferwatch_ingest_events_total{type}``.
-EVENT_TYPES = {1: "hello", 2: "request", 3: "stage", 5: "record", 6: "batch", 7: "queue", 8: "drops", 9: "alloc"}
+EVENT_TYPES = {
+    EV_HELLO: "hello",
+    EV_REQUEST: "request",
+    EV_STAGE: "stage",
+    EV_RECORD: "record",
+    EV_BATCH: "batch",
+    EV_QUEUE: "queue",
+    EV_DROPS: "drops",
+    EV_ALLOC: "alloc",
+}
 TRANSPORTS = ("unix", "udp", "http")
+#: Every catalog entry :meth:`Pipeline.collect` exports, in the order it yields them.
+METRICS: tuple[Metric, ...] = (
+    INGEST_FRAMES_TOTAL, INGEST_BYTES_TOTAL, INGEST_EVENTS_TOTAL, INGEST_DECODE_ERRORS_TOTAL, INGEST_DROPPED_TOTAL,
+    INGEST_LOST_FRAMES_TOTAL, INGEST_SOCKET_QUEUE_DROPPED_TOTAL, PRODUCERS, INGEST_LAG_SECONDS, LABEL_OVERFLOW_TOTAL,
+    COMPONENT_ERRORS_TOTAL,
+)
 _RECORD_ONLY = frozenset({EV_RECORD})
 _SEQ_MOD = 1 << 32
 
@@ -116,7 +155,7 @@ class Pipeline:
         self.lost_frames = 0
         self.component_errors: dict[tuple[str, str], int] = {}
         self._err_lock = threading.Lock()
-        self.lag = HistogramSet({m.name: m for m in core_metrics.METRICS}["inferwatch_ingest_lag_seconds"])
+        self.lag = HistogramSet(INGEST_LAG_SECONDS)
         self._lag_h = self.lag.get(())
         #: Extra zero-arg callables returning {reason: count} merged into dropped (e.g. kernel UDP drops).
         self.socket_drop_sources: list[Callable[[], int]] = []
@@ -285,7 +324,6 @@ class Pipeline:
 
     def collect(self, now: float, producer_timeout_s: float, limiters: dict[str, Any]) -> Iterator[PromMetric]:
         """Families for the sidecar's own ingest metrics."""
-        cat = {m.name: m for m in core_metrics.METRICS}
         with self.lock:
             frames = dict(self.frames)
             nbytes = dict(self.bytes)
@@ -299,36 +337,32 @@ class Pipeline:
             lag = self.lag.snapshot()
             connected = sum(1 for p in self.producers.values() if now - p.last_seen <= producer_timeout_s)
 
-        def counter(name: str) -> CounterMetricFamily:
-            m = cat[name]
-            return CounterMetricFamily(m.name, m.help, labels=m.labels, unit=m.unit)
-
-        fam = counter("inferwatch_ingest_frames_total")
+        fam = families.counter(INGEST_FRAMES_TOTAL)
         for t, n in frames.items():
             fam.add_metric([t], n)
         yield fam
-        fam = counter("inferwatch_ingest_bytes_total")
+        fam = families.counter(INGEST_BYTES_TOTAL)
         for t, n in nbytes.items():
             fam.add_metric([t], n)
         yield fam
-        fam = counter("inferwatch_ingest_events_total")
+        fam = families.counter(INGEST_EVENTS_TOTAL)
         for t, c in counts.items():
             for code, name in EVENT_TYPES.items():
                 if c[code]:
                     fam.add_metric([t, name], c[code])
         yield fam
-        fam = counter("inferwatch_ingest_decode_errors_total")
+        fam = families.counter(INGEST_DECODE_ERRORS_TOTAL)
         for (scope, reason), n in sorted(errors.items()):
             fam.add_metric([scope, reason], n)
         yield fam
-        fam = counter("inferwatch_ingest_dropped_total")
+        fam = families.counter(INGEST_DROPPED_TOTAL)
         for reason, n in sorted(dropped.items()):
             fam.add_metric([reason], n)
         yield fam
-        fam = counter("inferwatch_ingest_lost_frames_total")
+        fam = families.counter(INGEST_LOST_FRAMES_TOTAL)
         fam.add_metric([], lost)
         yield fam
-        fam = counter("inferwatch_ingest_socket_queue_dropped_total")
+        fam = families.counter(INGEST_SOCKET_QUEUE_DROPPED_TOTAL)
         kernel = 0
         for src in self.socket_drop_sources:
             try:
@@ -337,17 +371,15 @@ class Pipeline:
                 pass
         fam.add_metric([], kernel)
         yield fam
-        m = cat["inferwatch_producers"]
-        g = GaugeMetricFamily(m.name, m.help)
+        g = families.gauge(PRODUCERS)
         g.add_metric([], connected)
         yield g
-        lag_fam: HistogramMetricFamily = histogram_family(self.lag.metric, lag, self.lag.bounds)
-        yield lag_fam
-        fam = counter("inferwatch_label_overflow_total")
+        yield histogram_family(self.lag.metric, lag)
+        fam = families.counter(LABEL_OVERFLOW_TOTAL)
         for name, lim in sorted(limiters.items()):
             fam.add_metric([name], lim.overflowed)
         yield fam
-        fam = counter("inferwatch_component_errors_total")
+        fam = families.counter(COMPONENT_ERRORS_TOTAL)
         for (comp, method), n in sorted(comp_errors.items()):
             fam.add_metric([comp, method], n)
         yield fam

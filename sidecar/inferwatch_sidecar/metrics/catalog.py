@@ -16,9 +16,9 @@ import sys
 from inferwatch_sidecar.metrics import core as core_metrics
 from inferwatch_sidecar.metrics import drift as drift_metrics
 from inferwatch_sidecar.metrics import gpu as gpu_metrics
-from inferwatch_sidecar.metrics.entry import Metric
+from inferwatch_sidecar.metrics.entry import COMPONENTS, Metric
 
-__all__ = ["Metric", "all_metrics", "by_name", "markdown", "series_names"]
+__all__ = ["Metric", "all_metrics", "by_name", "markdown", "series_names", "units"]
 
 
 def all_metrics() -> tuple[Metric, ...]:
@@ -35,6 +35,15 @@ def all_metrics() -> tuple[Metric, ...]:
 def by_name() -> dict[str, Metric]:
     """The catalog keyed by metric name."""
     return {m.name: m for m in all_metrics()}
+
+
+def units() -> dict[str, str]:
+    """Units by prometheus_client family name (no ``_total``), for families built without one.
+
+    prometheus_client's ``ProcessCollector`` builds its own families, so an exporter that needs
+    every family's unit (OTLP) looks them up here.
+    """
+    return {m.family: m.unit for m in all_metrics() if m.unit}
 
 
 def series_names(m: Metric) -> tuple[str, ...]:
@@ -56,7 +65,7 @@ def markdown() -> str:
         "a test fails when this file and the catalog differ.",
         "",
     ]
-    for comp in ("core", "gpu", "drift"):
+    for comp in COMPONENTS:
         ms = [m for m in all_metrics() if m.component == comp]
         if not ms:
             continue

@@ -36,67 +36,172 @@ LAG_BUCKETS: tuple[float, ...] = (0.0001, 0.0005, 0.001, 0.005, 0.01, 0.05, 0.1,
 
 _CTX = ("service", "model", "model_version")
 
+# -- requests ------------------------------------------------------------
+REQUESTS_TOTAL = Metric(
+    name="inferwatch_requests_total", type="counter", labels=(*_CTX, "outcome"), component="core",
+    help="Requests finished, by outcome (ok, error, cancelled).",
+)
+REQUEST_ERRORS_TOTAL = Metric(
+    name="inferwatch_request_errors_total", type="counter", labels=(*_CTX, "error_type"), component="core",
+    help="Requests that ended in an error, by bounded error type.",
+)
+REQUEST_DURATION_SECONDS = Metric(
+    name="inferwatch_request_duration_seconds", type="histogram", unit="seconds", labels=_CTX, buckets=LATENCY_BUCKETS,
+    component="core",
+    help="End-to-end request latency; exemplars carry the request or trace ID.",
+)
+STAGE_DURATION_SECONDS = Metric(
+    name="inferwatch_stage_duration_seconds", type="histogram", unit="seconds", labels=(*_CTX, "stage"),
+    buckets=LATENCY_BUCKETS, component="core",
+    help=(
+        "Latency of one stage (access, queue, preprocess, inference, postprocess, ...); exemplars carry the "
+        "request or trace ID."
+    ),
+)
+QUEUE_WAIT_SECONDS = Metric(
+    name="inferwatch_queue_wait_seconds", type="histogram", unit="seconds", labels=_CTX, buckets=LATENCY_BUCKETS,
+    component="core",
+    help="Time requests waited in a queue (stages named in ingest.queue_stages).",
+)
+QUEUE_DEPTH = Metric(
+    name="inferwatch_queue_depth", type="gauge", labels=_CTX, component="core",
+    help="Latest reported queue depth.",
+)
+BATCH_SIZE = Metric(
+    name="inferwatch_batch_size", type="histogram", labels=_CTX, buckets=BATCH_BUCKETS, component="core",
+    help="Size of each dynamic batch.",
+)
+
+# -- streaming / LLM -----------------------------------------------------
+TIME_TO_FIRST_TOKEN_SECONDS = Metric(
+    name="inferwatch_time_to_first_token_seconds", type="histogram", unit="seconds", labels=(*_CTX, "stage"),
+    buckets=TTFT_BUCKETS, component="core",
+    help="Time from the start of a streaming stage to its first item (token).",
+)
+INTER_TOKEN_LATENCY_SECONDS = Metric(
+    name="inferwatch_inter_token_latency_seconds", type="histogram", unit="seconds", labels=(*_CTX, "stage"),
+    buckets=ITL_BUCKETS, component="core",
+    help="Gaps between consecutive items (tokens) of a streaming stage.",
+)
+GENERATED_TOKENS_TOTAL = Metric(
+    name="inferwatch_generated_tokens_total", type="counter", labels=(*_CTX, "stage"), component="core",
+    help="Items (tokens) yielded by streaming stages.",
+)
+GENERATION_LENGTH_TOKENS = Metric(
+    name="inferwatch_generation_length_tokens", type="histogram", unit="tokens", labels=(*_CTX, "stage"),
+    buckets=TOKEN_BUCKETS, component="core",
+    help="Items (tokens) per streaming stage call.",
+)
+
+# -- recorded predictions ------------------------------------------------
+RECORDS_TOTAL = Metric(
+    name="inferwatch_records_total", type="counter", labels=_CTX, component="core",
+    help="Prediction records received (record() calls and labels).",
+)
+
+# -- producers (SDK side) ------------------------------------------------
+SDK_DROPPED_EVENTS_TOTAL = Metric(
+    name="inferwatch_sdk_dropped_events_total", type="counter", labels=("reason",), component="core",
+    help="Events the SDK dropped before sending, as reported by the SDK, by reason.",
+)
+PRODUCERS = Metric(
+    name="inferwatch_producers", type="gauge", component="core",
+    help="Producers (SDK processes) seen within ingest.producer_timeout_s.",
+)
+
+# -- the sidecar's own ingest --------------------------------------------
+INGEST_FRAMES_TOTAL = Metric(
+    name="inferwatch_ingest_frames_total", type="counter", labels=("transport",), component="core",
+    help="Frames (datagrams or HTTP batches) received, by transport.",
+)
+INGEST_EVENTS_TOTAL = Metric(
+    name="inferwatch_ingest_events_total", type="counter", labels=("transport", "type"), component="core",
+    help="Events decoded and aggregated, by transport and event type.",
+)
+INGEST_BYTES_TOTAL = Metric(
+    name="inferwatch_ingest_bytes_total", type="counter", unit="bytes", labels=("transport",), component="core",
+    help="Bytes received, by transport.",
+)
+INGEST_DECODE_ERRORS_TOTAL = Metric(
+    name="inferwatch_ingest_decode_errors_total", type="counter", labels=("scope", "reason"), component="core",
+    help=(
+        "Frames (scope=frame, dropped whole), records (scope=record) and JSON events (scope=json) that did "
+        "not decode, by reason."
+    ),
+)
+INGEST_DROPPED_TOTAL = Metric(
+    name="inferwatch_ingest_dropped_total", type="counter", labels=("reason",), component="core",
+    help="Data the sidecar dropped, by reason (body_too_large, too_many_events, internal_error, ...).",
+)
+INGEST_LOST_FRAMES_TOTAL = Metric(
+    name="inferwatch_ingest_lost_frames_total", type="counter", component="core",
+    help="Frames missing from producers' sequence numbers (lost between SDK and sidecar).",
+)
+INGEST_LAG_SECONDS = Metric(
+    name="inferwatch_ingest_lag_seconds", type="histogram", unit="seconds", buckets=LAG_BUCKETS, component="core",
+    help="Delay from the producer sending a frame to its decoding.",
+)
+INGEST_SOCKET_QUEUE_DROPPED_TOTAL = Metric(
+    name="inferwatch_ingest_socket_queue_dropped_total", type="counter", component="core",
+    help="Datagrams the kernel dropped because the UDP receive buffer was full.",
+)
+LABEL_OVERFLOW_TOTAL = Metric(
+    name="inferwatch_label_overflow_total", type="counter", labels=("label",), component="core",
+    help="Label values mapped to __overflow__ because the label's cardinality budget was spent.",
+)
+COMPONENT_ERRORS_TOTAL = Metric(
+    name="inferwatch_component_errors_total", type="counter", labels=("component", "method"), component="core",
+    help="Exceptions raised by a component's handle, collect or status (the daemon keeps running).",
+)
+COMPONENT_UP = Metric(
+    name="inferwatch_component_up", type="gauge", labels=("component",), component="core",
+    help="1 when the component is running, 0 when unavailable or failed.",
+)
+SIDECAR = Metric(
+    name="inferwatch_sidecar", type="info", labels=("version", "python"), component="core",
+    help="Sidecar build information.",
+)
+
+# -- the sidecar's process (prometheus_client ProcessCollector, namespace inferwatch_sidecar) --
+SIDECAR_PROCESS_CPU_SECONDS_TOTAL = Metric(
+    name="inferwatch_sidecar_process_cpu_seconds_total", type="counter", unit="seconds", component="core",
+    help="Sidecar user and system CPU time.",
+)
+SIDECAR_PROCESS_VIRTUAL_MEMORY_BYTES = Metric(
+    name="inferwatch_sidecar_process_virtual_memory_bytes", type="gauge", unit="bytes", component="core",
+    help="Sidecar virtual memory size.",
+)
+SIDECAR_PROCESS_RESIDENT_MEMORY_BYTES = Metric(
+    name="inferwatch_sidecar_process_resident_memory_bytes", type="gauge", unit="bytes", component="core",
+    help="Sidecar resident memory size.",
+)
+SIDECAR_PROCESS_START_TIME_SECONDS = Metric(
+    name="inferwatch_sidecar_process_start_time_seconds", type="gauge", unit="seconds", component="core",
+    help="Sidecar start time since the Unix epoch.",
+)
+SIDECAR_PROCESS_OPEN_FDS = Metric(
+    name="inferwatch_sidecar_process_open_fds", type="gauge", component="core",
+    help="Sidecar open file descriptors.",
+)
+SIDECAR_PROCESS_MAX_FDS = Metric(
+    name="inferwatch_sidecar_process_max_fds", type="gauge", component="core",
+    help="Sidecar file descriptor limit.",
+)
+
+#: What prometheus_client's ``ProcessCollector(namespace="inferwatch_sidecar")`` exports.
+PROCESS_METRICS: tuple[Metric, ...] = (
+    SIDECAR_PROCESS_CPU_SECONDS_TOTAL, SIDECAR_PROCESS_VIRTUAL_MEMORY_BYTES, SIDECAR_PROCESS_RESIDENT_MEMORY_BYTES,
+    SIDECAR_PROCESS_START_TIME_SECONDS, SIDECAR_PROCESS_OPEN_FDS, SIDECAR_PROCESS_MAX_FDS,
+)
+
+#: Every entry of this component, in catalog order.
 METRICS: tuple[Metric, ...] = (
-    # -- requests ------------------------------------------------------------
-    Metric("inferwatch_requests_total", "counter", "", "Requests finished, by outcome (ok, error, cancelled).",
-           (*_CTX, "outcome")),
-    Metric("inferwatch_request_errors_total", "counter", "", "Requests that ended in an error, by bounded error type.",
-           (*_CTX, "error_type")),
-    Metric("inferwatch_request_duration_seconds", "histogram", "seconds",
-           "End-to-end request latency; exemplars carry the request or trace ID.", _CTX, buckets=LATENCY_BUCKETS),
-    Metric("inferwatch_stage_duration_seconds", "histogram", "seconds",
-           "Latency of one stage (access, queue, preprocess, inference, postprocess, ...); exemplars carry the request or trace ID.",
-           (*_CTX, "stage"), buckets=LATENCY_BUCKETS),
-    Metric("inferwatch_queue_wait_seconds", "histogram", "seconds",
-           "Time requests waited in a queue (stages named in ingest.queue_stages).", _CTX, buckets=LATENCY_BUCKETS),
-    Metric("inferwatch_queue_depth", "gauge", "", "Latest reported queue depth.", _CTX),
-    Metric("inferwatch_batch_size", "histogram", "", "Size of each dynamic batch.", _CTX, buckets=BATCH_BUCKETS),
-    # -- streaming / LLM -----------------------------------------------------
-    Metric("inferwatch_time_to_first_token_seconds", "histogram", "seconds",
-           "Time from the start of a streaming stage to its first item (token).", (*_CTX, "stage"), buckets=TTFT_BUCKETS),
-    Metric("inferwatch_inter_token_latency_seconds", "histogram", "seconds",
-           "Gaps between consecutive items (tokens) of a streaming stage.", (*_CTX, "stage"), buckets=ITL_BUCKETS),
-    Metric("inferwatch_generated_tokens_total", "counter", "", "Items (tokens) yielded by streaming stages.",
-           (*_CTX, "stage")),
-    Metric("inferwatch_generation_length_tokens", "histogram", "tokens", "Items (tokens) per streaming stage call.",
-           (*_CTX, "stage"), buckets=TOKEN_BUCKETS),
-    # -- recorded predictions ------------------------------------------------
-    Metric("inferwatch_records_total", "counter", "", "Prediction records received (record() calls and labels).", _CTX),
-    # -- producers (SDK side) ------------------------------------------------
-    Metric("inferwatch_sdk_dropped_events_total", "counter", "",
-           "Events the SDK dropped before sending, as reported by the SDK, by reason.", ("reason",)),
-    Metric("inferwatch_producers", "gauge", "", "Producers (SDK processes) seen within ingest.producer_timeout_s."),
-    # -- the sidecar's own ingest --------------------------------------------
-    Metric("inferwatch_ingest_frames_total", "counter", "", "Frames (datagrams or HTTP batches) received, by transport.",
-           ("transport",)),
-    Metric("inferwatch_ingest_events_total", "counter", "", "Events decoded and aggregated, by transport and event type.",
-           ("transport", "type")),
-    Metric("inferwatch_ingest_bytes_total", "counter", "bytes", "Bytes received, by transport.", ("transport",)),
-    Metric("inferwatch_ingest_decode_errors_total", "counter", "",
-           "Frames (scope=frame, dropped whole), records (scope=record) and JSON events (scope=json) that did not decode, by reason.",
-           ("scope", "reason")),
-    Metric("inferwatch_ingest_dropped_total", "counter", "",
-           "Data the sidecar dropped, by reason (body_too_large, too_many_events, internal_error, ...).", ("reason",)),
-    Metric("inferwatch_ingest_lost_frames_total", "counter", "",
-           "Frames missing from producers' sequence numbers (lost between SDK and sidecar)."),
-    Metric("inferwatch_ingest_lag_seconds", "histogram", "seconds", "Delay from the producer sending a frame to its decoding.",
-           buckets=LAG_BUCKETS),
-    Metric("inferwatch_ingest_socket_queue_dropped_total", "counter", "",
-           "Datagrams the kernel dropped because the UDP receive buffer was full."),
-    Metric("inferwatch_label_overflow_total", "counter", "",
-           "Label values mapped to __overflow__ because the label's cardinality budget was spent.", ("label",)),
-    Metric("inferwatch_component_errors_total", "counter", "",
-           "Exceptions raised by a component's handle, collect or status (the daemon keeps running).",
-           ("component", "method")),
-    Metric("inferwatch_component_up", "gauge", "", "1 when the component is running, 0 when unavailable or failed.",
-           ("component",)),
-    Metric("inferwatch_sidecar", "info", "", "Sidecar build information.", ("version", "python")),
-    # -- the sidecar's process (prometheus_client ProcessCollector, namespace inferwatch_sidecar) --
-    Metric("inferwatch_sidecar_process_cpu_seconds_total", "counter", "seconds", "Sidecar user and system CPU time."),
-    Metric("inferwatch_sidecar_process_virtual_memory_bytes", "gauge", "bytes", "Sidecar virtual memory size."),
-    Metric("inferwatch_sidecar_process_resident_memory_bytes", "gauge", "bytes", "Sidecar resident memory size."),
-    Metric("inferwatch_sidecar_process_start_time_seconds", "gauge", "seconds",
-           "Sidecar start time since the Unix epoch."),
-    Metric("inferwatch_sidecar_process_open_fds", "gauge", "", "Sidecar open file descriptors."),
-    Metric("inferwatch_sidecar_process_max_fds", "gauge", "", "Sidecar file descriptor limit."),
+    REQUESTS_TOTAL, REQUEST_ERRORS_TOTAL, REQUEST_DURATION_SECONDS, STAGE_DURATION_SECONDS, QUEUE_WAIT_SECONDS,
+    QUEUE_DEPTH, BATCH_SIZE, TIME_TO_FIRST_TOKEN_SECONDS, INTER_TOKEN_LATENCY_SECONDS, GENERATED_TOKENS_TOTAL,
+    GENERATION_LENGTH_TOKENS, RECORDS_TOTAL, SDK_DROPPED_EVENTS_TOTAL, PRODUCERS, INGEST_FRAMES_TOTAL,
+    INGEST_EVENTS_TOTAL, INGEST_BYTES_TOTAL, INGEST_DECODE_ERRORS_TOTAL, INGEST_DROPPED_TOTAL, INGEST_LOST_FRAMES_TOTAL,
+    INGEST_LAG_SECONDS, INGEST_SOCKET_QUEUE_DROPPED_TOTAL, LABEL_OVERFLOW_TOTAL, COMPONENT_ERRORS_TOTAL, COMPONENT_UP,
+    SIDECAR, SIDECAR_PROCESS_CPU_SECONDS_TOTAL, SIDECAR_PROCESS_VIRTUAL_MEMORY_BYTES,
+    SIDECAR_PROCESS_RESIDENT_MEMORY_BYTES, SIDECAR_PROCESS_START_TIME_SECONDS, SIDECAR_PROCESS_OPEN_FDS,
+    SIDECAR_PROCESS_MAX_FDS,
 )

@@ -15,65 +15,117 @@ from inferwatch_sidecar.metrics.entry import Metric
 _MV = ("model", "model_version")
 _F = ("model", "model_version", "feature")
 
+DRIFT_FEATURE_STATISTIC = Metric(
+    name="inferwatch_drift_feature_statistic", type="gauge", labels=(*_F, "test"), component="drift",
+    help="Test statistic of the window against the reference: KS distance (numeric) or chi-square (categorical).",
+)
+DRIFT_FEATURE_P_VALUE = Metric(
+    name="inferwatch_drift_feature_p_value", type="gauge", labels=_F, component="drift",
+    help="Raw p-value of the feature's drift test (absent while the window has too few values).",
+)
+DRIFT_FEATURE_ADJUSTED_P_VALUE = Metric(
+    name="inferwatch_drift_feature_adjusted_p_value", type="gauge", labels=_F, component="drift",
+    help="Benjamini-Hochberg adjusted p-value across all tests of the model version's window.",
+)
+DRIFT_FEATURE_SCORE = Metric(
+    name="inferwatch_drift_feature_score", type="gauge", labels=(*_F, "measure"), component="drift",
+    help="Drift score (effect size): normalized Wasserstein, PSI or Jensen-Shannon distance.",
+)
+DRIFT_FEATURE_DRIFTED = Metric(
+    name="inferwatch_drift_feature_drifted", type="gauge", labels=_F, component="drift",
+    help="1 when the feature drifted: adjusted p-value <= alpha and effect size >= its floor.",
+)
+DRIFT_FEATURE_MISSING_RATIO = Metric(
+    name="inferwatch_drift_feature_missing_ratio", type="gauge", unit="ratio", labels=(*_F, "window"),
+    component="drift",
+    help="Share of missing values, in the current window or the reference.",
+)
+DRIFT_FEATURE_UNSEEN_CATEGORIES = Metric(
+    name="inferwatch_drift_feature_unseen_categories", type="gauge", labels=_F, component="drift",
+    help="Distinct categories in the current window that the reference's top-K list does not have (capped).",
+)
+DRIFT_DATASET_DRIFTED_RATIO = Metric(
+    name="inferwatch_drift_dataset_drifted_ratio", type="gauge", unit="ratio", labels=_MV, component="drift",
+    help="Share of input features that drifted in the model version's window.",
+)
+DRIFT_DATASET_DRIFTED = Metric(
+    name="inferwatch_drift_dataset_drifted", type="gauge", labels=_MV, component="drift",
+    help="1 when the share of drifted features reaches the configured drift_share.",
+)
+DRIFT_WINDOW_EVENTS = Metric(
+    name="inferwatch_drift_window_events", type="gauge", labels=_MV, component="drift",
+    help="Events in the current sliding window.",
+)
+DRIFT_REFERENCE_EVENTS = Metric(
+    name="inferwatch_drift_reference_events", type="gauge", labels=(*_MV, "source"), component="drift",
+    help="Events in the reference; source is file, warmup or warming_up (still collecting).",
+)
+DRIFT_CONFIDENCE_MEAN = Metric(
+    name="inferwatch_drift_confidence_mean", type="gauge", labels=(*_MV, "window"), component="drift",
+    help="Mean confidence in the current window or the reference.",
+)
+DRIFT_PREDICTION_CLASS_RATIO = Metric(
+    name="inferwatch_drift_prediction_class_ratio", type="gauge", unit="ratio", labels=(*_MV, "class"),
+    component="drift",
+    help="Share of each predicted class in the current window (reference classes plus __other__).",
+)
+DRIFT_ESTIMATED_ACCURACY_RATIO = Metric(
+    name="inferwatch_drift_estimated_accuracy_ratio", type="gauge", unit="ratio", labels=_MV, component="drift",
+    help="Label-free accuracy estimate (CBPE): mean confidence of the predicted class, assuming calibration.",
+)
+DRIFT_ACCURACY_RATIO = Metric(
+    name="inferwatch_drift_accuracy_ratio", type="gauge", unit="ratio", labels=_MV, component="drift",
+    help="Accuracy over the window's predictions whose labels arrived (joined by request ID).",
+)
+DRIFT_LABELED_EVENTS = Metric(
+    name="inferwatch_drift_labeled_events", type="gauge", labels=_MV, component="drift",
+    help="Predictions in the window with a joined label.",
+)
+DRIFT_LABELS_TOTAL = Metric(
+    name="inferwatch_drift_labels_total", type="counter", labels=(*_MV, "result"), component="drift",
+    help="Labels by outcome: joined (by request ID), inline (sent with the prediction), unmatched, expired.",
+)
+DRIFT_BIN_EVENTS_TOTAL = Metric(
+    name="inferwatch_drift_bin_events_total", type="counter", labels=(*_F, "bin"), component="drift",
+    help="Values per reference bin (numeric: PSI bins; categorical: category index, last = other), since start.",
+)
+DRIFT_REFERENCE_BIN_RATIO = Metric(
+    name="inferwatch_drift_reference_bin_ratio", type="gauge", unit="ratio", labels=(*_F, "bin"), component="drift",
+    help="Reference proportion of each bin of inferwatch_drift_bin_events_total.",
+)
+DRIFT_CANARY_FEATURE_DRIFTED = Metric(
+    name="inferwatch_drift_canary_feature_drifted", type="gauge", labels=(*_F, "baseline_version"), component="drift",
+    help="1 when the feature's window differs between a version and the model's stable (busiest) version.",
+)
+DRIFT_CANARY_DRIFTED_RATIO = Metric(
+    name="inferwatch_drift_canary_drifted_ratio", type="gauge", unit="ratio", labels=(*_MV, "baseline_version"),
+    component="drift",
+    help="Share of features that differ between a version and the model's stable (busiest) version.",
+)
+DRIFT_DROPPED_RECORDS_TOTAL = Metric(
+    name="inferwatch_drift_dropped_records_total", type="counter", labels=("reason",), component="drift",
+    help="Records the drift engine dropped, by reason.",
+)
+DRIFT_STATE_BYTES = Metric(
+    name="inferwatch_drift_state_bytes", type="gauge", unit="bytes", labels=_MV, component="drift",
+    help="Memory held by the model version's windows and reference summaries.",
+)
+DRIFT_EVALUATION_DURATION_SECONDS = Metric(
+    name="inferwatch_drift_evaluation_duration_seconds", type="gauge", unit="seconds", component="drift",
+    help="Wall time of the last evaluation of every window.",
+)
+DRIFT_LAST_EVALUATION_TIMESTAMP_SECONDS = Metric(
+    name="inferwatch_drift_last_evaluation_timestamp_seconds", type="gauge", unit="seconds", component="drift",
+    help="Unix time of the last evaluation.",
+)
+
+#: Every entry of this component, in catalog order.
 METRICS: tuple[Metric, ...] = (
-    Metric("inferwatch_drift_feature_statistic", "gauge", "",
-           "Test statistic of the window against the reference: KS distance (numeric) or chi-square (categorical).",
-           (*_F, "test"), "drift"),
-    Metric("inferwatch_drift_feature_p_value", "gauge", "",
-           "Raw p-value of the feature's drift test (absent while the window has too few values).", _F, "drift"),
-    Metric("inferwatch_drift_feature_adjusted_p_value", "gauge", "",
-           "Benjamini-Hochberg adjusted p-value across all tests of the model version's window.", _F, "drift"),
-    Metric("inferwatch_drift_feature_score", "gauge", "",
-           "Drift score (effect size): normalized Wasserstein, PSI or Jensen-Shannon distance.",
-           (*_F, "measure"), "drift"),
-    Metric("inferwatch_drift_feature_drifted", "gauge", "",
-           "1 when the feature drifted: adjusted p-value <= alpha and effect size >= its floor.", _F, "drift"),
-    Metric("inferwatch_drift_feature_missing_ratio", "gauge", "ratio",
-           "Share of missing values, in the current window or the reference.", (*_F, "window"), "drift"),
-    Metric("inferwatch_drift_feature_unseen_categories", "gauge", "",
-           "Distinct categories in the current window that the reference's top-K list does not have (capped).",
-           _F, "drift"),
-    Metric("inferwatch_drift_dataset_drifted_ratio", "gauge", "ratio",
-           "Share of input features that drifted in the model version's window.", _MV, "drift"),
-    Metric("inferwatch_drift_dataset_drifted", "gauge", "",
-           "1 when the share of drifted features reaches the configured drift_share.", _MV, "drift"),
-    Metric("inferwatch_drift_window_events", "gauge", "",
-           "Events in the current sliding window.", _MV, "drift"),
-    Metric("inferwatch_drift_reference_events", "gauge", "",
-           "Events in the reference; source is file, warmup or warming_up (still collecting).",
-           (*_MV, "source"), "drift"),
-    Metric("inferwatch_drift_confidence_mean", "gauge", "",
-           "Mean confidence in the current window or the reference.", (*_MV, "window"), "drift"),
-    Metric("inferwatch_drift_prediction_class_ratio", "gauge", "ratio",
-           "Share of each predicted class in the current window (reference classes plus __other__).",
-           (*_MV, "class"), "drift"),
-    Metric("inferwatch_drift_estimated_accuracy_ratio", "gauge", "ratio",
-           "Label-free accuracy estimate (CBPE): mean confidence of the predicted class, assuming calibration.",
-           _MV, "drift"),
-    Metric("inferwatch_drift_accuracy_ratio", "gauge", "ratio",
-           "Accuracy over the window's predictions whose labels arrived (joined by request ID).", _MV, "drift"),
-    Metric("inferwatch_drift_labeled_events", "gauge", "",
-           "Predictions in the window with a joined label.", _MV, "drift"),
-    Metric("inferwatch_drift_labels_total", "counter", "",
-           "Labels by outcome: joined (by request ID), inline (sent with the prediction), unmatched, expired.",
-           (*_MV, "result"), "drift"),
-    Metric("inferwatch_drift_bin_events_total", "counter", "",
-           "Values per reference bin (numeric: PSI bins; categorical: category index, last = other), since start.",
-           (*_F, "bin"), "drift"),
-    Metric("inferwatch_drift_reference_bin_ratio", "gauge", "ratio",
-           "Reference proportion of each bin of inferwatch_drift_bin_events_total.", (*_F, "bin"), "drift"),
-    Metric("inferwatch_drift_canary_feature_drifted", "gauge", "",
-           "1 when the feature's window differs between a version and the model's stable (busiest) version.",
-           (*_F, "baseline_version"), "drift"),
-    Metric("inferwatch_drift_canary_drifted_ratio", "gauge", "ratio",
-           "Share of features that differ between a version and the model's stable (busiest) version.",
-           (*_MV, "baseline_version"), "drift"),
-    Metric("inferwatch_drift_dropped_records_total", "counter", "",
-           "Records the drift engine dropped, by reason.", ("reason",), "drift"),
-    Metric("inferwatch_drift_state_bytes", "gauge", "bytes",
-           "Memory held by the model version's windows and reference summaries.", _MV, "drift"),
-    Metric("inferwatch_drift_evaluation_duration_seconds", "gauge", "seconds",
-           "Wall time of the last evaluation of every window.", (), "drift"),
-    Metric("inferwatch_drift_last_evaluation_timestamp_seconds", "gauge", "seconds",
-           "Unix time of the last evaluation.", (), "drift"),
+    DRIFT_FEATURE_STATISTIC, DRIFT_FEATURE_P_VALUE, DRIFT_FEATURE_ADJUSTED_P_VALUE, DRIFT_FEATURE_SCORE,
+    DRIFT_FEATURE_DRIFTED, DRIFT_FEATURE_MISSING_RATIO, DRIFT_FEATURE_UNSEEN_CATEGORIES, DRIFT_DATASET_DRIFTED_RATIO,
+    DRIFT_DATASET_DRIFTED, DRIFT_WINDOW_EVENTS, DRIFT_REFERENCE_EVENTS, DRIFT_CONFIDENCE_MEAN,
+    DRIFT_PREDICTION_CLASS_RATIO, DRIFT_ESTIMATED_ACCURACY_RATIO, DRIFT_ACCURACY_RATIO, DRIFT_LABELED_EVENTS,
+    DRIFT_LABELS_TOTAL, DRIFT_BIN_EVENTS_TOTAL, DRIFT_REFERENCE_BIN_RATIO, DRIFT_CANARY_FEATURE_DRIFTED,
+    DRIFT_CANARY_DRIFTED_RATIO, DRIFT_DROPPED_RECORDS_TOTAL, DRIFT_STATE_BYTES, DRIFT_EVALUATION_DURATION_SECONDS,
+    DRIFT_LAST_EVALUATION_TIMESTAMP_SECONDS,
 )

@@ -2,16 +2,20 @@
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass
+from itertools import pairwise
 
 _NAME = re.compile(r"^inferwatch_[a-z][a-z0-9_]*$")
 _TYPES = ("counter", "gauge", "histogram", "info")
+#: The components that own catalog entries, in the order the docs list them.
+COMPONENTS = ("core", "gpu", "drift")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Metric:
-    """One metric family.
+    """One metric family, declared with keywords only.
 
     Attributes:
         name: the family name as exposed, with ``_total`` on counters.
@@ -20,15 +24,16 @@ class Metric:
         help: one sentence for HELP and the docs.
         labels: label names, in order. Every value is capped by the exporter.
         component: which component exports it (core, gpu, drift).
-        buckets: histogram bucket upper bounds, in the unit.
+        buckets: histogram bucket upper bounds, in the unit: finite and strictly
+            increasing, because aggregation finds an observation's bucket with ``bisect``.
     """
 
     name: str
     type: str
-    unit: str
+    unit: str = ""
     help: str
     labels: tuple[str, ...] = ()
-    component: str = "core"
+    component: str
     buckets: tuple[float, ...] | None = None
 
     def __post_init__(self) -> None:
@@ -42,10 +47,24 @@ class Metric:
             raise ValueError(f"metric {self.name!r}: only counters end in _total")
         if self.unit and self.type != "info" and not self.name.removesuffix("_total").endswith("_" + self.unit):
             raise ValueError(f"metric {self.name!r}: name must end in its unit {self.unit!r}")
+        if self.component not in COMPONENTS:
+            raise ValueError(f"metric {self.name!r}: component must be one of {COMPONENTS}")
         if (self.type == "histogram") != (self.buckets is not None):
             raise ValueError(f"metric {self.name!r}: histograms (and only they) have buckets")
+        if self.buckets is not None:
+            self._check_buckets(self.buckets)
         if "le" in self.labels or "quantile" in self.labels:
             raise ValueError(f"metric {self.name!r}: 'le' and 'quantile' are reserved labels")
+
+    def _check_buckets(self, buckets: tuple[float, ...]) -> None:
+        if not buckets:
+            raise ValueError(f"metric {self.name!r}: a histogram needs at least one bucket")
+        for b in buckets:
+            if not math.isfinite(b):
+                raise ValueError(f"metric {self.name!r}: bucket {b!r} is not finite (+Inf is always added)")
+        for lo, hi in pairwise(buckets):
+            if not lo < hi:
+                raise ValueError(f"metric {self.name!r}: buckets must be strictly increasing ({lo!r} then {hi!r})")
 
     @property
     def family(self) -> str:

@@ -1,0 +1,121 @@
+"""Exported metric families, built from catalog entries.
+
+Every exporter builds its prometheus_client families here, so the name,
+HELP, type, labels, unit and histogram buckets come from the one catalog
+entry and never from a second copy:
+
+- :func:`counter`, :func:`gauge`, :func:`histogram`, :func:`info` return an
+  empty family of that type for an entry, and raise ``ValueError`` when the
+  entry has another type (a counter family built from a gauge entry is a
+  bug to catch at the first scrape, not a series to export).
+- :func:`family` returns the empty family of whatever type the entry has.
+- :func:`bucket_les` gives a histogram entry's ``le`` label values, ``+Inf``
+  last, in the order that per-bucket counts are kept.
+- :func:`describe` returns one empty family per entry: what a collector's
+  ``describe()`` returns, so ``CollectorRegistry.register`` sees every name
+  it will export and refuses a second collector that exports one of them.
+- :class:`CatalogCollector` wraps a zero-argument function returning
+  families, and the entries it exports, as a registry collector.
+
+Usage, in a component's ``collect()``::
+
+    from inferwatch_sidecar.metrics import families
+    from inferwatch_sidecar.metrics.gpu import GPU_MEMORY_USED_BYTES
+
+    fam = families.gauge(GPU_MEMORY_USED_BYTES)
+    fam.add_metric(["0"], 1024.0)
+
+Info entries list the label names of their one sample, which
+``InfoMetricFamily`` takes as the value dict, so :func:`info` builds the
+family with no labels of its own: ``fam.add_metric([], {"gpu": "0", ...})``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+
+from prometheus_client.metrics_core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    InfoMetricFamily,
+)
+from prometheus_client.metrics_core import Metric as PromMetric
+
+from inferwatch_sidecar.metrics.entry import Metric
+
+__all__ = ["CatalogCollector", "bucket_les", "counter", "describe", "family", "gauge", "histogram", "info"]
+
+
+def _require(m: Metric, typ: str) -> None:
+    if m.type != typ:
+        raise ValueError(f"metric {m.name!r} is a {m.type}, not a {typ}")
+
+
+def counter(m: Metric) -> CounterMetricFamily:
+    """An empty counter family for a counter entry (samples are named ``<name>``, which ends in ``_total``)."""
+    _require(m, "counter")
+    return CounterMetricFamily(m.name, m.help, labels=m.labels, unit=m.unit)
+
+
+def gauge(m: Metric) -> GaugeMetricFamily:
+    """An empty gauge family for a gauge entry."""
+    _require(m, "gauge")
+    return GaugeMetricFamily(m.name, m.help, labels=m.labels, unit=m.unit)
+
+
+def histogram(m: Metric) -> HistogramMetricFamily:
+    """An empty histogram family for a histogram entry; its buckets are :func:`bucket_les`."""
+    _require(m, "histogram")
+    return HistogramMetricFamily(m.name, m.help, labels=m.labels, unit=m.unit)
+
+
+def info(m: Metric) -> InfoMetricFamily:
+    """An empty info family for an info entry; ``m.labels`` are the keys of each sample's value dict."""
+    _require(m, "info")
+    return InfoMetricFamily(m.name, m.help, labels=())
+
+
+_BUILDERS: dict[str, Callable[[Metric], PromMetric]] = {
+    "counter": counter,
+    "gauge": gauge,
+    "histogram": histogram,
+    "info": info,
+}
+
+
+def family(m: Metric) -> PromMetric:
+    """An empty family of the entry's own type."""
+    return _BUILDERS[m.type](m)
+
+
+def bucket_les(m: Metric) -> list[str]:
+    """The ``le`` values of a histogram entry's buckets, ``+Inf`` last."""
+    _require(m, "histogram")
+    assert m.buckets is not None  # every histogram entry has buckets (checked by Metric)
+    return [repr(float(b)) for b in m.buckets] + ["+Inf"]
+
+
+def describe(metrics: Iterable[Metric]) -> list[PromMetric]:
+    """One empty family per entry: a collector's ``describe()``."""
+    return [family(m) for m in metrics]
+
+
+class CatalogCollector:
+    """A registry collector: a function returning families, and the catalog entries it exports.
+
+    Args:
+        collect: zero-argument callable returning the families of one scrape.
+        metrics: every entry ``collect`` may export; :meth:`describe` reports them, so the
+            registry refuses a second collector that exports one of the same names.
+    """
+
+    def __init__(self, collect: Callable[[], Iterable[PromMetric]], metrics: Iterable[Metric]) -> None:
+        self._collect = collect
+        self.metrics: tuple[Metric, ...] = tuple(metrics)
+
+    def collect(self) -> Iterable[PromMetric]:
+        return self._collect()
+
+    def describe(self) -> list[PromMetric]:
+        return describe(self.metrics)
