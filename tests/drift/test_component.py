@@ -196,7 +196,7 @@ def test_labels_join_by_request_id_with_bounded_pending_memory(tmp_path) -> None
     preds = [rec("m", "v1", None, pred=i % 3, conf=0.9, rid=f"q{i}") for i in range(1200)]
     comp.handle(1, 1, preds)
     comp.drain()
-    assert len(comp._pending) == 1000  # the 200 oldest were evicted
+    assert len(comp._labels.pending) == 1000  # the 200 oldest were evicted
     # Labels: q200..q599 arrive, 3/4 of them correct; q0 was evicted; "nope" was never predicted.
     labels = [label_only("m", "v1", f"q{i}", (i % 3) if i % 4 else (i + 1) % 3) for i in range(200, 600)]
     labels += [label_only("m", "v1", "q0", 0), label_only("m", "v1", "nope", 1)]
@@ -215,7 +215,7 @@ def test_labels_join_by_request_id_with_bounded_pending_memory(tmp_path) -> None
               (("model", "m"), ("model_version", "v1"), ("result", "joined")))] == 400
     clock.t += 61
     comp.drain()
-    assert not comp._pending and mon.label_counts["expired"] == 800
+    assert not comp._labels.pending and mon.label_counts["expired"] == 800
 
 
 def test_confidence_mean_and_cbpe_estimate_follow_the_window(tmp_path) -> None:
@@ -375,7 +375,7 @@ def test_results_are_deterministic(tmp_path) -> None:
 def test_threaded_start_evaluates_and_stop_checkpoints(tmp_path, caplog) -> None:
     import time
 
-    ck = tmp_path / "ck.npz"
+    ck = tmp_path / "ck.json"
     cfg = DriftConfig(reference=make_profile(tmp_path), window_events=5000, evaluate_interval_s=0.05,
                       checkpoint_path=str(ck))
     comp = build(cfg, context())

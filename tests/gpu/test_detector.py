@@ -163,7 +163,7 @@ def test_contract_bounded_memory_on_a_long_stream() -> None:
     for t, v in enumerate(y):
         det.update(float(t), float(v))
     assert det.memory_bins() <= cap
-    assert len(json.dumps(det.snapshot())) < 64_000
+    assert len(json.dumps(det.to_state())) < 64_000
 
 
 SHORT = DetectorConfig(scales=[(720, 10)], warmup_s=0)
@@ -183,19 +183,18 @@ def test_contract_snapshot_restore_round_trip() -> None:
     first = LeakDetector(SHORT)
     for t in range(2000):
         first.update(float(t), float(y[t]))
-    state = json.loads(json.dumps(first.snapshot()))  # must survive JSON
-    second = LeakDetector(SHORT)
-    second.restore(state)
+    state = json.loads(json.dumps(first.to_state()))  # must survive JSON
+    second = LeakDetector.from_state(state)
     for t in range(2000, len(y)):
         second.update(float(t), float(y[t]))
     assert (second.verdict, second.rate, second.ci, second.detected_at) == (
         whole.verdict, whole.rate, whole.ci, whole.detected_at)
 
 
-def test_restore_rejects_a_snapshot_with_other_scales() -> None:
+def test_from_state_rejects_a_state_with_other_scales_than_its_config() -> None:
     det = LeakDetector(DetectorConfig(scales=[(720, 10)]))
     with pytest.raises(ValueError, match="different detector scales"):
-        LeakDetector().restore(det.snapshot())
+        LeakDetector.from_state({**det.to_state(), "config": DetectorConfig().model_dump(mode="json")})
 
 
 def test_nan_and_out_of_order_samples_are_ignored() -> None:

@@ -26,6 +26,8 @@ from typing import Any
 
 import numpy as np
 
+from inferwatch_sidecar.components.drift.profile import canon
+
 MISSING_TOKENS = frozenset({"", "na", "nan", "n/a", "null", "none"})
 BOOL_TOKENS = frozenset({"true", "false"})
 #: Files above this size get a progress bar on stderr.
@@ -128,15 +130,11 @@ def _numeric_or_discrete(v: np.ndarray, max_discrete: int) -> tuple[str, Any]:
     if fin.size and np.all(fin == np.round(fin)):
         distinct = np.unique(fin)
         if distinct.size <= max_discrete:
-            from inferwatch_sidecar.components.drift.profile import canon
-
             return "categorical", [canon(x) for x in v]
     return "numeric", v
 
 
 def _apply_overrides(t: Table, categorical: list[str], numeric: list[str], path: str) -> None:
-    from inferwatch_sidecar.components.drift.profile import canon
-
     for name in categorical:
         if name not in t.order:
             raise DataError(f"{path}: --categorical column {name!r} not found (columns: {', '.join(t.order)})")

@@ -30,9 +30,17 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+from scipy import special
 
 from inferwatch_sidecar.components.drift import stats
-from inferwatch_sidecar.components.drift.profile import CategoricalColumn, Column, NumericColumn, Profile
+from inferwatch_sidecar.components.drift.profile import (
+    CategoricalColumn,
+    Column,
+    NumericColumn,
+    Profile,
+    canon,
+    to_float,
+)
 
 
 @dataclass(frozen=True)
@@ -144,8 +152,6 @@ def summarize_numeric(ref: NumericColumn, values: np.ndarray) -> Summary:
 
 def summarize_categorical(ref: CategoricalColumn, values: Any, max_unseen: int = 16) -> Summary:
     """Reduce raw categorical values to a :class:`Summary` (top-K bins + other)."""
-    from inferwatch_sidecar.components.drift.profile import canon
-
     counts = np.zeros(ref.n_bins)
     unseen: dict[str, int] = {}
     missing = 0
@@ -260,8 +266,6 @@ def effect_floor(r: Result, settings: Settings) -> float:
     inv = 1.0 / n + 1.0 / m
     if r.kind == "numeric":
         return max(settings.numeric_effect_floor, settings.numeric_noise_coef * math.sqrt(inv))
-    from scipy import special
-
     k = max(int(r.dof), 1)
     noise = float(special.chdtri(k, settings.categorical_noise_p)) * inv
     return max(settings.categorical_effect_floor, noise)
@@ -280,15 +284,13 @@ def compare_columns(profile: Profile, numeric: dict[str, np.ndarray], categorica
     A profile column absent from the current data is skipped; a numeric
     profile column given as categorical data (or the reverse) is converted.
     """
-    from inferwatch_sidecar.components.drift.profile import canon
-
     sums: dict[str, Summary] = {}
     for name, col in profile.columns.items():
         if isinstance(col, NumericColumn):
             if name in numeric:
                 sums[name] = summarize_numeric(col, numeric[name])
             elif name in categorical:
-                vals = np.array([_to_float(v) for v in categorical[name]], dtype=np.float64)
+                vals = np.array([to_float(v) for v in categorical[name]], dtype=np.float64)
                 sums[name] = summarize_numeric(col, vals)
         else:
             if name in categorical:
@@ -297,9 +299,3 @@ def compare_columns(profile: Profile, numeric: dict[str, np.ndarray], categorica
                 sums[name] = summarize_categorical(col, [canon(v) for v in numeric[name]])
     return evaluate(profile, sums, settings)
 
-
-def _to_float(v: Any) -> float:
-    try:
-        return float(v) if v is not None else float("nan")
-    except (TypeError, ValueError):
-        return float("nan")

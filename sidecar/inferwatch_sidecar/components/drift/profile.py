@@ -68,6 +68,19 @@ def canon(value: Any) -> str | None:
     return str(value)
 
 
+def to_float(value: Any) -> float:
+    """A numeric value as a float, identical offline and in the sidecar: None, or a value ``float()``
+    rejects, is NaN (missing)."""
+    if type(value) is float:
+        return value
+    if value is None:
+        return math.nan
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return math.nan
+
+
 @dataclass
 class NumericColumn:
     """Reference summary of a numeric column (see the module docstring)."""
@@ -353,8 +366,8 @@ def _number(d: dict[str, Any], key: str, where: str) -> float:
     return float(v)
 
 
-def _column_from_json(d: Any, i: int) -> Column:
-    where = f"columns[{i}]"
+def column_from_json(d: Any, where: str = "column") -> Column:
+    """Validate one column entry (``Column.to_json()``) and build the column; ``where`` names it in errors."""
     if not isinstance(d, dict):
         raise ProfileError(f"{where}: must be an object")
     name = _need(d, "name", where)
@@ -411,7 +424,7 @@ def from_json(doc: Any, source: str = "") -> Profile:
         raise ProfileError("profile: 'columns' must be a non-empty list")
     cols: dict[str, Column] = {}
     for i, d in enumerate(cols_raw):
-        c = _column_from_json(d, i)
+        c = column_from_json(d, f"columns[{i}]")
         if c.name in cols:
             raise ProfileError(f"profile: column {c.name!r} appears twice")
         cols[c.name] = c

@@ -17,13 +17,19 @@ Two sources:
 from __future__ import annotations
 
 import os
+import tempfile
+import urllib.error
+import urllib.parse
+import urllib.request
 import warnings
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Iterable
+from typing import Any
 
 import numpy as np
 
-if TYPE_CHECKING:
-    from inferwatch_sidecar.components.drift.component import DriftComponent
+from inferwatch_sidecar.components.drift.dataio import DataError, read_table
+from inferwatch_sidecar.components.drift.monitor import Monitor
+from inferwatch_sidecar.components.drift.profile import CategoricalColumn, NumericColumn, to_float
 
 INSTALL = 'the drift report needs Evidently: pip install "inferwatch[report]"'
 RECON_ROWS = 5000
@@ -59,8 +65,6 @@ def render(reference: dict[str, Any], current: dict[str, Any], categorical: list
         cur_df = pd.DataFrame({k: current[k] for k in reference if k in current})
         snap = Report([DataDriftPreset()]).run(Dataset.from_pandas(cur_df, data_definition=dd),
                                                Dataset.from_pandas(ref_df, data_definition=dd))
-        import tempfile
-
         with tempfile.TemporaryDirectory() as d:
             out = os.path.join(d, "report.html")
             snap.save_html(out)
@@ -71,8 +75,6 @@ def render(reference: dict[str, Any], current: dict[str, Any], categorical: list
 def report_for_files(reference: str, current: str, *, categorical: list[str] | None = None,
                      numeric: list[str] | None = None, max_rows: int = 50000) -> bytes:
     """HTML report for two data files (types inferred as in ``drift compare``)."""
-    from inferwatch_sidecar.components.drift.dataio import DataError, read_table
-
     try:
         rt = read_table(reference, categorical=categorical, numeric=numeric)
         ct = read_table(current, categorical=[c for c in categorical or [] if c], numeric=numeric)
@@ -96,9 +98,7 @@ def report_for_files(reference: str, current: str, *, categorical: list[str] | N
             else:
                 src = t.numeric.get(c)
                 if src is None:
-                    from inferwatch_sidecar.components.drift.engine import _to_float
-
-                    src = np.array([_to_float(v) for v in t.categorical[c]])
+                    src = np.array([to_float(v) for v in t.categorical[c]])
                 out[c] = src[idx]
         return out
 
@@ -106,8 +106,6 @@ def report_for_files(reference: str, current: str, *, categorical: list[str] | N
 
 
 def _reconstruct(ref: Any, counts: np.ndarray, sums: np.ndarray | None, rows: int) -> list[Any]:
-    from inferwatch_sidecar.components.drift.profile import NumericColumn
-
     total = counts.sum()
     if total <= 0:
         return [None] * rows
@@ -126,11 +124,9 @@ def _reconstruct(ref: Any, counts: np.ndarray, sums: np.ndarray | None, rows: in
     return [c for c, n in zip(cats, k.tolist(), strict=True) for _ in range(n)]
 
 
-def window_report(comp: DriftComponent, model: str | None, version: str | None) -> bytes:
+def window_report(monitors: Iterable[Monitor], model: str | None, version: str | None) -> bytes:
     """HTML report of one model version's window against its reference, reconstructed from bins."""
-    from inferwatch_sidecar.components.drift.profile import CategoricalColumn
-
-    mons = [m for m in comp.monitors.values() if (model is None or m.key[0] == model)
+    mons = [m for m in monitors if (model is None or m.key[0] == model)
             and (version is None or m.key[1] == version) and m.profile is not None]
     if not mons:
         raise ReportError("no model version with a built reference matches; see /v1/status components.drift")
@@ -139,7 +135,7 @@ def window_report(comp: DriftComponent, model: str | None, version: str | None) 
     cur_cols: dict[str, Any] = {}
     cats = []
     for name, cw in mon.columns.items():
-        s = cw.summary()
+        s = cw.summary
         ref_cols[name] = _reconstruct(cw.ref, cw.ref.counts, None, RECON_ROWS)
         cur_cols[name] = _reconstruct(cw.ref, s.counts, s.sums, RECON_ROWS)
         if isinstance(cw.ref, CategoricalColumn):
@@ -147,18 +143,21 @@ def window_report(comp: DriftComponent, model: str | None, version: str | None) 
     return render(ref_cols, cur_cols, cats)
 
 
-def admin_report(comp: DriftComponent, query: dict[str, str]) -> tuple[int, str, bytes]:
+def admin_report(query: dict[str, str], window: Callable[[str | None, str | None], bytes]) -> tuple[int, str, bytes]:
     """Admin route handler: ``/admin/drift/report?model=M&model_version=V``.
 
     ``model_version`` is the metrics' label name; the older ``version`` parameter is still accepted.
+
+    Args:
+        query: the request's query parameters.
+        window: :func:`window_report` of the component's model versions, taken under its state lock.
     """
     mv, old = query.get("model_version"), query.get("version")
     if mv is not None and old is not None and mv != old:
         return 400, "text/plain; charset=utf-8", (
             f"model_version={mv!r} and version={old!r} disagree; pass only model_version\n").encode()
     try:
-        with comp._state_lock:
-            body = window_report(comp, query.get("model"), mv if mv is not None else old)
+        body = window(query.get("model"), mv if mv is not None else old)
     except ReportError as e:
         code = 501 if INSTALL in str(e) else 404
         return code, "text/plain; charset=utf-8", (str(e) + "\n").encode()
@@ -167,10 +166,6 @@ def admin_report(comp: DriftComponent, query: dict[str, str]) -> tuple[int, str,
 
 def fetch_from_sidecar(url: str, token: str | None, model: str | None, version: str | None) -> bytes:
     """GET the report from a running sidecar's admin endpoint."""
-    import urllib.error
-    import urllib.parse
-    import urllib.request
-
     token = token or os.environ.get("INFERWATCH_ADMIN_TOKEN")
     if not token:
         raise ReportError("the admin endpoint needs a token: pass --token or set INFERWATCH_ADMIN_TOKEN")

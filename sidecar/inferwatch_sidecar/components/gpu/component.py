@@ -22,6 +22,9 @@ from inferwatch_sidecar.components.base import ComponentContext
 from inferwatch_sidecar.components.gpu.config import GpuConfig
 from inferwatch_sidecar.components.gpu.detector import LeakDetector
 from inferwatch_sidecar.components.gpu.sampler import FIX, DeviceSample, Fault, NvmlSampler, Snapshot, container_hint
+from inferwatch_sidecar.components.worker import PeriodicWorker
+from inferwatch_sidecar.metrics import families
+from inferwatch_sidecar.metrics.gpu import METRICS
 
 KINDS = ("tensor", "cache_fragmentation", "native", "unknown")
 
@@ -110,8 +113,7 @@ class GpuComponent:
         self.sampler = sampler
         self.backend = backend
         self._lock = threading.Lock()
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+        self._worker: PeriodicWorker | None = None
         self._gpu_lim = ctx.limiter("gpu")
         self._pid_lim = ctx.limiter("pid")
         self._ctr_lim = ctx.limiter("container")
@@ -133,34 +135,30 @@ class GpuComponent:
     # -- lifecycle ---------------------------------------------------------------
     def start(self) -> None:
         """Start the sampler thread (the first sample is taken at once)."""
-        if self._thread is not None:
+        if self._worker is not None:
             return
-        self._stop.clear()
-        self._thread = threading.Thread(target=self._run, name="inferwatch-gpu-sampler", daemon=True)
-        self._thread.start()
+        self._worker = PeriodicWorker("inferwatch-gpu-sampler", self.cfg.interval_s, self._sample_pass,
+                                      self._pass_failed)
+        self._worker.start()
 
     def stop(self, timeout: float) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout)
-            self._thread = None
+        if self._worker is not None:
+            self._worker.stop(timeout)
+            self._worker = None
         try:
             self.sampler.shutdown()
         except Exception:  # noqa: BLE001 - best effort at exit
             pass
 
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            t0 = time.monotonic()
-            try:
-                self.tick()
-            except Exception as e:  # noqa: BLE001 - the sampler must never die
-                self.ctx.logger.exception("gpu sampler pass failed")
-                with self._lock:
-                    self._count_fault(Fault("unexpected", "device", repr(e)))
-            if getattr(self.sampler, "finished", False):
-                return
-            self._stop.wait(max(0.0, self.cfg.interval_s - (time.monotonic() - t0)))
+    def _sample_pass(self) -> bool:
+        """One pass of the sampler thread; True once a replay has run out."""
+        self.tick()
+        return bool(getattr(self.sampler, "finished", False))
+
+    def _pass_failed(self, e: Exception) -> None:
+        self.ctx.logger.exception("gpu sampler pass failed", exc_info=e)
+        with self._lock:
+            self._count_fault(Fault("unexpected", "device", repr(e)))
 
     # -- ingest --------------------------------------------------------------------
     def handle(self, pid: int, producer_id: int, records: list[tuple[Any, ...]]) -> None:
@@ -327,18 +325,7 @@ class GpuComponent:
 
     # -- export ----------------------------------------------------------------------
     def collect(self) -> Iterable[Any]:
-        from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, InfoMetricFamily
-
-        from inferwatch_sidecar.metrics.gpu import METRICS
-
-        fams: dict[str, Any] = {}
-        for x in METRICS:
-            if x.type == "counter":
-                fams[x.name] = CounterMetricFamily(x.family, x.help, labels=x.labels)
-            elif x.type == "info":
-                fams[x.name] = InfoMetricFamily(x.name, x.help, labels=x.labels[:0])
-            else:
-                fams[x.name] = GaugeMetricFamily(x.name, x.help, labels=x.labels)
+        fams: dict[str, Any] = {x.name: families.family(x) for x in METRICS}
 
         acc: dict[tuple[str, tuple[str, ...]], float] = {}
 

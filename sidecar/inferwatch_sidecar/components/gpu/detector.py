@@ -38,7 +38,7 @@ from __future__ import annotations
 import math
 from collections import deque
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Self
 
 import numpy as np
 
@@ -208,7 +208,7 @@ def trend(t: np.ndarray, y: np.ndarray, cfg: DetectorConfig, window_s: float, ji
 class _Scale:
     """Bin floors of one (window, bin width) pair, bounded to window/bin + 1 bins."""
 
-    __slots__ = ("window_s", "bin_s", "bins", "cur_key", "cur_min", "prev", "up_sum", "up_n")
+    __slots__ = ("window_s", "bin_s", "bins", "cur_key", "cur_min", "prev", "up_sum", "up_n", "closed_at")
 
     def __init__(self, window_s: float, bin_s: float) -> None:
         self.window_s = window_s
@@ -220,6 +220,8 @@ class _Scale:
         self.prev: float | None = None
         self.up_sum = 0.0
         self.up_n = 0
+        #: time of the sample that last closed a bin (the statistics of the scale were computed then)
+        self.closed_at: float | None = None
 
     def add(self, t: float, v: float) -> bool:
         """Add a sample; True when it closed a bin."""
@@ -254,57 +256,90 @@ class _Scale:
 class LeakDetector:
     """Leak detector for one memory series (a device or a process).
 
-    Contract shared with the drift detectors: call ``update(t, value)`` for each
-    sample, then read the results (``verdict``, ``rate``, ``ci``, ``detected_at``,
-    ``last``); ``snapshot()`` / ``restore()`` round-trip the state as plain JSON.
+    A :class:`~inferwatch_sidecar.components.detector.Detector`: call
+    ``update(t, value)`` for each sample, then read the results (``verdict``,
+    ``rate``, ``ci``, ``detected_at``, ``last``, ``results``, ``samples``);
+    ``to_state()`` / ``from_state()`` round-trip the state, config included, as
+    plain JSON.
 
     Args:
         cfg: detector settings.
     """
 
+    RESULTS = ("verdict", "rate", "ci", "detected_at", "last", "results", "samples")
+
     def __init__(self, cfg: DetectorConfig | None = None) -> None:
         self.cfg = cfg or DetectorConfig()
         self._scales = [_Scale(w, b) for w, b in self.cfg.scales]
-        self._reset_results()
-
-    def _reset_results(self) -> None:
-        self.verdict = "insufficient_data"
-        #: Leak rate in bytes/s and its confidence interval (from the scale that fired,
-        #: or the shortest full scale's estimate while quiet).
-        self.rate: float | None = None
-        self.ci: tuple[float, float] | None = None
-        #: Time of the first sample at which the current leak verdict held.
-        self.detected_at: float | None = None
-        #: Last value seen, and its time.
-        self.last: float | None = None
-        self.last_t: float | None = None
-        self.results: tuple[TrendResult, ...] = ()
+        self._verdict = "insufficient_data"
+        self._rate: float | None = None
+        self._ci: tuple[float, float] | None = None
+        self._detected_at: float | None = None
+        self._last: float | None = None
+        self._last_t: float | None = None
+        self._results: tuple[TrendResult, ...] = ()
         self._pass_since: float | None = None
         self._fail_since: float | None = None
         self._last_pass: float | None = None
-        self.samples = 0
-        self.first_t: float | None = None
+        self._samples = 0
+        self._first_t: float | None = None
         self._by_scale: list[TrendResult | None] = [None] * len(self._scales)
+
+    @property
+    def verdict(self) -> str:
+        """One of ``VERDICTS``."""
+        return self._verdict
+
+    @property
+    def rate(self) -> float | None:
+        """Leak rate in bytes/s (from the scale that fired, or the shortest full scale's estimate while quiet)."""
+        return self._rate
+
+    @property
+    def ci(self) -> tuple[float, float] | None:
+        """Confidence interval of ``rate``, bytes/s."""
+        return self._ci
+
+    @property
+    def detected_at(self) -> float | None:
+        """Time of the first sample at which the current leak verdict held."""
+        return self._detected_at
+
+    @property
+    def last(self) -> float | None:
+        """The last value seen."""
+        return self._last
+
+    @property
+    def results(self) -> tuple[TrendResult, ...]:
+        """The statistics of every full scale at the last closed bin."""
+        return self._results
+
+    @property
+    def samples(self) -> int:
+        """Samples taken (out-of-order and NaN ones are not)."""
+        return self._samples
 
     def update(self, t: float, value: float) -> None:
         """Feed one sample (seconds, bytes). Out-of-order or NaN samples are ignored."""
-        if value != value or (self.last_t is not None and t <= self.last_t):
+        if value != value or (self._last_t is not None and t <= self._last_t):
             return
-        self.samples += 1
-        if self.first_t is None:
-            self.first_t = float(t)
-        self.last, self.last_t = float(value), float(t)
+        self._samples += 1
+        if self._first_t is None:
+            self._first_t = float(t)
+        self._last, self._last_t = float(value), float(t)
         closed = False
         for k, sc in enumerate(self._scales):
             if sc.add(t, value):
                 closed = True
                 # Only the scale whose bin closed is re-evaluated: the others' bins did not change.
+                sc.closed_at = float(t)
                 self._by_scale[k] = self._scale_result(sc, t)
         if closed:
             self._evaluate(t)
 
     def _scale_result(self, sc: _Scale, now: float) -> TrendResult | None:
-        age = now - (self.first_t if self.first_t is not None else now)
+        age = now - (self._first_t if self._first_t is not None else now)
         if age < max(sc.window_s, self.cfg.warmup_s) or now - sc.bins[-1][0] > sc.window_s / 4:
             return None
         tt, yy, up = sc.arrays(now)
@@ -314,10 +349,10 @@ class LeakDetector:
 
     def _evaluate(self, now: float) -> None:
         res = [r for r in self._by_scale if r is not None]
-        self.results = tuple(res)
+        self._results = tuple(res)
         if not res:
-            if self.verdict != "leak":
-                self.verdict = "insufficient_data"
+            if self._verdict != "leak":
+                self._verdict = "insufficient_data"
             return
         fired = [r for r in res if r.passed]
         # Rate: the narrowest interval among the scales that fired, else the shortest scale.
@@ -327,76 +362,95 @@ class LeakDetector:
             if self._pass_since is None:
                 self._pass_since = now
             self._last_pass = now
-            if self.verdict != "leak" and now - self._pass_since >= self.cfg.confirm_s:
-                self.verdict = "leak"
-                self.detected_at = now
+            if self._verdict != "leak" and now - self._pass_since >= self.cfg.confirm_s:
+                self._verdict = "leak"
+                self._detected_at = now
         else:
             # Near the thresholds the tests flap from one bin to the next; a confirmation
             # survives failures shorter than half of confirm_s.
             if self._last_pass is None or now - self._last_pass > self.cfg.confirm_s / 2:
                 self._pass_since = None
-            if self.verdict == "leak":
+            if self._verdict == "leak":
                 if self._fail_since is None:
                     self._fail_since = now
                 if now - self._fail_since >= self.cfg.clear_s:
-                    self.verdict = "no_leak"
-                    self.detected_at = None
+                    self._verdict = "no_leak"
+                    self._detected_at = None
             else:
-                self.verdict = "no_leak"
-        if self.verdict == "leak" and not fired:
+                self._verdict = "no_leak"
+        if self._verdict == "leak" and not fired:
             return  # keep the rate from when it fired until it clears
-        self.rate = best.slope
-        self.ci = (best.lower, best.upper)
+        self._rate = best.slope
+        self._ci = (best.lower, best.upper)
 
     def trend_rate(self) -> float | None:
         """The Theil-Sen slope of the shortest full scale (for classification), or None."""
-        return self.results[0].slope if self.results else None
+        return self._results[0].slope if self._results else None
 
     def time_to_oom(self, headroom_bytes: float | None) -> float | None:
         """Seconds until ``headroom_bytes`` more memory is used at the leak rate, or None."""
-        if self.verdict != "leak" or headroom_bytes is None or not self.rate or self.rate <= 0:
+        if self._verdict != "leak" or headroom_bytes is None or not self._rate or self._rate <= 0:
             return None
-        return max(0.0, headroom_bytes) / self.rate
+        return max(0.0, headroom_bytes) / self._rate
 
     def memory_bins(self) -> int:
         """Number of stored bins (bounded by the config, whatever the stream length)."""
         return sum(len(sc.bins) for sc in self._scales)
 
-    def snapshot(self) -> dict[str, Any]:
-        """Plain-JSON state, restorable with ``restore``."""
+    def to_state(self) -> dict[str, Any]:
+        """Plain-JSON state, config included; ``from_state`` rebuilds the detector."""
         return {
+            "config": self.cfg.model_dump(mode="json"),
             "scales": [
                 {"bins": [list(p) for p in sc.bins], "cur_key": sc.cur_key,
                  "cur_min": None if sc.cur_min == math.inf else sc.cur_min, "prev": sc.prev,
-                 "up": [sc.up_sum, sc.up_n]}
+                 "up": [sc.up_sum, sc.up_n], "closed_at": sc.closed_at}
                 for sc in self._scales
             ],
-            "verdict": self.verdict, "rate": self.rate, "ci": list(self.ci) if self.ci else None,
-            "detected_at": self.detected_at, "last": self.last, "last_t": self.last_t,
+            "verdict": self._verdict, "rate": self._rate, "ci": list(self._ci) if self._ci else None,
+            "detected_at": self._detected_at, "last": self._last, "last_t": self._last_t,
             "pass_since": self._pass_since, "fail_since": self._fail_since, "last_pass": self._last_pass,
-            "samples": self.samples,
-            "first_t": self.first_t,
+            "samples": self._samples,
+            "first_t": self._first_t,
         }
 
-    def restore(self, state: dict[str, Any]) -> None:
-        """Restore a ``snapshot()``; the config must have the same scales."""
+    @classmethod
+    def from_state(cls, state: dict[str, Any]) -> Self:
+        """Rebuild a detector from ``to_state()``.
+
+        Raises:
+            ValueError: the state's scales do not match its config, or a field is malformed.
+        """
+        try:
+            det = cls(DetectorConfig.model_validate(state["config"]))
+            det._load(state)
+        except (KeyError, IndexError, TypeError) as e:
+            raise ValueError(f"not a leak detector state ({type(e).__name__}: {e})") from None
+        return det
+
+    def _load(self, state: dict[str, Any]) -> None:
         if len(state["scales"]) != len(self._scales):
-            raise ValueError("snapshot was taken with different detector scales")
-        for sc, st in zip(self._scales, state["scales"], strict=False):
-            sc.bins.clear()
+            raise ValueError("the state was taken with different detector scales than its config holds")
+        for sc, st in zip(self._scales, state["scales"], strict=True):
             sc.bins.extend((float(a), float(b), float(c)) for a, b, c in st["bins"])
             sc.prev = st["prev"]
             sc.up_sum, sc.up_n = float(st["up"][0]), int(st["up"][1])
             sc.cur_key = st["cur_key"]
             sc.cur_min = math.inf if st["cur_min"] is None else st["cur_min"]
-        self.verdict = state["verdict"]
-        self.rate = state["rate"]
-        self.ci = tuple(state["ci"]) if state["ci"] else None  # type: ignore[assignment]
-        self.detected_at = state["detected_at"]
-        self.last, self.last_t = state["last"], state["last_t"]
+            sc.closed_at = st["closed_at"]
+        if state["verdict"] not in VERDICTS:
+            raise ValueError(f"verdict must be one of {VERDICTS}, got {state['verdict']!r}")
+        self._verdict = state["verdict"]
+        self._rate = state["rate"]
+        self._ci = (float(state["ci"][0]), float(state["ci"][1])) if state["ci"] else None
+        self._detected_at = state["detected_at"]
+        self._last, self._last_t = state["last"], state["last_t"]
         self._pass_since, self._fail_since = state["pass_since"], state["fail_since"]
         self._last_pass = state["last_pass"]
-        self.samples = state["samples"]
-        self.first_t = state["first_t"]
-        self.results = ()
-        self._by_scale = [None] * len(self._scales)
+        self._samples = int(state["samples"])
+        self._first_t = state["first_t"]
+        # The per-scale statistics are not stored: they are recomputed from the bins as they stood when
+        # each scale last closed a bin (unchanged since), so they equal the ones the original held.
+        self._by_scale = [None if sc.closed_at is None else self._scale_result(sc, sc.closed_at)
+                          for sc in self._scales]
+        self._results = tuple(r for r in self._by_scale if r is not None)

@@ -1,0 +1,265 @@
+"""The windows of one (model, version): a ring of sub-windows shared by its columns, and label accuracy.
+
+A :class:`Monitor` owns one :class:`~inferwatch_sidecar.components.drift.window.ColumnWindow`
+per reference column, rotates them together (by event count or by time), routes
+each record's features, prediction and confidence to them, counts rows and
+label results per sub-window, and scores the window with the engine. Without a
+configured reference it first fills a :class:`~inferwatch_sidecar.components.drift.warmup.Warmup`.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import numpy as np
+
+from inferwatch_sidecar.components.drift import engine
+from inferwatch_sidecar.components.drift.config import DriftConfig
+from inferwatch_sidecar.components.drift.profile import Profile, to_float
+from inferwatch_sidecar.components.drift.warmup import Warmup
+from inferwatch_sidecar.components.drift.window import ColumnWindow, state_array
+
+#: How a label reached its prediction (the ``result`` label of ``inferwatch_drift_labels_total``).
+LABEL_RESULTS = ("joined", "inline", "unmatched", "expired")
+
+log = logging.getLogger("inferwatch.sidecar.drift")
+
+
+class ReferenceChanged(ValueError):
+    """Saved windows were built against another reference profile than the configured one."""
+
+
+class Monitor:
+    """Windows, warm-up and label statistics of one (model, version).
+
+    Args:
+        key: (model, version).
+        cfg: the drift config.
+        profile: the reference, or None to build one from a warm-up.
+        source: where the reference comes from: "file", "warmup", or "warming_up" while it is built.
+    """
+
+    def __init__(self, key: tuple[str, str], cfg: DriftConfig, profile: Profile | None, source: str) -> None:
+        self.key = key
+        self.cfg = cfg
+        self.S = cfg.subwindows
+        self.profile: Profile | None = None
+        self.source = source
+        self.columns: dict[str, ColumnWindow] = {}
+        self.pred_col: str | None = None
+        self.conf_col: str | None = None
+        self._rows = np.zeros(self.S, dtype=np.int64)
+        self._labeled = np.zeros(self.S, dtype=np.int64)
+        self._correct = np.zeros(self.S, dtype=np.int64)
+        self._slot = 0
+        self._slot_id = -1
+        self.label_counts = dict.fromkeys(LABEL_RESULTS, 0)
+        self.last: engine.Evaluation | None = None
+        #: the comparison with the model's most-used version, set by :mod:`.canary`
+        self.canary: dict[str, Any] | None = None
+        self._warmup: Warmup | None = None
+        if profile is not None:
+            self._set_profile(profile, source)
+        else:
+            self._warmup = Warmup(key, cfg)
+
+    def _set_profile(self, p: Profile, source: str) -> None:
+        self.profile = p
+        self.source = source
+        self.columns = {n: ColumnWindow(c, self.S) for n, c in p.columns.items()}
+        self.pred_col = p.prediction.name if p.prediction is not None else None
+        self.conf_col = p.confidence.name if p.confidence is not None else None
+        self._warmup = None
+
+    # -- windows --------------------------------------------------------------------------------------------------
+
+    def _advance(self, now: float) -> None:
+        cfg = self.cfg
+        if cfg.window_events is not None:
+            per = max(1, cfg.window_events // self.S)
+            if self._rows[self._slot] >= per:
+                self._rotate(1)
+            return
+        sid = int(now // (cfg.window_seconds / self.S))
+        if self._slot_id < 0:
+            self._slot_id = sid
+        elif sid > self._slot_id:
+            self._rotate(min(sid - self._slot_id, self.S))
+            self._slot_id = sid
+
+    def _rotate(self, steps: int) -> None:
+        for _ in range(steps):
+            self._slot = (self._slot + 1) % self.S
+            for c in self.columns.values():
+                c.rotate()
+            self._rows[self._slot] = 0
+            self._labeled[self._slot] = 0
+            self._correct[self._slot] = 0
+
+    def ingest(self, recs: list[tuple[Any, ...]], now: float) -> None:
+        """Add feature/prediction records (label-only ones are handled by the component)."""
+        if self._warmup is not None:
+            recs = self._warmup.feed(recs)
+            if not self._warmup.done:
+                return
+            rows = self._warmup.rows
+            p = self._warmup.build()
+            self._set_profile(p, "warmup")
+            log.info("drift: warm-up reference built for model %r version %r from %d events (%d columns)",
+                     self.key[0], self.key[1], rows, len(p.columns))
+            if not recs:
+                return
+        if self.cfg.window_events is not None:
+            # Count-based windows rotate between chunks so a sub-window holds about window_events / S rows.
+            per = max(1, self.cfg.window_events // self.S)
+            i = 0
+            while i < len(recs):
+                self._advance(now)
+                room = max(1, per - int(self._rows[self._slot]))
+                self._ingest_slot(recs[i:i + room])
+                i += room
+        else:
+            self._advance(now)
+            self._ingest_slot(recs)
+
+    def _ingest_slot(self, recs: list[tuple[Any, ...]]) -> None:
+        cols = self.columns
+        self._rows[self._slot] += len(recs)
+        groups: dict[tuple[tuple[str, ...], tuple[str, ...]], tuple[list[Any], list[Any]]] = {}
+        preds: list[Any] = []
+        confs: list[float] = []
+        for r in recs:
+            if r[4] is not None or r[5] is not None:
+                # Feature-only records say nothing about the prediction's missing rate.
+                preds.append(r[4])
+                confs.append(to_float(r[5]))
+            feats = r[7]
+            if feats is not None:
+                schema = feats[0]
+                g = groups.get((schema.numeric, schema.categorical))
+                if g is None:
+                    g = groups[(schema.numeric, schema.categorical)] = ([], [])
+                g[0].append(feats[1])
+                g[1].append(feats[2])
+        special = {self.pred_col, self.conf_col}
+        for (num_names, cat_names), (nums, cats) in groups.items():
+            n = len(nums)
+            seen: set[str] = set()
+            if num_names:
+                mat = np.array(nums, dtype=np.float64).reshape(n, len(num_names))
+                for j, name in enumerate(num_names):
+                    cw = cols.get(name)
+                    if cw is not None and name not in special and name not in seen:
+                        cw.update(mat[:, j])
+                        seen.add(name)
+            for j, name in enumerate(cat_names):
+                cw = cols.get(name)
+                if cw is not None and name not in special and name not in seen:
+                    cw.update([c[j] for c in cats])
+                    seen.add(name)
+            for name, cw in cols.items():
+                if name not in seen and name not in special:
+                    cw.add_missing(n)
+        if self.pred_col is not None and preds:
+            cols[self.pred_col].update(preds)
+        if self.conf_col is not None and confs:
+            cols[self.conf_col].update(np.array(confs, dtype=np.float64))
+
+    # -- labels ---------------------------------------------------------------------------------------------------
+
+    def count_label(self, result: str, correct: bool | None = None) -> None:
+        """Count a label by how it reached its prediction; a label that was scored adds to the accuracy."""
+        self.label_counts[result] += 1
+        if correct is not None:
+            self._labeled[self._slot] += 1
+            self._correct[self._slot] += int(correct)
+
+    # -- results --------------------------------------------------------------------------------------------------
+
+    @property
+    def reference_rows(self) -> int:
+        """Events in the reference, or taken so far by the warm-up."""
+        if self.profile is not None:
+            return self.profile.rows
+        return self._warmup.rows if self._warmup is not None else 0
+
+    @property
+    def window_rows(self) -> int:
+        return int(self._rows.sum())
+
+    @property
+    def labeled_rows(self) -> int:
+        """Events in the window whose label was scored."""
+        return int(self._labeled.sum())
+
+    @property
+    def correct_rows(self) -> int:
+        """Of those, the ones whose prediction was right."""
+        return int(self._correct.sum())
+
+    @property
+    def nbytes(self) -> int:
+        return sum(c.nbytes for c in self.columns.values()) + 3 * self._rows.nbytes
+
+    def evaluate(self, settings: engine.Settings) -> engine.Evaluation | None:
+        if self.profile is None:
+            return None
+        self.last = engine.decide([c.score(settings) for c in self.columns.values()], settings)
+        return self.last
+
+    # -- state ----------------------------------------------------------------------------------------------------
+
+    def to_state(self) -> dict[str, Any]:
+        """Plain-JSON state of a monitor whose reference is built (a warm-up in progress is not kept)."""
+        if self.profile is None:
+            raise ValueError(f"{self.key}: the warm-up reference is not built yet")
+        return {
+            "model": self.key[0], "version": self.key[1], "source": self.source, "slot": self._slot,
+            "slot_id": self._slot_id, "rows": self._rows.tolist(), "labeled": self._labeled.tolist(),
+            "correct": self._correct.tolist(), "labels": dict(self.label_counts),
+            "reference_rows": self.profile.rows, "reference_created_unix": self.profile.created_unix,
+            "columns": [c.to_state() for c in self.columns.values()],
+        }
+
+    @classmethod
+    def from_state(cls, state: dict[str, Any], cfg: DriftConfig, reference: Profile | None) -> Monitor:
+        """Rebuild a monitor from ``to_state()``.
+
+        Args:
+            state: the saved state.
+            cfg: the drift config (its window settings must be those the state was saved with).
+            reference: the configured reference profile, if any. A monitor built against a file
+                profile resumes only against the same columns, and then shares that profile.
+
+        Raises:
+            ReferenceChanged: the state was built against another file profile.
+            ValueError: the state is malformed or does not fit ``cfg``.
+        """
+        key = (str(state["model"]), str(state["version"]))
+        columns = [ColumnWindow.from_state(c) for c in state["columns"]]
+        names = [c.ref.name for c in columns]
+        if len(set(names)) != len(names):
+            raise ValueError(f"columns of {key} appear twice")
+        source = state["source"]
+        if source == "file":
+            if reference is None or [c.to_json() for c in reference.columns.values()] != [
+                    c.ref.to_json() for c in columns]:
+                raise ReferenceChanged(f"the saved windows of {key[0]}/{key[1]} were built against another reference")
+            profile = reference
+        elif source == "warmup":
+            profile = Profile(columns={c.ref.name: c.ref for c in columns}, rows=int(state["reference_rows"]),
+                              source=f"warm-up of {key[0]}/{key[1]} (checkpoint)",
+                              created_unix=float(state["reference_created_unix"]))
+        else:
+            raise ValueError(f"unknown reference source {source!r}")
+        mon = cls(key, cfg, profile, source)
+        mon._rows = state_array(state, "rows", np.int64, (mon.S,))
+        mon._labeled = state_array(state, "labeled", np.int64, (mon.S,))
+        mon._correct = state_array(state, "correct", np.int64, (mon.S,))
+        mon._slot, mon._slot_id = int(state["slot"]), int(state["slot_id"])
+        if not 0 <= mon._slot < mon.S or any((c.slot, c.subwindows) != (mon._slot, mon.S) for c in columns):
+            raise ValueError("ring position out of range")
+        mon.columns = dict(zip(names, columns, strict=True))
+        mon.label_counts.update({k: int(v) for k, v in state["labels"].items() if k in mon.label_counts})
+        return mon
