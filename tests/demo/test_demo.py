@@ -194,7 +194,8 @@ def test_histogram_quantile_matches_prometheus_interpolation() -> None:
 def test_sidecar_config_passes_the_sidecars_own_validation(tmp_path: Path) -> None:
     """The generated config uses only keys the sidecar accepts, and scripts the leak on the chosen worker."""
     from inferwatch_sidecar.config import load_config
-    from inferwatch_sidecar.demo.scenario import Scenario, ScenarioConfig
+    from inferwatch_sidecar.demo.config import ScenarioConfig
+    from inferwatch_sidecar.demo.scenario import Scenario
 
     sc = Scenario(ScenarioConfig(duration_s=60, inject_at_s=20, workdir=str(tmp_path)))
     sc.worker_pids = {"stable": [101, 102], "canary": [103]}
@@ -268,7 +269,11 @@ def test_server_predicts_and_applies_the_faults_it_is_given(tmp_path: Path, monk
 def test_live_view_renders_latency_gpu_drift_faults_and_alerts(tmp_path: Path) -> None:
     from rich.console import Console
 
-    from inferwatch_sidecar.demo.scenario import MODEL, FaultState, Scenario, ScenarioConfig, Snapshot
+    from inferwatch_sidecar.demo.config import ScenarioConfig
+    from inferwatch_sidecar.demo.inject import FaultState
+    from inferwatch_sidecar.demo.model import NAME as MODEL
+    from inferwatch_sidecar.demo.observe import Snapshot
+    from inferwatch_sidecar.demo.scenario import Scenario
     from inferwatch_sidecar.demo.view import progress_line, render
 
     sc = Scenario(ScenarioConfig(duration_s=60, inject_at_s=20, workdir=str(tmp_path)))

@@ -54,7 +54,7 @@ class Run:
 
 def _expected_firing(sc: Any, prom: PrometheusServer) -> dict[str, bool]:
     """Expected alert (with its label match) -> firing now."""
-    from inferwatch_sidecar.demo.scenario import EXPECTED_ALERTS
+    from inferwatch_sidecar.demo.judge import EXPECTED_ALERTS
 
     return {name: prom.firing(name, **match) for fault in sc.cfg.faults for name, match in EXPECTED_ALERTS[fault]}
 
@@ -63,7 +63,8 @@ def _expected_firing(sc: Any, prom: PrometheusServer) -> dict[str, bool]:
 def run(tmp_path_factory: pytest.TempPathFactory) -> Any:
     binary = require_binary("prometheus")
     from alerts import generate, source
-    from inferwatch_sidecar.demo.scenario import ALL_FAULTS, Scenario, ScenarioConfig
+    from inferwatch_sidecar.demo.config import ALL_FAULTS, ScenarioConfig
+    from inferwatch_sidecar.demo.scenario import Scenario
 
     tmp = tmp_path_factory.mktemp("e2e")
     rules = generate.write_rule_files(tmp / "rules", source.FAST)

@@ -10,7 +10,13 @@ ends with a summary. Exit status 0 means every injected fault was detected.
 from __future__ import annotations
 
 import argparse
-import sys
+import importlib.util
+import shutil
+import signal
+import tempfile
+import time
+from pathlib import Path
+from types import FrameType
 from typing import Any
 
 EPILOG = """\
@@ -53,143 +59,137 @@ def register(sub: Any) -> None:
     p.set_defaults(func=run)
 
 
-def _missing_server_deps() -> list[str]:
-    import importlib.util
+class _Interrupted(Exception):
+    """A signal arrived during start-up: start-up is abandoned and the ``finally`` clause stops what runs."""
 
-    return [m for m in ("fastapi", "uvicorn") if importlib.util.find_spec(m) is None]
+
+class _Signals:
+    """SIGTERM and SIGINT while the demo runs: they abort start-up, and later end the run at its next tick.
+
+    SIGINT gets the same handler, so Ctrl-C works even where the shell started us with SIGINT ignored.
+    """
+
+    def __init__(self) -> None:
+        self.received = 0
+        #: Set once every process is up: from then on a signal only sets :attr:`received`.
+        self.running = False
+        self._saved = {sig: signal.signal(sig, self._handle) for sig in (signal.SIGTERM, signal.SIGINT)}
+
+    def _handle(self, signum: int, frame: FrameType | None) -> None:
+        self.received = signum
+        if not self.running:
+            raise _Interrupted
+
+    def restore(self) -> None:
+        for sig, handler in self._saved.items():
+            signal.signal(sig, handler)
 
 
 def run(args: argparse.Namespace) -> int:
-    import shutil
-    import signal
-    import tempfile
-    import time
-    from pathlib import Path
-
+    # rich, numpy and yaml load only when the demo runs, so that `inferwatch --help` stays fast.
     from rich.console import Console
+    from rich.live import Live
 
-    from inferwatch_sidecar.demo import scenario as scn
+    from inferwatch_sidecar.demo import view
+    from inferwatch_sidecar.demo.config import ALL_FAULTS, FAULTS, ScenarioConfig
+    from inferwatch_sidecar.demo.observe import Snapshot
+    from inferwatch_sidecar.demo.prom import DemoPrometheus, fast_rules
+    from inferwatch_sidecar.demo.scenario import Scenario
+    from inferwatch_sidecar.demo.supervise import ProcessError
 
     out = Console(stderr=False, highlight=False)
     err = Console(stderr=True, highlight=False)
-    missing = _missing_server_deps()
+    missing = [m for m in ("fastapi", "uvicorn") if importlib.util.find_spec(m) is None]
     if missing:
         err.print(f"inferwatch demo: the demo model server needs {' and '.join(missing)}: "
                   'pip install "inferwatch[demo]"')
         return 2
-    faults = scn.FAULTS
+    faults = FAULTS
     if args.faults:
         faults = tuple(f.strip() for f in args.faults.split(",") if f.strip())
-        bad = [f for f in faults if f not in scn.ALL_FAULTS]
+        bad = [f for f in faults if f not in ALL_FAULTS]
         if bad or not faults:
             err.print(f"inferwatch demo: unknown fault(s) {', '.join(bad) or '(none given)'}; "
-                      f"choose from {', '.join(scn.ALL_FAULTS)}")
+                      f"choose from {', '.join(ALL_FAULTS)}")
             return 2
     if args.duration < 30:
         err.print("inferwatch demo: --duration must be at least 30 seconds (detection needs the windows to fill)")
         return 2
-    cfg = scn.ScenarioConfig(duration_s=args.duration, inject_at_s=args.inject_at, rate_per_s=args.rate,
-                             faults=faults, seed=args.seed)
+    cfg = ScenarioConfig(duration_s=args.duration, inject_at_s=args.inject_at, rate_per_s=args.rate,
+                         faults=faults, seed=args.seed)
     inj = cfg.injection_time()
     if not 5 <= inj <= args.duration - 15:
         err.print(f"inferwatch demo: --inject-at {inj:g} must be between 5 and duration - 15 seconds")
         return 2
 
-    stop = {"signal": 0, "running": 0}
+    def say(msg: str) -> None:
+        err.print(f"[dim]demo:[/] {msg}")
 
-    class Terminated(Exception):
-        pass
-
-    def on_term(signum: int, frame: Any) -> None:
-        stop["signal"] = signum
-        if not stop["running"]:
-            raise Terminated  # still starting: abort start-up; the finally clause stops what runs
-
-    # SIGINT gets the same handler: Ctrl-C works even where the shell started us with SIGINT ignored.
-    old_handlers = {sig: signal.signal(sig, on_term) for sig in (signal.SIGTERM, signal.SIGINT)}
-    sc = scn.Scenario(cfg)
-    prom = None
-    live = None
+    signals = _Signals()
+    sc = Scenario(cfg)
+    prom: DemoPrometheus | None = None
+    # Live.stop() does nothing on a view that is not showing, so every exit path can call it.
+    live = Live(console=out, refresh_per_second=4, transient=False)
     status = 1
     try:
-        def say(msg: str) -> None:
-            err.print(f"[dim]demo:[/] {msg}")
-
         sc.start(progress=say)
         prom_bin = None if args.no_prometheus else shutil.which("prometheus")
         if prom_bin:
-            from inferwatch_sidecar.demo.prom import DemoPrometheus, fast_rules
-
-            rules_dir = Path(tempfile.mkdtemp(prefix="iw-demo-rules-", dir=sc.workdir))
-            rules = fast_rules(rules_dir)
+            rules = fast_rules(Path(tempfile.mkdtemp(prefix="iw-demo-rules-", dir=sc.workdir)))
             if not rules:
                 say("alert rules not found (alerts/ is in the source checkout): Prometheus runs without alerts")
             say(f"starting prometheus with {len(rules)} rule file(s), scraping every second")
-            prom = DemoPrometheus(prom_bin, [sc.sidecar_target], rules).start()
+            prom = DemoPrometheus(prom_bin, [sc.sidecar_target], rules)
+            prom.start()
             sc.attach_prometheus(prom.url)
         elif not args.no_prometheus:
             say("prometheus is not on PATH: alert states are not shown (the sidecar's own signals still are)")
-        # From here a SIGTERM ends the run loop at its next tick, which then prints the summary.
-        stop["running"] = 1
+        signals.running = True
         for name, url in sc.urls().items():
             print(f"  {name:<13} {url}")
         print(f"  faults at t={inj:.0f}s: {', '.join(faults)}; running for {args.duration:.0f}s "
-                  f"(Ctrl-C stops early)")
+              f"(Ctrl-C stops early)")
 
-        last_line = [0.0]
         if args.no_ui:
-            from inferwatch_sidecar.demo.view import progress_line
+            printed_at = 0.0
 
-            def tick(snap: scn.Snapshot) -> None:
-                if snap.t - last_line[0] >= 5.0:
-                    last_line[0] = snap.t
-                    print(progress_line(snap), flush=True)
+            def tick(snap: Snapshot) -> None:
+                nonlocal printed_at
+                if snap.t - printed_at >= 5.0:
+                    printed_at = snap.t
+                    print(view.progress_line(snap), flush=True)
         else:
-            from rich.live import Live
-
-            from inferwatch_sidecar.demo.view import render
-
-            live = Live(console=out, refresh_per_second=4, transient=False)
             live.start()
 
-            def tick(snap: scn.Snapshot) -> None:
-                assert live is not None
-                live.update(render(snap, sc))
+            def tick(snap: Snapshot) -> None:
+                live.update(view.render(snap, sc))
 
         t_start = time.monotonic()
-        sc.run(on_tick=tick, stop=lambda: bool(stop["signal"]))
-        if live is not None:
-            live.stop()
-            live = None
-        interrupted = bool(stop["signal"])
+        sc.run(on_tick=tick, stop=lambda: bool(signals.received))
+        live.stop()
         print()
         # Plain print: the summary must not be re-wrapped by rich when stdout is not a terminal.
         print("\n".join(sc.summary_lines()), flush=True)
-        if interrupted:
-            print(f"stopped early by {signal.Signals(stop['signal']).name} after {time.monotonic() - t_start:.0f}s")
-            status = 128 + stop["signal"]
+        if signals.received:
+            print(f"stopped early by {signal.Signals(signals.received).name} after {time.monotonic() - t_start:.0f}s")
+            status = 128 + signals.received
         else:
             status = 0 if sc.all_detected() else 1
-    except (KeyboardInterrupt, Terminated):
-        if live is not None:
-            live.stop()
-            live = None
+    except (KeyboardInterrupt, _Interrupted):
+        live.stop()
         err.print("interrupted: stopping every process")
-        status = 128 + (stop["signal"] or signal.SIGINT)
-    except scn.ScenarioError as e:
+        status = 128 + (signals.received or signal.SIGINT)
+    except ProcessError as e:
         err.print(f"inferwatch demo: {e}", markup=False)
         status = 1
     finally:
-        if live is not None:
-            live.stop()
+        live.stop()
         if prom is not None:
             prom.stop()
         codes = sc.stop()
-        for sig, handler in old_handlers.items():
-            signal.signal(sig, handler)
+        signals.restore()
         # uvicorn re-raises the SIGTERM it handled after a graceful shutdown: -15 is a clean stop.
-        bad = {n: c for n, c in codes.items() if c not in (0, -signal.SIGTERM)}
-        if bad:
-            err.print(f"demo: processes that did not stop cleanly: {bad}")
-    sys.stdout.flush()
+        unclean = {n: c for n, c in codes.items() if c not in (0, -signal.SIGTERM)}
+        if unclean:
+            err.print(f"demo: processes that did not stop cleanly: {unclean}")
     return status

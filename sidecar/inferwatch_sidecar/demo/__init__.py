@@ -1,16 +1,26 @@
 """The ``inferwatch demo`` scenario, shared by the demo command and the end-to-end test.
 
-Modules:
+What runs in the model servers:
 
 - :mod:`.model`: a seeded synthetic credit-decision dataset and a softmax
   regression trained on it with numpy (the stable and canary models);
 - :mod:`.faults`: the fault switches, a small JSON file every model-server
   process reads;
-- :mod:`.server`: the SDK-instrumented FastAPI model server (run under uvicorn);
+- :mod:`.allocator`: the simulated caching allocator behind the SDK's allocator probe;
+- :mod:`.server`: the SDK-instrumented FastAPI model server (run under uvicorn).
+
+What runs in the demo process, in the order of a run:
+
+- :mod:`.config`: the scenario's knobs and the faults it knows;
+- :mod:`.supervise`: starting, awaiting and stopping the model servers and the sidecar;
+- :mod:`.prom`: Prometheus with the fast alert rules (optional);
 - :mod:`.loadgen`: a bounded, loopback-only load generator that also posts
   ground-truth labels to the sidecar;
+- :mod:`.inject`: switching the faults on, and each fault's record;
 - :mod:`.promtext`: parsing ``/metrics`` and histogram quantiles;
-- :mod:`.scenario`: starts the sidecar, the servers and (optionally)
-  Prometheus, runs the timeline, injects the faults and judges detection;
-- :mod:`.view`: the live terminal view (rich).
+- :mod:`.observe`: each poll of the sidecar and Prometheus, as a snapshot;
+- :mod:`.judge`: whether each fault was detected, and the alerts it must fire;
+- :mod:`.report`: value formats and the end-of-run summary;
+- :mod:`.view`: the live terminal view (rich) and the ``--no-ui`` progress line;
+- :mod:`.scenario`: the timeline that ties them together.
 """

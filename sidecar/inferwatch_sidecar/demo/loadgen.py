@@ -64,19 +64,24 @@ class _Conn:
         self.c: http.client.HTTPConnection | None = None
 
     def post(self, path: str, body: dict[str, Any], headers: dict[str, str]) -> tuple[int, bytes]:
+        """POST ``body`` as JSON; returns the status and the response body."""
         data = json.dumps(body).encode()
-        for attempt in (0, 1):
-            if self.c is None:
-                self.c = http.client.HTTPConnection(self.host, self.port, timeout=self.timeout)
-            try:
-                self.c.request("POST", path, body=data, headers={"Content-Type": "application/json", **headers})
-                r = self.c.getresponse()
-                return r.status, r.read()
-            except (OSError, http.client.HTTPException):
-                self.close()
-                if attempt:
-                    raise
-        raise AssertionError("unreachable")
+        try:
+            return self._request(path, data, headers)
+        except (OSError, http.client.HTTPException):
+            # The server may have closed the idle keep-alive connection: one retry, on a fresh connection.
+            return self._request(path, data, headers)
+
+    def _request(self, path: str, data: bytes, headers: dict[str, str]) -> tuple[int, bytes]:
+        if self.c is None:
+            self.c = http.client.HTTPConnection(self.host, self.port, timeout=self.timeout)
+        try:
+            self.c.request("POST", path, body=data, headers={"Content-Type": "application/json", **headers})
+            r = self.c.getresponse()
+            return r.status, r.read()
+        except (OSError, http.client.HTTPException):
+            self.close()
+            raise
 
     def close(self) -> None:
         if self.c is not None:
@@ -97,7 +102,7 @@ class LoadGenerator:
     """
 
     def __init__(self, stable_url: str, canary_url: str | None, sidecar_url: str | None, plan: LoadPlan,
-                 model: str = "credit-risk", timeout_s: float = 10.0) -> None:
+                 model: str = mdl.NAME, timeout_s: float = 10.0) -> None:
         self.stable_url = stable_url
         self.canary_url = canary_url
         self.sidecar_url = sidecar_url

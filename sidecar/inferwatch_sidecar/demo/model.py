@@ -18,6 +18,12 @@ from typing import Any
 
 import numpy as np
 
+from inferwatch_sidecar.components.drift import profile as prof
+
+#: The model's name, and the versions the stable and canary servers serve.
+NAME = "credit-risk"
+STABLE, CANARY = "v1", "v2"
+
 #: Numeric features: name -> (mean, standard deviation) of the healthy distribution.
 NUMERIC: dict[str, tuple[float, float]] = {
     "age": (41.0, 12.0),
@@ -130,7 +136,7 @@ class Model:
     std: np.ndarray
     w: np.ndarray
     b: np.ndarray
-    version: str = "v1"
+    version: str = STABLE
 
     def design(self, numeric: np.ndarray, region: list[str]) -> np.ndarray:
         z = (np.asarray(numeric, dtype=np.float64) - self.mean) / self.std
@@ -149,11 +155,11 @@ class Model:
 
     def canary(self) -> Model:
         """The canary version: same weights, shifted class biases (a different prediction mix)."""
-        return replace(self, b=self.b + np.array(CANARY_BIAS), version="v2")
+        return replace(self, b=self.b + np.array(CANARY_BIAS), version=CANARY)
 
 
 def train(seed: int = 0, n: int = 5000, iterations: int = 150, lr: float = 1.0, l2: float = 1e-3) -> tuple[Model, Batch]:
-    """Fit the stable model (version v1) on ``n`` generated rows; returns the model and its training data.
+    """Fit the stable model on ``n`` generated rows; returns the model and its training data.
 
     Full-batch gradient descent on the cross-entropy; well under a second.
     """
@@ -188,8 +194,6 @@ def build_reference(path: str, seed: int = 0) -> dict[str, Any]:
     Returns:
         A short description: rows, columns and the training accuracy.
     """
-    from inferwatch_sidecar.components.drift import profile as prof
-
     model, data = train(seed)
     numeric, categorical = reference_columns(model, data)
     order = [*NUMERIC_NAMES, CATEGORICAL_NAME, "prediction", "confidence"]

@@ -13,12 +13,11 @@ import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
 from pathlib import Path
 
 import yaml
 
-from inferwatch_sidecar.demo.scenario import free_port
+from inferwatch_sidecar.demo.supervise import Process, free_port, wait_ready
 
 #: The repository root, when inferwatch runs from a source checkout (editable install).
 REPO_ROOT = Path(__file__).resolve().parents[3]
@@ -64,10 +63,14 @@ class DemoPrometheus:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.dir = Path(tempfile.mkdtemp(prefix="iw-demo-prom-"))
-        self.log_path = self.dir / "prometheus.log"
-        self.proc: subprocess.Popen[bytes] | None = None
+        self.proc: Process | None = None
 
     def start(self, timeout: float = 30.0) -> DemoPrometheus:
+        """Start Prometheus and wait until it is ready.
+
+        Raises:
+            supervise.ProcessError: it exited, or was not ready within ``timeout`` seconds.
+        """
         cfg = {
             "global": {"scrape_interval": self.interval, "evaluation_interval": self.interval},
             "rule_files": [str(p) for p in self.rule_files],
@@ -75,37 +78,21 @@ class DemoPrometheus:
         }
         cfg_path = self.dir / "prometheus.yml"
         cfg_path.write_text(yaml.safe_dump(cfg))
-        with open(self.log_path, "wb") as log:
-            self.proc = subprocess.Popen(
-                [self.binary, f"--config.file={cfg_path}", f"--storage.tsdb.path={self.dir / 'data'}",
-                 f"--web.listen-address=127.0.0.1:{self.port}", "--storage.tsdb.retention.time=1h",
-                 "--enable-feature=exemplar-storage"],
-                stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"prometheus exited early:\n{self.log_tail()}")
-            try:
-                with urllib.request.urlopen(f"{self.url}/-/ready", timeout=1) as r:
-                    if r.status == 200:
-                        return self
-            except OSError:
-                pass
-            time.sleep(0.1)
-        raise RuntimeError(f"prometheus was not ready after {timeout:.0f}s:\n{self.log_tail()}")
+        argv = [self.binary, f"--config.file={cfg_path}", f"--storage.tsdb.path={self.dir / 'data'}",
+                f"--web.listen-address=127.0.0.1:{self.port}", "--storage.tsdb.retention.time=1h",
+                "--enable-feature=exemplar-storage"]
+        self.proc = Process("prometheus", argv, None, self.dir / "prometheus.log")
+        wait_ready(self.proc, f"{self.url}/-/ready", time.monotonic() + timeout)
+        return self
 
     def log_tail(self, n: int = 3000) -> str:
-        try:
-            return self.log_path.read_text(errors="replace")[-n:]
-        except OSError:
-            return ""
+        """The end of Prometheus's log."""
+        assert self.proc is not None, "start() first"
+        return self.proc.log_tail(n)
 
     def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        """Stop Prometheus and remove its directory."""
+        if self.proc is not None:
+            self.proc.stop()
+            self.proc = None
         shutil.rmtree(self.dir, ignore_errors=True)

@@ -14,15 +14,13 @@ from collections import defaultdict
 from collections.abc import Iterable
 from typing import Any
 
-Labels = tuple[tuple[str, str], ...]
+from prometheus_client.parser import text_string_to_metric_families
 
 
 class Scrape:
     """One parsed exposition: ``samples[name]`` -> list of (labels dict, value)."""
 
     def __init__(self, text: str, t: float) -> None:
-        from prometheus_client.parser import text_string_to_metric_families
-
         self.t = t
         self.samples: dict[str, list[tuple[dict[str, str], float]]] = defaultdict(list)
         for fam in text_string_to_metric_families(text):
@@ -32,18 +30,16 @@ class Scrape:
     def get(self, name: str, **match: str) -> list[tuple[dict[str, str], float]]:
         return [(lab, v) for lab, v in self.samples.get(name, []) if all(lab.get(k) == w for k, w in match.items())]
 
-    def value(self, name: str, default: float | None = None, agg: str = "sum", **match: str) -> float | None:
+    def value(self, name: str, default: float | None = None, **match: str) -> float | None:
+        """The sum of the matching samples of ``name``; ``default`` when there are none."""
         vals = [v for _, v in self.get(name, **match)]
-        if not vals:
-            return default
-        return sum(vals) if agg == "sum" else max(vals) if agg == "max" else min(vals)
+        return sum(vals) if vals else default
 
-    def buckets(self, name: str, by: str | None, **match: str) -> dict[str, dict[float, float]]:
+    def buckets(self, name: str, by: str, **match: str) -> dict[str, dict[float, float]]:
         """Cumulative bucket counts of histogram ``name`` summed per value of label ``by``."""
         out: dict[str, dict[float, float]] = defaultdict(lambda: defaultdict(float))
         for lab, v in self.get(name + "_bucket", **match):
-            key = lab.get(by, "") if by else ""
-            out[key][float(lab["le"])] += v
+            out[lab.get(by, "")][float(lab["le"])] += v
         return out
 
 
@@ -52,9 +48,8 @@ def fetch(url: str, timeout: float = 5.0) -> str:
         return r.read().decode("utf-8", "replace")  # type: ignore[no-any-return]
 
 
-def fetch_json(url: str, timeout: float = 5.0, token: str | None = None) -> Any:
-    req = urllib.request.Request(url, headers={"Authorization": f"Bearer {token}"} if token else {})
-    with urllib.request.urlopen(req, timeout=timeout) as r:
+def fetch_json(url: str, timeout: float = 5.0) -> Any:
+    with urllib.request.urlopen(url, timeout=timeout) as r:
         return json.loads(r.read())
 
 

@@ -18,9 +18,8 @@ same model) and then serves:
   tokens).
 - ``GET /healthz``; ``GET``/``PUT /admin/faults`` (Bearer token) to inject faults.
 
-With no GPU, a simulated caching allocator feeds the SDK's allocator probe
-(``torch_stats_source``): a steady footprint, plus the leak when this worker is
-the leak target.
+With no GPU, the simulated caching allocator of :mod:`.allocator` feeds the
+SDK's allocator probe (``torch_stats_source``).
 
 Environment (besides the SDK's ``INFERWATCH_*`` variables):
 
@@ -49,6 +48,7 @@ from typing import Any
 import numpy as np
 
 import inferwatch
+from inferwatch_sidecar.demo import allocator
 from inferwatch_sidecar.demo import faults as fl
 from inferwatch_sidecar.demo import model as mdl
 
@@ -62,13 +62,6 @@ except ImportError as e:  # pragma: no cover - depends on the install
     ) from e
 
 log = logging.getLogger("inferwatch.demo.server")
-
-GiB = 2**30
-MiB = 2**20
-#: The simulated allocator's steady footprint (the fake NVML process uses ALLOC_BASE + CONTEXT).
-ALLOC_BASE = 3 * GiB
-ALLOC_CACHE = 768 * MiB
-CONTEXT = 1 * GiB
 
 MAX_BATCH = 32
 BATCH_WAIT_S = 0.002
@@ -177,19 +170,7 @@ class State:
 
     def allocator_stats(self) -> dict[int, dict[str, Any]]:
         """The simulated caching allocator of device 0 (what torch.cuda.memory_stats() would say)."""
-        f = self.alloc_faults.get()
-        allocated = ALLOC_BASE + (os.getpid() % 7) * 16 * MiB
-        if f.leak_pid == os.getpid() and f.leak_start_unix is not None:
-            allocated += int(f.leak_rate_bytes_per_s * max(0.0, time.time() - f.leak_start_unix))
-        reserved = -(-(allocated + ALLOC_CACHE) // (2 * MiB)) * 2 * MiB
-        return {0: {
-            "allocated_bytes.all.current": allocated,
-            "reserved_bytes.all.current": reserved,
-            "active_bytes.all.current": allocated,
-            "inactive_split_bytes.all.current": reserved // 50,
-            "num_alloc_retries": 0,
-            "num_ooms": 0,
-        }}
+        return allocator.memory_stats(self.alloc_faults.get(), os.getpid(), time.time())
 
 
 def _write_pid_file(state: State) -> None:

@@ -10,21 +10,14 @@ from rich.table import Table
 from rich.text import Text
 
 from inferwatch_sidecar.demo import model as mdl
-from inferwatch_sidecar.demo.scenario import (
-    CANARY,
-    FAULT_TITLES,
-    FAULTS,
-    MODEL,
-    STABLE,
-    STAGES,
-    Scenario,
-    Snapshot,
-    _fmt_dur,
-    _fmt_rate,
-    _fmt_s,
-)
+from inferwatch_sidecar.demo import report
+from inferwatch_sidecar.demo.config import ALL_FAULTS
+from inferwatch_sidecar.demo.observe import Snapshot
+from inferwatch_sidecar.demo.scenario import Scenario
 
 GiB = 2**30
+#: The model server's stages in request order: the stage table's rows.
+STAGES = ("ingress", "preprocess", "queue", "inference", "postprocess")
 
 
 def _stage_table(snap: Snapshot) -> Table:
@@ -37,8 +30,8 @@ def _stage_table(snap: Snapshot) -> Table:
         rate = q.get("rate")
         p999 = q.get(0.999)
         style = "bold red" if p999 is not None and p999 > 1.0 else ""
-        t.add_row(stage, "-" if rate is None else f"{rate:.1f}", _fmt_s(q.get(0.5)), _fmt_s(q.get(0.99)),
-                  Text(_fmt_s(p999), style=style))
+        t.add_row(stage, "-" if rate is None else f"{rate:.1f}", report.seconds(q.get(0.5)),
+                  report.seconds(q.get(0.99)), Text(report.seconds(p999), style=style))
     return t
 
 
@@ -46,17 +39,17 @@ def _gpu_table(snap: Snapshot, sc: Scenario) -> Table:
     t = Table(title="GPU memory (fake NVML)", expand=True, title_justify="left")
     for h in ("gpu / pid", "used", "leak verdict", "rate", "time to OOM"):
         t.add_column(h)
-    roles = {p: ("v2" if r == "canary" else "v1") for r, pids in sc.worker_pids.items() for p in pids}
+    roles = {p: (mdl.CANARY if r == "canary" else mdl.STABLE) for r, pids in sc.worker_pids.items() for p in pids}
     for dev in snap.gpu.get("devices", []):
         used, total = dev.get("used_bytes"), dev.get("total_bytes")
         leak = dev.get("leak") or {}
         t.add_row(f"gpu {dev.get('gpu')}", f"{(used or 0) / GiB:.1f} / {(total or 0) / GiB:.0f} GiB",
-                  _verdict(leak.get("verdict")), _fmt_rate(leak.get("rate_bytes_per_s")),
-                  _fmt_dur(leak.get("time_to_oom_s")))
+                  _verdict(leak.get("verdict")), report.rate(leak.get("rate_bytes_per_s")),
+                  report.duration(leak.get("time_to_oom_s")))
         for p in dev.get("processes", []):
             t.add_row(f"  pid {p.get('pid')} {roles.get(p.get('pid'), '')}",
                       f"{(p.get('used_bytes') or 0) / GiB:.2f} GiB", _verdict(p.get("verdict")),
-                      _fmt_rate(p.get("rate_bytes_per_s")), _fmt_dur(p.get("time_to_oom_s")))
+                      report.rate(p.get("rate_bytes_per_s")), report.duration(p.get("time_to_oom_s")))
     if not snap.gpu:
         t.add_row("(waiting for the sidecar)", "", "", "", "")
     return t
@@ -71,17 +64,17 @@ def _verdict(v: Any) -> Text:
 
 
 def _drift_table(snap: Snapshot) -> Table:
-    t = Table(title=f"drift of {MODEL} against its reference (score; * = drifted)", expand=True,
+    t = Table(title=f"drift of {mdl.NAME} against its reference (score; * = drifted)", expand=True,
               title_justify="left")
     t.add_column("column")
-    versions = [v for v in (STABLE, CANARY) if (MODEL, v) in snap.drift]
+    versions = [v for v in (mdl.STABLE, mdl.CANARY) if (mdl.NAME, v) in snap.drift]
     for v in versions:
         t.add_column(v, justify="right")
     names = [*mdl.NUMERIC_NAMES, mdl.CATEGORICAL_NAME, "prediction", "confidence"]
     for n in names:
         cells = []
         for v in versions:
-            f = snap.drift[(MODEL, v)]["features"].get(n, {})
+            f = snap.drift[(mdl.NAME, v)]["features"].get(n, {})
             scores = f.get("scores", {})
             s = scores.get("wasserstein_norm", scores.get("psi"))
             txt = "-" if s is None else f"{s:.2f}"
@@ -90,34 +83,34 @@ def _drift_table(snap: Snapshot) -> Table:
     for label, key in (("mean confidence (ref)", "confidence"), ("estimated accuracy", "estimated_accuracy"),
                        ("accuracy (labels)", "accuracy"), ("share of inputs drifted", "drifted_ratio"),
                        ("canary: columns differing from v1", "canary_columns"), ("window events", "window_events")):
-        cells = []
+        values: list[str] = []
         for v in versions:
-            d = snap.drift[(MODEL, v)]
+            d = snap.drift[(mdl.NAME, v)]
             if key == "canary_columns":
                 cols = d.get("canary_columns")
                 differ = sorted(c for c, x in (cols or {}).items() if x)
-                cells.append("-" if cols is None else ", ".join(differ) or "none")
+                values.append("-" if cols is None else ", ".join(differ) or "none")
             elif key == "confidence":
                 cur, ref = d["confidence"]
-                cells.append("-" if cur is None else f"{cur:.3f} ({ref:.3f})" if ref is not None else f"{cur:.3f}")
+                values.append("-" if cur is None else f"{cur:.3f} ({ref:.3f})" if ref is not None else f"{cur:.3f}")
             else:
                 x = d.get(key)
-                cells.append("-" if x is None else f"{x:.0f}" if key == "window_events" else f"{x:.1%}")
-        t.add_row(Text(label, style="italic"), *cells)
+                values.append("-" if x is None else f"{x:.0f}" if key == "window_events" else f"{x:.1%}")
+        t.add_row(Text(label, style="italic"), *values)
     return t
 
 
-def _fault_table(snap: Snapshot, sc: Scenario) -> Table:
+def _fault_table(snap: Snapshot) -> Table:
     t = Table(title="faults and alerts", expand=True, title_justify="left")
     for h in ("fault", "injected", "detected", "evidence"):
         t.add_column(h)
-    for name in FAULTS:
+    for name in ALL_FAULTS:
         st = snap.faults.get(name)
         if st is None:
             continue
         det = Text(f"{st.detected_at:.0f}s (+{st.latency_s:.0f}s)", style="bold green") if st.detected_at is not None \
             else Text("no" if st.injected_at is not None else "-", style="yellow" if st.injected_at else "dim")
-        t.add_row(FAULT_TITLES[name], "-" if st.injected_at is None else f"{st.injected_at:.0f}s", det, st.detail)
+        t.add_row(report.FAULT_TITLES[name], "-" if st.injected_at is None else f"{st.injected_at:.0f}s", det, st.detail)
     return t
 
 
@@ -152,7 +145,7 @@ def render(snap: Snapshot, sc: Scenario) -> Group:
     top.add_column(ratio=1)
     top.add_column(ratio=1)
     top.add_row(_stage_table(snap), _gpu_table(snap, sc))
-    return Group(Panel(head), top, _drift_table(snap), _fault_table(snap, sc), _alerts_text(snap, sc))
+    return Group(Panel(head), top, _drift_table(snap), _fault_table(snap), _alerts_text(snap, sc))
 
 
 def progress_line(snap: Snapshot) -> str:
@@ -162,5 +155,5 @@ def progress_line(snap: Snapshot) -> str:
     firing = sorted(n for n, s in snap.alerts.items() if s == "firing")
     return (f"t={snap.t:5.1f}s {snap.phase:<8} requests={snap.load.get('predict_stable', 0)}+"
             f"{snap.load.get('predict_canary', 0)}+{snap.load.get('generate', 0)} "
-            f"inference p99.9={_fmt_s(inf.get(0.999))} detected: {det}"
+            f"inference p99.9={report.seconds(inf.get(0.999))} detected: {det}"
             + (f" firing: {', '.join(firing)}" if firing else ""))

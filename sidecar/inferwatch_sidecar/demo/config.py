@@ -1,0 +1,59 @@
+"""The scenario's knobs (:class:`ScenarioConfig`) and the names of the faults it can inject."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+#: The faults the demo injects by default, in display order.
+FAULTS = ("latency", "drift", "confidence", "gpu_leak", "canary")
+#: Every fault the scenario knows; ``bad_events`` (a client posting malformed JSON events) is opt-in.
+ALL_FAULTS = (*FAULTS, "bad_events")
+
+
+@dataclass
+class ScenarioConfig:
+    """Every knob of the scenario; the defaults are the demo's embedded configuration.
+
+    Attributes:
+        duration_s: how long the load runs (from the sidecar's start).
+        inject_at_s: when every fault is injected (from the sidecar's start); None: 30% of the duration,
+            at least 12 s.
+        rate_per_s: total request rate of the load generator.
+        max_requests: request bound of the load generator.
+        latency_share / latency_delay_s: share of inference batches slowed, and by how much.
+        temperature: the confidence fault's logit temperature.
+        canary_share: share of predictions routed to the canary once injected.
+        leak_mib_per_s: the fake NVML leak's rate.
+        faults: which faults to inject (a subset of :data:`ALL_FAULTS`).
+        seed: dataset seed.
+        workdir: where configs and logs go (a fresh temporary directory by default, removed at stop).
+        tick_s: how often the runner polls.
+
+    Raises:
+        ValueError: ``faults`` names a fault the scenario does not know.
+    """
+
+    duration_s: float = 90.0
+    inject_at_s: float | None = None
+    rate_per_s: float = 50.0
+    max_requests: int = 50_000
+    latency_share: float = 0.08
+    latency_delay_s: float = 3.0
+    temperature: float = 6.0
+    canary_share: float = 0.4
+    leak_mib_per_s: float = 64.0
+    faults: tuple[str, ...] = FAULTS
+    seed: int = 0
+    workdir: str | None = None
+    tick_s: float = 0.5
+
+    def __post_init__(self) -> None:
+        for f in self.faults:
+            if f not in ALL_FAULTS:
+                raise ValueError(f"unknown fault {f!r}; known: {', '.join(ALL_FAULTS)}")
+
+    def injection_time(self) -> float:
+        """Seconds from the sidecar's start at which every fault is switched on."""
+        if self.inject_at_s is not None:
+            return self.inject_at_s
+        return max(12.0, 0.3 * self.duration_s)

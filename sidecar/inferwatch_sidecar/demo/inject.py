@@ -1,0 +1,93 @@
+"""Fault injection: what switches each fault on, and the record of what then happened to it.
+
+Where each fault lives:
+
+- in the model servers (``PUT /admin/faults``, which every worker reads from
+  the shared fault file): the latency spike, the confidence temperature, and
+  the allocator side of the GPU leak;
+- in the load generator: feature drift, the canary share and the malformed
+  events;
+- in the sidecar's fake NVML: the device side of the GPU leak, scripted in
+  its config from the start (:func:`fake_gpu_processes`) to begin at the
+  injection time.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import urllib.request
+from dataclasses import dataclass, field
+from typing import Any
+
+from inferwatch_sidecar.demo import allocator
+from inferwatch_sidecar.demo.config import ScenarioConfig
+from inferwatch_sidecar.demo.faults import Faults
+from inferwatch_sidecar.demo.loadgen import LoadGenerator
+
+MiB = 2**20
+
+
+@dataclass
+class FaultState:
+    """What happened to one fault: when it was injected, when it was detected, and the evidence."""
+
+    name: str
+    injected_at: float | None = None
+    detected_at: float | None = None
+    detail: str = ""
+    alerts: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def detected(self) -> bool:
+        return self.detected_at is not None
+
+    @property
+    def latency_s(self) -> float | None:
+        if self.detected_at is None or self.injected_at is None:
+            return None
+        return self.detected_at - self.injected_at
+
+
+def fake_gpu_processes(cfg: ScenarioConfig, worker_pids: dict[str, list[int]],
+                       leak_pid: int | None) -> list[dict[str, Any]]:
+    """The fake NVML's processes: one per model-server worker, ``leak_pid`` leaking from the injection on."""
+    base_gib = round(allocator.DEVICE_BASE_BYTES / 2**30, 3)
+    procs: list[dict[str, Any]] = []
+    for pid in [*worker_pids.get("stable", []), *worker_pids.get("canary", [])]:
+        p: dict[str, Any] = {"pid": pid, "base_gib": base_gib}
+        if pid == leak_pid and "gpu_leak" in cfg.faults:
+            p["leak_mib_per_s"] = cfg.leak_mib_per_s
+            p["leak_start_s"] = cfg.injection_time()
+        procs.append(p)
+    return procs
+
+
+def server_faults(cfg: ScenarioConfig, leak_pid: int | None) -> Faults:
+    """The fault file's content once ``cfg.faults`` are on."""
+    f = Faults()
+    if "latency" in cfg.faults:
+        f.latency_stage, f.latency_share, f.latency_delay_s = "inference", cfg.latency_share, cfg.latency_delay_s
+    if "confidence" in cfg.faults:
+        f.confidence_temperature = cfg.temperature
+    if "gpu_leak" in cfg.faults:
+        # The sidecar's fake NVML scripts the device side from its config; the allocator side follows here.
+        f.leak_pid, f.leak_rate_bytes_per_s = leak_pid, cfg.leak_mib_per_s * MiB
+        f.leak_start_unix = time.time()
+    f.feature_drift = "drift" in cfg.faults
+    f.canary_share = cfg.canary_share if "canary" in cfg.faults else 0.0
+    f.injected_unix = {name: time.time() for name in cfg.faults}
+    return f
+
+
+def switch_on(cfg: ScenarioConfig, *, server_url: str, token: str, loadgen: LoadGenerator,
+              leak_pid: int | None) -> None:
+    """Switch every fault of ``cfg`` on: the model servers' through ``server_url``, then the load generator's."""
+    f = server_faults(cfg, leak_pid)
+    req = urllib.request.Request(f"{server_url}/admin/faults", data=json.dumps(f.to_json()).encode(), method="PUT",
+                                 headers={"Content-Type": "application/json", "Authorization": f"Bearer {token}"})
+    with urllib.request.urlopen(req, timeout=10) as r:
+        r.read()
+    loadgen.drift = "drift" in cfg.faults
+    loadgen.canary_share = f.canary_share
+    loadgen.bad_events = "bad_events" in cfg.faults

@@ -1,0 +1,76 @@
+"""The demo's words and numbers: each fault's title, value formats, and the end-of-run summary."""
+
+from __future__ import annotations
+
+import math
+
+from inferwatch_sidecar.demo.config import ALL_FAULTS
+from inferwatch_sidecar.demo.inject import FaultState
+
+MiB = 2**20
+
+FAULT_TITLES = {
+    "latency": "latency spike in the inference stage",
+    "drift": "feature drift (6 of 9 inputs shifted)",
+    "confidence": "confidence drop (model temperature x6)",
+    "gpu_leak": "GPU memory leak in one worker (fake NVML)",
+    "canary": "canary v2 with a different prediction mix",
+    "bad_events": "a client posting malformed JSON events",
+}
+
+
+def seconds(v: float | None) -> str:
+    """A latency: ``12.3ms`` below a second, ``2.50s`` above; ``-`` for none."""
+    if v is None or math.isnan(v):
+        return "-"
+    return f"{v * 1000:.1f}ms" if v < 1 else f"{v:.2f}s"
+
+
+def rate(v: float | None) -> str:
+    """A memory growth rate in bytes/s, as MiB/s."""
+    return "-" if v is None else f"{v / MiB:.1f} MiB/s"
+
+
+def duration(v: float | None) -> str:
+    """A time span in seconds, in the largest unit that keeps it above 1 (s, min, h)."""
+    if v is None:
+        return "-"
+    for size, unit in ((3600, "h"), (60, "min")):
+        if v >= size:
+            return f"{v / size:.1f}{unit}"
+    return f"{v:.0f}s"
+
+
+def summary_lines(faults: dict[str, FaultState], injection_time: float,
+                  unexpected_alerts: dict[str, set[str]] | None) -> list[str]:
+    """The end-of-run summary, one fault per line, then the verdict.
+
+    Args:
+        faults: each configured fault's record.
+        injection_time: when the faults were due (for a run stopped before).
+        unexpected_alerts: alerts no injected fault explains, with the states they were seen in; None
+            without Prometheus (no alert lines).
+    """
+    lines = ["fault                                          injected  detected  after   evidence"]
+    for name in ALL_FAULTS:
+        st = faults.get(name)
+        if st is None:
+            continue
+        inj = f"{st.injected_at:6.1f}s" if st.injected_at is not None else "     -"
+        det = f"{st.detected_at:6.1f}s" if st.detected_at is not None else "    NO"
+        after = f"{st.latency_s:5.1f}s" if st.latency_s is not None else "    -"
+        lines.append(f"{FAULT_TITLES[name]:<46} {inj}   {det}  {after}  {st.detail}")
+        if unexpected_alerts is not None:
+            for alert, state in st.alerts.items():
+                lines.append(f"{'':<46} alert {alert}: {state}")
+    if unexpected_alerts is not None:
+        lines.append("other alerts: " + (", ".join(f"{n} ({'/'.join(sorted(s))})" for n, s in
+                                                  sorted(unexpected_alerts.items())) or "none (all quiet)"))
+    injected = [st for st in faults.values() if st.injected_at is not None]
+    if not injected:
+        lines.append(f"NOT RUN: stopped before the faults were injected (t={injection_time:.0f}s)")
+        return lines
+    n = sum(st.detected for st in injected)
+    verdict = "PASS" if all(st.detected for st in faults.values()) else "FAIL"
+    lines.append(f"{verdict}: {n} of {len(injected)} injected faults detected")
+    return lines
