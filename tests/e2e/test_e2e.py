@@ -147,7 +147,8 @@ def test_no_event_is_lost_between_sdk_and_sidecar(run: Run) -> None:
     deadline = time.monotonic() + 15
     while True:
         scrape = promtext.Scrape(promtext.fetch(f"{run.sc.sidecar_url}/metrics"), 0)
-        got = scrape.value("inferwatch_records_total", 0.0)
+        got = (scrape.value("inferwatch_records_total", 0.0) or 0.0) + (
+            scrape.value("inferwatch_labels_received_total", 0.0) or 0.0)
         if got == want or time.monotonic() > deadline:
             break
         time.sleep(0.2)

@@ -135,7 +135,8 @@ def test_json_events_every_type_and_bad_ones_counted(daemon: tuple[Sidecar, Fake
     assert sample(s, "inferwatch_time_to_first_token_seconds_bucket", **lab, stage="generate", le="0.1") == 1
     assert sample(s, "inferwatch_batch_size_bucket", **lab, le="8.0") == 1
     assert sample(s, "inferwatch_queue_depth", **lab) == 3
-    assert sample(s, "inferwatch_records_total", **lab) == 2
+    assert sample(s, "inferwatch_records_total", **lab) == 1  # the prediction; the label alone is not a record
+    assert sample(s, "inferwatch_labels_received_total") == 1
     assert sample(s, "inferwatch_ingest_decode_errors_total", scope="json", reason="bad_value") == 1
     assert sample(s, "inferwatch_ingest_events_total", transport="http", type="request") == 2
     # The drift-style component got the record in decoded form and the label as a record with only the label.

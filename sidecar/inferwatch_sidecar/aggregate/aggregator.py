@@ -47,6 +47,7 @@ from inferwatch_sidecar.metrics.core import (
     GENERATED_TOKENS_TOTAL,
     GENERATION_LENGTH_TOKENS,
     INTER_TOKEN_LATENCY_SECONDS,
+    LABELS_RECEIVED_TOTAL,
     QUEUE_DEPTH,
     QUEUE_WAIT_SECONDS,
     RECORDS_TOTAL,
@@ -67,7 +68,8 @@ _HISTOGRAMS = (
 )
 #: Every catalog entry :meth:`Aggregator.collect` exports, in the order it yields them.
 METRICS: tuple[Metric, ...] = (
-    REQUESTS_TOTAL, REQUEST_ERRORS_TOTAL, GENERATED_TOKENS_TOTAL, RECORDS_TOTAL, QUEUE_DEPTH, *_HISTOGRAMS,
+    REQUESTS_TOTAL, REQUEST_ERRORS_TOTAL, GENERATED_TOKENS_TOTAL, RECORDS_TOTAL, LABELS_RECEIVED_TOTAL, QUEUE_DEPTH,
+    *_HISTOGRAMS,
     SDK_DROPPED_EVENTS_TOTAL, SIDECAR,
 )
 
@@ -224,6 +226,8 @@ class Aggregator:
         self.batch_bounds = _buckets(BATCH_SIZE)
         self.bundles: dict[tuple[str, str, str], Bundle] = {}
         self.sdk_drops: dict[str, int] = {}
+        #: Label-only records (a label for an earlier prediction), which belong to no label set.
+        self.labels_received = 0
         self._ctx_cache: dict[Any, Bundle] = {}
         self._lim_service = ctx.limiter("service")
         self._lim_model = ctx.limiter("model")
@@ -340,6 +344,13 @@ class Aggregator:
                     if stream is not None:
                         self._stream(s, stream)
             elif t == EV_RECORD:
+                if ev[4] is None and ev[7] is None and ev[6] is not None:
+                    # A label alone: its model is the prediction's, known only once the drift engine
+                    # joins them, so it is counted without labels rather than under the context it carries.
+                    self.labels_received += 1
+                    if record_sink is not None:
+                        record_sink.append(ev)
+                    continue
                 ctx = ev[1]
                 if ctx is not last_ctx:
                     b = ctx_cache.get(ctx) or self.bundle(ctx)
@@ -445,6 +456,7 @@ class Aggregator:
                 rows.append((lab, list(b.requests), dict(b.errors), snap(b.e2e), stages, b.records,
                              snap(b.queue), snap(b.batch), b.depth))
             drops = dict(self.sdk_drops)
+            labels_received = self.labels_received
         requests = families.counter(REQUESTS_TOTAL)
         errors = families.counter(REQUEST_ERRORS_TOTAL)
         tokens = families.counter(GENERATED_TOKENS_TOTAL)
@@ -486,6 +498,9 @@ class Aggregator:
         yield errors
         yield tokens
         yield records
+        fam = families.counter(LABELS_RECEIVED_TOTAL)
+        fam.add_metric([], labels_received)
+        yield fam
         yield depth
         yield from hists
         fam = families.counter(SDK_DROPPED_EVENTS_TOTAL)

@@ -10,11 +10,21 @@ cached by feature-name tuple.
 A bad event is rejected alone and counted by reason; the rest of the body
 is accepted. :class:`JsonIngest` is what the HTTP routes call: body bytes in,
 events into the pipeline, an answer out.
+
+Every string taken from a body must be exportable text. JSON can carry a lone
+UTF-16 surrogate (``"\\ud800"``, or the raw bytes ``ED A0 80``, which
+``json.loads`` decodes with ``surrogatepass``); no UTF-8 encoder accepts one, so
+as a label value it would break every later scrape (prometheus_client's text
+and OpenMetrics exposition) and the OTLP push (protobuf). Those three accept
+every other code point, control characters and NUL included, and so do
+Prometheus's own parsers, so a lone surrogate is the one thing rejected
+(``bad_string``, the wire decoder's reason for text that is not UTF-8).
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import math
 import re
 import struct
@@ -38,10 +48,32 @@ from inferwatch._wire import (
 )
 from inferwatch_sidecar.ingest.pipeline import Pipeline
 
+log = logging.getLogger("inferwatch.sidecar.ingest")
+
 _OUTCOMES = {"ok": OUTCOME_OK, "error": OUTCOME_ERROR, "cancelled": OUTCOME_CANCELLED}
 _TRACE = re.compile(r"^[0-9a-f]{32}$")
+_SURROGATE = re.compile("[\ud800-\udfff]")
 _MAX_STR = 255
 _MAX_GAPS = 1024
+_U32 = 0xFFFFFFFF
+_U64 = 0xFFFFFFFFFFFFFFFF
+#: The largest number of seconds the wire's u64 nanoseconds hold (about 584 years).
+_MAX_SECONDS = _U64 / 1e9
+#: Body-level reasons (the whole body is unusable and is counted once), as opposed to per-event ones.
+BODY_REASONS = ("bad_json", "too_deep", "bad_body")
+
+
+def _parse_int(digits: str) -> int | float:
+    """``json.loads``'s ``parse_int``: integers past 19 digits become floats.
+
+    Python refuses to convert more than 4300 digits to an int (ValueError for
+    the whole body) and a float cannot hold an int past about 1.8e308
+    (OverflowError where it is converted). Every field that takes a number is
+    either a count below 2^32 or a float, so nothing that fits loses meaning,
+    and a longer run of digits becomes a large float or inf, which the field's
+    own check rejects alone.
+    """
+    return int(digits) if len(digits) < 20 else float(digits)
 
 
 class BadEvent(Exception):
@@ -72,6 +104,24 @@ class SchemaCache:
         return s
 
 
+def _text(v: str, what: str) -> str:
+    """``v`` if it is exportable text; see the module docstring."""
+    if not v.isascii() and _SURROGATE.search(v):
+        raise BadEvent("bad_string", f"{what} holds a lone UTF-16 surrogate, which is not valid UTF-8 text")
+    return v
+
+
+def _real(v: Any) -> float | None:
+    """``v`` as a finite float, or None for anything else (bool, inf, nan, an int past float range)."""
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        return None
+    try:
+        f = float(v)
+    except OverflowError:
+        return None
+    return f if math.isfinite(f) else None
+
+
 def _str(ev: dict[str, Any], key: str, default: str | None = None, limit: int = _MAX_STR) -> str | None:
     v = ev.get(key, default)
     if v is None:
@@ -80,7 +130,7 @@ def _str(ev: dict[str, Any], key: str, default: str | None = None, limit: int = 
         raise BadEvent("bad_value", f"{key} must be a string")
     if len(v) > limit:
         raise BadEvent("bad_value", f"{key} is longer than {limit} characters")
-    return v
+    return _text(v, key)
 
 
 def _seconds(ev: dict[str, Any], key: str, required: bool) -> float | None:
@@ -89,9 +139,10 @@ def _seconds(ev: dict[str, Any], key: str, required: bool) -> float | None:
         if required:
             raise BadEvent("missing_field", f"{key} is required")
         return None
-    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
-        raise BadEvent("bad_value", f"{key} must be a finite number of seconds >= 0")
-    return float(v)
+    f = _real(v)
+    if f is None or not 0 <= f <= _MAX_SECONDS:
+        raise BadEvent("bad_value", f"{key} must be a number of seconds from 0 to {_MAX_SECONDS:.3g}")
+    return f
 
 
 def _count(ev: dict[str, Any], key: str, required: bool = True) -> int | None:
@@ -100,18 +151,20 @@ def _count(ev: dict[str, Any], key: str, required: bool = True) -> int | None:
         if required:
             raise BadEvent("missing_field", f"{key} is required")
         return None
-    if isinstance(v, bool) or not isinstance(v, int) or not 0 <= v <= 0xFFFFFFFF:
+    if isinstance(v, bool) or not isinstance(v, int) or not 0 <= v <= _U32:
         raise BadEvent("bad_value", f"{key} must be an integer from 0 to 2^32-1")
     return v
 
 
 def _ns(s: float) -> int:
-    return min(int(s * 1e9), 0xFFFFFFFFFFFFFFFF)
+    """Seconds (at most ``_MAX_SECONDS``, checked by :func:`_seconds`) as u64 nanoseconds."""
+    return min(int(s * 1e9), _U64)
 
 
 def _stage(name: Any, spec: Any) -> tuple[Any, ...]:
     if not isinstance(name, str) or not name or len(name) > _MAX_STR:
         raise BadEvent("bad_value", "stage name must be a non-empty string")
+    _text(name, "stage name")
     if isinstance(spec, (int, float)) and not isinstance(spec, bool):
         return (name, _ns(_seconds({"duration_s": spec}, "duration_s", True) or 0.0), None)
     if not isinstance(spec, dict):
@@ -126,20 +179,25 @@ def _stage(name: Any, spec: Any) -> tuple[Any, ...]:
             raise BadEvent("bad_value", "gaps_s must be a list of seconds")
         gaps = []
         for g in gaps_in[:_MAX_GAPS]:
-            if isinstance(g, bool) or not isinstance(g, (int, float)) or not math.isfinite(g) or g < 0:
+            f = _real(g)
+            if f is None or f < 0:
                 raise BadEvent("bad_value", "gaps_s must hold finite numbers >= 0")
-            gaps.append(min(int(g * 1e6), 0xFFFFFFFF))
+            # The wire holds a gap as u32 microseconds: longer gaps are clamped (min before int: no overflow).
+            gaps.append(int(min(f * 1e6, _U32)))
         stream = (_ns(ttft or 0.0), items, tuple(gaps))
     return (name, _ns(dur), stream)
 
 
 def _value(ev: dict[str, Any], key: str) -> Any:
     v = ev.get(key)
-    if v is None or isinstance(v, str):
-        return v[:_MAX_STR] if isinstance(v, str) else None
-    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+    if v is None:
+        return None
+    if isinstance(v, str):
+        return _text(v[:_MAX_STR], key)
+    f = _real(v)
+    if f is None:
         raise BadEvent("bad_value", f"{key} must be a string, a finite number or null")
-    return float(v)
+    return f
 
 
 class JsonDecoder:
@@ -154,6 +212,8 @@ class JsonDecoder:
         self.max_events = max_events
         self.clock_ns = clock_ns
         self.schemas = SchemaCache()
+        #: Events that raised something other than BadEvent (a decoder bug), for the log's rate limit.
+        self.internal_errors = 0
 
     def events(self, body: Any) -> tuple[list[tuple[Any, ...]], dict[str, int], int]:
         """Decode a ``/v1/events`` body.
@@ -186,6 +246,11 @@ class JsonDecoder:
                 out.append(self._event(ev, defaults, now))
             except BadEvent as e:
                 errors[e.reason] = errors.get(e.reason, 0) + 1
+            except Exception:  # a decoder bug costs one event, never the body
+                errors["internal_error"] = errors.get("internal_error", 0) + 1
+                self.internal_errors += 1
+                if self.internal_errors in (1, 10, 100, 1000) or self.internal_errors % 10000 == 0:
+                    log.exception("JSON decoder failed on an event (%d times so far)", self.internal_errors)
         return out, errors, extra
 
     def labels(self, body: Any) -> tuple[list[tuple[Any, ...]], dict[str, int], int]:
@@ -210,16 +275,12 @@ class JsonDecoder:
         t = ev.get("type")
         ctx = self._ctx(ev, defaults)
         rid = _str(ev, "request_id", limit=MAX_REQUEST_ID)
-        end = ev.get("time_unix_s")
-        if end is None:
-            end_ns = now
-        else:
-            if isinstance(end, bool) or not isinstance(end, (int, float)) or not math.isfinite(end) or end < 0:
-                raise BadEvent("bad_value", "time_unix_s must be a Unix time in seconds")
-            end_ns = int(end * 1e9)
+        end = _seconds(ev, "time_unix_s", False)
+        end_ns = now if end is None else _ns(end)
         if t == "request":
             dur = _seconds(ev, "duration_s", True) or 0.0
-            outcome = _OUTCOMES.get(ev.get("outcome", "ok"))  # type: ignore[arg-type]
+            o = ev.get("outcome", "ok")
+            outcome = _OUTCOMES.get(o) if isinstance(o, str) else None
             if outcome is None:
                 raise BadEvent("bad_value", "outcome must be ok, error or cancelled")
             err = _str(ev, "error_type")
@@ -247,11 +308,11 @@ class JsonDecoder:
             return (EV_STAGE, ctx, end_ns, rid, _stage(ev.get("stage"), ev))
         if t == "record":
             conf = ev.get("confidence")
-            if conf is not None and (isinstance(conf, bool) or not isinstance(conf, (int, float)) or not math.isfinite(conf)):
+            conf_f = None if conf is None else _real(conf)
+            if conf is not None and conf_f is None:
                 raise BadEvent("bad_value", "confidence must be a finite number or null")
             feats = self._features(ev.get("features"))
-            return (EV_RECORD, ctx, end_ns, rid, _value(ev, "prediction"),
-                    None if conf is None else float(conf), _value(ev, "label"), feats)
+            return (EV_RECORD, ctx, end_ns, rid, _value(ev, "prediction"), conf_f, _value(ev, "label"), feats)
         if t == "label":
             if rid is None:
                 raise BadEvent("missing_field", "a label needs the request_id of the prediction it labels")
@@ -278,6 +339,7 @@ class JsonDecoder:
         for name, value in feats.items():
             if not name or len(name) > 64:
                 raise BadEvent("bad_value", "feature names are 1 to 64 characters")
+            _text(name, "a feature name")
             c = classify(value)
             if c is None:
                 raise BadEvent("bad_value", f"feature {name!r} must be a finite number, a string or null")
@@ -286,7 +348,7 @@ class JsonDecoder:
             if kind == KIND_NUMERIC:
                 nums.append(v)
             else:
-                cats.append(v[:_MAX_STR])
+                cats.append(_text(v[:_MAX_STR], f"feature {name!r}"))
         schema = self.schemas.get(tuple(key))
         # Keep the wire's order: numeric values in schema.numeric order, categorical likewise.
         return (schema, tuple(nums), tuple(cats))
@@ -318,15 +380,18 @@ class JsonIngest:
         pipeline = self.pipeline
         pipeline.add_bytes("http", len(body))
         try:
-            doc = json.loads(body)
-        except (ValueError, UnicodeDecodeError) as e:
+            doc = json.loads(body, parse_int=_parse_int)
+        except ValueError as e:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
             pipeline.count_error("json", "bad_json")
-            return 400, {"error": f"body is not JSON: {e}"}
+            return 400, {"error": f"body is not JSON: {e}", "reason": "bad_json"}
+        except RecursionError:
+            pipeline.count_error("json", "too_deep")
+            return 400, {"error": "body is nested too deeply to parse", "reason": "too_deep"}
         try:
             records, errors, extra = self.decoder.labels(doc) if kind == "labels" else self.decoder.events(doc)
         except BadEvent as e:
             pipeline.count_error("json", e.reason)
-            return 400, {"error": e.detail}
+            return 400, {"error": e.detail, "reason": e.reason}
         for reason, n in errors.items():
             pipeline.count_error("json", reason, n)
         if extra:

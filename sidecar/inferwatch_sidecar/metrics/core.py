@@ -96,7 +96,12 @@ GENERATION_LENGTH_TOKENS = Metric(
 # -- recorded predictions ------------------------------------------------
 RECORDS_TOTAL = Metric(
     name="inferwatch_records_total", type="counter", labels=_CTX, component="core",
-    help="Prediction records received (record() calls and labels).",
+    help="Prediction records received (record() calls with a prediction or features).",
+)
+LABELS_RECEIVED_TOTAL = Metric(
+    name="inferwatch_labels_received_total", type="counter", component="core",
+    help="Ground-truth labels received alone (POST /v1/labels, record(label=...) without a prediction); "
+    "the drift engine joins them to their predictions (inferwatch_drift_labels_total).",
 )
 
 # -- producers (SDK side) ------------------------------------------------
@@ -145,9 +150,28 @@ INGEST_SOCKET_QUEUE_DROPPED_TOTAL = Metric(
     name="inferwatch_ingest_socket_queue_dropped_total", type="counter", component="core",
     help="Datagrams the kernel dropped because the UDP receive buffer was full.",
 )
+HTTP_REFUSED_TOTAL = Metric(
+    name="inferwatch_http_refused_total", type="counter", labels=("reason",), component="core",
+    help=(
+        "HTTP connections and requests the sidecar refused, by reason (too_many_connections, header_timeout, "
+        "body_timeout, body_too_large, invalid_request, write_timeout)."
+    ),
+)
 LABEL_OVERFLOW_TOTAL = Metric(
     name="inferwatch_label_overflow_total", type="counter", labels=("label",), component="core",
     help="Label values mapped to __overflow__ because the label's cardinality budget was spent.",
+)
+OTLP_SPANS_TOTAL = Metric(
+    name="inferwatch_otlp_spans_total", type="counter", labels=("result", "reason"), component="core",
+    help=(
+        "Spans received on POST /v1/traces, by fate: accepted (request, stage, unused), rejected in the "
+        "export's partial success (bad_trace_id, too_many_spans, ...) or dropped later (late, orphan, evicted, "
+        "duplicate)."
+    ),
+)
+OTLP_PENDING_SPANS = Metric(
+    name="inferwatch_otlp_pending_spans", type="gauge", component="core",
+    help="Stage spans waiting for their request span to arrive (bounded by traces.max_pending_spans).",
 )
 COMPONENT_ERRORS_TOTAL = Metric(
     name="inferwatch_component_errors_total", type="counter", labels=("component", "method"), component="core",
@@ -198,10 +222,10 @@ PROCESS_METRICS: tuple[Metric, ...] = (
 METRICS: tuple[Metric, ...] = (
     REQUESTS_TOTAL, REQUEST_ERRORS_TOTAL, REQUEST_DURATION_SECONDS, STAGE_DURATION_SECONDS, QUEUE_WAIT_SECONDS,
     QUEUE_DEPTH, BATCH_SIZE, TIME_TO_FIRST_TOKEN_SECONDS, INTER_TOKEN_LATENCY_SECONDS, GENERATED_TOKENS_TOTAL,
-    GENERATION_LENGTH_TOKENS, RECORDS_TOTAL, SDK_DROPPED_EVENTS_TOTAL, PRODUCERS, INGEST_FRAMES_TOTAL,
+    GENERATION_LENGTH_TOKENS, RECORDS_TOTAL, LABELS_RECEIVED_TOTAL, SDK_DROPPED_EVENTS_TOTAL, PRODUCERS, INGEST_FRAMES_TOTAL,
     INGEST_EVENTS_TOTAL, INGEST_BYTES_TOTAL, INGEST_DECODE_ERRORS_TOTAL, INGEST_DROPPED_TOTAL, INGEST_LOST_FRAMES_TOTAL,
-    INGEST_LAG_SECONDS, INGEST_SOCKET_QUEUE_DROPPED_TOTAL, LABEL_OVERFLOW_TOTAL, COMPONENT_ERRORS_TOTAL, COMPONENT_UP,
-    SIDECAR, SIDECAR_PROCESS_CPU_SECONDS_TOTAL, SIDECAR_PROCESS_VIRTUAL_MEMORY_BYTES,
+    INGEST_LAG_SECONDS, INGEST_SOCKET_QUEUE_DROPPED_TOTAL, HTTP_REFUSED_TOTAL, LABEL_OVERFLOW_TOTAL,
+    OTLP_SPANS_TOTAL, OTLP_PENDING_SPANS, COMPONENT_ERRORS_TOTAL, COMPONENT_UP, SIDECAR, SIDECAR_PROCESS_CPU_SECONDS_TOTAL, SIDECAR_PROCESS_VIRTUAL_MEMORY_BYTES,
     SIDECAR_PROCESS_RESIDENT_MEMORY_BYTES, SIDECAR_PROCESS_START_TIME_SECONDS, SIDECAR_PROCESS_OPEN_FDS,
     SIDECAR_PROCESS_MAX_FDS,
 )
