@@ -543,6 +543,24 @@ def _sidecar_alerts() -> list[Alert]:
                         "merged.",
             thresholds=(Threshold(name="values", value=0, doc="values mapped to __overflow__ within 15 minutes"),),
         ),
+        Alert(
+            # A read fails at start-up, before the first scrape, so its series can be born above 0, which
+            # increase() does not see: the second branch fires on it for a while after the start.
+            name="InferwatchDriftCheckpointFailing", group="inferwatch-sidecar", severity="warning", for_s=0,
+            expr="sum by (job, instance, op, reason) "
+                 "(increase(inferwatch_drift_checkpoint_failures_total[{window:15m}])) > {failures}\nor\n"
+                 'sum by (job, instance, op, reason) (inferwatch_drift_checkpoint_failures_total{{op="read"}}) '
+                 "> {failures}\n  and on (job, instance)\n"
+                 "  (time() - inferwatch_sidecar_process_start_time_seconds < {since_start_seconds})",
+            summary="The drift checkpoint of {labels.instance} fails ({labels.op}: {labels.reason}).",
+            description="The drift component of {labels.instance} failed a checkpoint {labels.op} (reason "
+                        "{labels.reason}) in the last {window:15m}. After a write failure the windows do not "
+                        "survive a restart; after a read failure the sidecar started with empty windows, and a "
+                        "corrupt or incompatible checkpoint was moved aside next to it for inspection.",
+            thresholds=(Threshold(name="failures", value=0, doc="failed checkpoint operations within 15 minutes"),
+                        Threshold(name="since_start_seconds", value=900, duration=True,
+                                  doc="how long after the sidecar's start a failed read (at start-up) alerts")),
+        ),
     ]
 
 

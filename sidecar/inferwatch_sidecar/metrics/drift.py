@@ -106,6 +106,11 @@ DRIFT_DROPPED_RECORDS_TOTAL = Metric(
     name="inferwatch_drift_dropped_records_total", type="counter", labels=("reason",), component="drift",
     help="Records the drift engine dropped, by reason.",
 )
+DRIFT_CHECKPOINT_FAILURES_TOTAL = Metric(
+    name="inferwatch_drift_checkpoint_failures_total", type="counter", labels=("op", "reason"), component="drift",
+    help="Checkpoints of the drift windows that failed, by op (write, read, set_aside: moving a corrupt one "
+         "aside) and reason (no_space, permission, io, corrupt, incompatible, error).",
+)
 DRIFT_STATE_BYTES = Metric(
     name="inferwatch_drift_state_bytes", type="gauge", unit="bytes", labels=_MV, component="drift",
     help="Memory held by the model version's windows and reference summaries.",
@@ -126,6 +131,6 @@ METRICS: tuple[Metric, ...] = (
     DRIFT_DATASET_DRIFTED, DRIFT_WINDOW_EVENTS, DRIFT_REFERENCE_EVENTS, DRIFT_CONFIDENCE_MEAN,
     DRIFT_PREDICTION_CLASS_RATIO, DRIFT_ESTIMATED_ACCURACY_RATIO, DRIFT_ACCURACY_RATIO, DRIFT_LABELED_EVENTS,
     DRIFT_LABELS_TOTAL, DRIFT_BIN_EVENTS_TOTAL, DRIFT_REFERENCE_BIN_RATIO, DRIFT_CANARY_FEATURE_DRIFTED,
-    DRIFT_CANARY_DRIFTED_RATIO, DRIFT_DROPPED_RECORDS_TOTAL, DRIFT_STATE_BYTES, DRIFT_EVALUATION_DURATION_SECONDS,
-    DRIFT_LAST_EVALUATION_TIMESTAMP_SECONDS,
+    DRIFT_CANARY_DRIFTED_RATIO, DRIFT_DROPPED_RECORDS_TOTAL, DRIFT_CHECKPOINT_FAILURES_TOTAL, DRIFT_STATE_BYTES,
+    DRIFT_EVALUATION_DURATION_SECONDS, DRIFT_LAST_EVALUATION_TIMESTAMP_SECONDS,
 )

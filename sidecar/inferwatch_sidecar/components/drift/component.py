@@ -18,7 +18,9 @@ Data flow:
    (:mod:`.snapshot`). ``collect`` only turns that snapshot into metric
    families, so a scrape never waits for statistics.
 4. Every ``checkpoint_interval_s`` and at shutdown the windows are saved
-   (:mod:`.checkpoint`); ``start`` resumes from them.
+   (:mod:`.checkpoint`); ``start`` resumes from them. A checkpoint that cannot
+   be written or read back is counted by reason, and exported at once by
+   ``collect``, not with the next snapshot.
 
 State per feature is a ring of ``subwindows`` x ``bins`` counts (int32) and
 sums (float32) plus the reference summary: about 11 KB with the defaults,
@@ -47,7 +49,7 @@ from inferwatch_sidecar.components.drift.snapshot import Snapshot, build_snapsho
 from inferwatch_sidecar.components.drift.warmup import CONF, PRED
 from inferwatch_sidecar.components.worker import PeriodicWorker
 from inferwatch_sidecar.metrics import families
-from inferwatch_sidecar.metrics.drift import METRICS
+from inferwatch_sidecar.metrics.drift import DRIFT_CHECKPOINT_FAILURES_TOTAL, METRICS
 
 log = logging.getLogger("inferwatch.sidecar.drift")
 
@@ -80,6 +82,7 @@ class DriftComponent:
         self.last_eval_unix: float | None = None
         self.last_eval_seconds = 0.0
         self.last_checkpoint_unix: float | None = None
+        self.checkpoint_failures = checkpoint.Failures()
         self.restored_from: str | None = None
 
     # -- ingest thread --------------------------------------------------------------------------------------------
@@ -174,7 +177,9 @@ class DriftComponent:
     def collect(self) -> Iterable[Any]:
         """Metric families from the last evaluation's snapshot (cheap; no statistics at scrape time)."""
         with self._lock:
-            snap = self._snapshot
+            snap = dict(self._snapshot)
+        if self.cfg.checkpoint_path:
+            snap[DRIFT_CHECKPOINT_FAILURES_TOTAL.name] = list(self.checkpoint_failures.counts.items())
         for m in METRICS:
             samples = snap.get(m.name)
             if not samples:
@@ -226,6 +231,8 @@ class DriftComponent:
             "last_evaluation_seconds": self.last_eval_seconds,
             "last_checkpoint_unix": self.last_checkpoint_unix,
             "restored_from_checkpoint": self.restored_from,
+            "checkpoint_failures": {f"{op}/{reason}": n for (op, reason), n in self.checkpoint_failures.counts.items()
+                                    if n},
             "staged": len(self._staged),
             "pending_labels": pending,
             "dropped": dict(self.dropped),
@@ -238,7 +245,8 @@ class DriftComponent:
         """Resume from the checkpoint, if any, and start the evaluator thread."""
         cfg = self.cfg
         if cfg.checkpoint_path:
-            restored = checkpoint.restore(cfg.checkpoint_path, cfg, self.profile)
+            restored = checkpoint.restore(cfg.checkpoint_path, cfg, self.profile, self.checkpoint_failures,
+                                          self.ctx.clock())
             if restored is not None:
                 with self._state_lock:
                     self.monitors = restored
@@ -266,7 +274,7 @@ class DriftComponent:
         log.error("drift: evaluator loop error", exc_info=e)
 
     def checkpoint(self) -> None:
-        """Save the windows to ``checkpoint_path`` (if set); a write error is logged, not raised."""
+        """Save the windows to ``checkpoint_path`` (if set); a failure is logged and counted, not raised."""
         path = self.cfg.checkpoint_path
         if not path:
             return
@@ -276,7 +284,11 @@ class DriftComponent:
             checkpoint.write(doc, path)
             self.last_checkpoint_unix = self.ctx.clock()
         except OSError as e:
-            log.warning("drift: cannot write checkpoint %s: %s", path, e)
+            self.checkpoint_failures.add("write", checkpoint.os_reason(e))
+            log.error("drift: cannot write checkpoint %s: %s; the windows will not survive a restart", path, e)
+        except Exception:
+            self.checkpoint_failures.add("write", "error")
+            log.exception("drift: cannot write checkpoint %s; the windows will not survive a restart", path)
 
     def stop(self, timeout: float) -> None:
         if self._worker is not None:

@@ -11,9 +11,15 @@ Type inference, the way a user would expect:
   missing and count toward the missing rate;
 - ``--categorical`` and ``--numeric`` override the inference per column.
 
-``.npz`` files are read with ``allow_pickle=False``: object arrays are refused
-(never unpickled). Each 1-D array is a column; a 2-D array ``X`` becomes
-columns ``X_0 .. X_k``.
+``.npz`` files are read member by member with ``numpy.lib.format`` and
+``allow_pickle=False``: object arrays are refused (never unpickled), and a file
+that is not a zip archive of ``.npy`` arrays is refused before numpy sees it
+(numpy would try to read it as a pickle, and its message suggests
+``allow_pickle=True``, which must never be the fix). Each 1-D array is a
+column; a 2-D array ``X`` becomes columns ``X_0 .. X_k``.
+
+A file without a column or without a data row is refused: a profile of 0 rows
+would make every later comparison meaningless.
 """
 
 from __future__ import annotations
@@ -21,6 +27,8 @@ from __future__ import annotations
 import csv
 import math
 import os
+import zipfile
+import zlib
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -30,6 +38,9 @@ from inferwatch_sidecar.components.drift.profile import canon
 
 MISSING_TOKENS = frozenset({"", "na", "nan", "n/a", "null", "none"})
 BOOL_TOKENS = frozenset({"true", "false"})
+_NPY_MAGIC = b"\x93NUMPY"
+#: A zip archive starts with a local file header, or with the end record when it is empty.
+_ZIP_MAGICS = (b"PK\x03\x04", b"PK\x05\x06")
 #: Files above this size get a progress bar on stderr.
 PROGRESS_BYTES = 8 * 1024 * 1024
 
@@ -72,7 +83,7 @@ def _read_csv(path: str, show_progress: bool) -> tuple[list[str], list[list[str]
             try:
                 header = next(reader)
             except StopIteration:
-                raise DataError(f"{path}: the file is empty (a header row is required)") from None
+                raise DataError(f"{path}: no header row (a CSV file starts with the column names)") from None
             if not header or any(not h.strip() for h in header):
                 raise DataError(f"{path}: the header row has an empty column name")
             if len(set(header)) != len(header):
@@ -178,6 +189,8 @@ def read_table(path: str, *, categorical: list[str] | None = None, numeric: list
     ext = os.path.splitext(path)[1].lower()
     t = Table()
     try:
+        if os.path.isfile(path) and os.path.getsize(path) == 0:
+            raise DataError(f"{path}: the file is empty")
         if ext in (".csv", ".tsv", ".txt"):
             header, cols = _read_csv(path, progress)
             for name, vals in zip(header, cols, strict=True):
@@ -193,6 +206,10 @@ def read_table(path: str, *, categorical: list[str] | None = None, numeric: list
             raise DataError(f"{path}: unknown file type {ext!r}; use .csv, .parquet or .npz")
     except OSError as e:
         raise DataError(f"{path}: cannot read ({e.strerror or e})") from None
+    if not t.order:
+        raise DataError(f"{path}: no columns")
+    if t.rows == 0:
+        raise DataError(f"{path}: no data rows, only the columns {', '.join(t.order)}")
     _apply_overrides(t, categorical or [], numeric or [], path)
     if columns:
         missing = [c for c in columns if c not in t.order]
@@ -209,66 +226,110 @@ def _read_parquet(path: str, t: Table, max_discrete: int) -> None:
     import pyarrow.parquet as pq
 
     try:
-        table = pq.read_table(path)
-    except (pa.ArrowInvalid, pa.ArrowIOError) as e:
-        raise DataError(f"{path}: not a readable Parquet file ({e})") from None
-    t.rows = table.num_rows
-    for name in table.column_names:
-        col = table.column(name)
-        typ = col.type
-        if pa.types.is_integer(typ) or pa.types.is_floating(typ) or pa.types.is_decimal(typ):
-            v = np.asarray(col.cast(pa.float64()).to_numpy(zero_copy_only=False), dtype=np.float64)
-            kind, conv = _numeric_or_discrete(v, max_discrete)
-        elif pa.types.is_boolean(typ):
-            kind, conv = "categorical", [None if x is None else ("true" if x else "false") for x in col.to_pylist()]
-        elif pa.types.is_string(typ) or pa.types.is_large_string(typ) or pa.types.is_dictionary(typ):
-            kind, conv = "categorical", [None if x is None else str(x) for x in col.to_pylist()]
-        else:
-            raise DataError(f"{path}: column {name!r} has type {typ}, which the drift engine cannot use")
-        (t.numeric if kind == "numeric" else t.categorical)[name] = conv
-        t.order.append(name)
+        pf = pq.ParquetFile(path)
+        names = pf.schema_arrow.names
+        dups = sorted({n for n in names if names.count(n) > 1})
+        if dups:
+            raise DataError(f"{path}: duplicate column names {', '.join(dups)}")
+        table = pf.read()
+        t.rows = table.num_rows
+        for name, col in zip(table.column_names, table.columns, strict=True):
+            typ = col.type
+            if pa.types.is_integer(typ) or pa.types.is_floating(typ) or pa.types.is_decimal(typ):
+                v = np.asarray(col.cast(pa.float64()).to_numpy(zero_copy_only=False), dtype=np.float64)
+                kind, conv = _numeric_or_discrete(v, max_discrete)
+            elif pa.types.is_boolean(typ):
+                kind, conv = "categorical", [None if x is None else ("true" if x else "false") for x in col.to_pylist()]
+            elif pa.types.is_string(typ) or pa.types.is_large_string(typ) or pa.types.is_dictionary(typ):
+                kind, conv = "categorical", [None if x is None else str(x) for x in col.to_pylist()]
+            else:
+                raise DataError(f"{path}: column {name!r} has type {typ}, which the drift engine cannot use")
+            (t.numeric if kind == "numeric" else t.categorical)[name] = conv
+            t.order.append(name)
+    except pa.ArrowException as e:
+        first_line = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise DataError(f"{path}: not a readable Parquet file ({first_line})") from None
 
 
 def _read_npz(path: str, t: Table, max_discrete: int) -> None:
     with open(path, "rb") as f:
-        try:
-            z = np.load(f, allow_pickle=False)
-        except (ValueError, OSError, EOFError) as e:
-            raise DataError(f"{path}: not a readable .npz file ({e})") from None
-        if not hasattr(z, "files"):
+        head = f.read(len(_NPY_MAGIC))
+        if head.startswith(_NPY_MAGIC):
             raise DataError(f"{path}: a single .npy array, not an .npz archive of named columns")
-        _npz_columns(path, z, t, max_discrete)
+        if not head.startswith(_ZIP_MAGICS):
+            raise DataError(f"{path}: not a readable .npz file (it is not a zip archive of .npy arrays, "
+                            "as numpy.savez writes)")
+        f.seek(0)
+        try:
+            with zipfile.ZipFile(f) as z:
+                members = z.namelist()
+                if not members:
+                    raise DataError(f"{path}: the .npz archive holds no arrays")
+                for member in members:
+                    if not member.endswith(".npy"):
+                        raise DataError(f"{path}: member {member!r} of the archive is not a .npy array")
+                    _npz_column(path, member.removesuffix(".npy"), _npy_member(path, z, member), t, max_discrete)
+        except (zipfile.BadZipFile, zlib.error, EOFError, NotImplementedError, RuntimeError) as e:
+            # RuntimeError: an encrypted member; NotImplementedError: a compression method zipfile lacks.
+            raise DataError(f"{path}: damaged or unsupported .npz archive ({e})") from None
 
 
-def _npz_columns(path: str, z: Any, t: Table, max_discrete: int) -> None:
-    with z:
-        for key in z.files:
+def _npy_member(path: str, z: zipfile.ZipFile, member: str) -> np.ndarray:
+    """Read one ``.npy`` member, refusing object arrays from their header, before any data is read."""
+    fmt = np.lib.format
+    key = member.removesuffix(".npy")
+    with z.open(member) as fp:
+        try:
+            version = fmt.read_magic(fp)
+        except ValueError:
+            raise DataError(f"{path}: member {member!r} of the archive is not a .npy array") from None
+        try:
+            header = fmt.read_array_header_1_0 if version == (1, 0) else fmt.read_array_header_2_0
+            shape, _fortran, dtype = header(fp)
+        except ValueError as e:
+            raise DataError(f"{path}: array {key!r} has a damaged header ({e})") from None
+    if dtype.hasobject:
+        raise DataError(f"{path}: array {key!r} holds Python objects (dtype {dtype}) and needs pickle to load, "
+                        "which is refused for safety; save it as numbers or fixed-width strings")
+    # The header's shape sizes the allocation: check it against the member's size before trusting it.
+    need, have = math.prod(shape) * dtype.itemsize, z.getinfo(member).file_size
+    if need > have:
+        raise DataError(f"{path}: array {key!r} is damaged (its header announces {need} bytes, "
+                        f"the archive holds {have})")
+    with z.open(member) as fp:
+        try:
+            return fmt.read_array(fp, allow_pickle=False)
+        except ValueError as e:
+            raise DataError(f"{path}: array {key!r} is damaged ({e})") from None
+
+
+def _npz_column(path: str, key: str, a: np.ndarray, t: Table, max_discrete: int) -> None:
+    if a.ndim == 1:
+        cols = [(key, a)]
+    elif a.ndim == 2:
+        cols = [(f"{key}_{j}", a[:, j]) for j in range(a.shape[1])]
+    else:
+        raise DataError(f"{path}: array {key!r} has {a.ndim} dimensions; use 1-D columns or a 2-D matrix")
+    for name, c in cols:
+        if name in t.order:
+            raise DataError(f"{path}: duplicate column name {name!r}")
+        if t.order and c.shape[0] != t.rows:
+            raise DataError(f"{path}: array {name!r} has {c.shape[0]} rows, others have {t.rows}")
+        t.rows = c.shape[0]
+        if c.dtype.kind in "iuf":
+            kind, conv = _numeric_or_discrete(c.astype(np.float64), max_discrete)
+        elif c.dtype.kind == "b":
+            kind, conv = "categorical", ["true" if x else "false" for x in c]
+        elif c.dtype.kind in "US":
             try:
-                a = z[key]
-            except ValueError as e:
-                raise DataError(f"{path}: array {key!r} needs pickle to load (object dtype), which is refused "
-                                f"for safety; save it as numbers or fixed-width strings ({e})") from None
-            if a.ndim == 1:
-                cols = [(key, a)]
-            elif a.ndim == 2:
-                cols = [(f"{key}_{j}", a[:, j]) for j in range(a.shape[1])]
-            else:
-                raise DataError(f"{path}: array {key!r} has {a.ndim} dimensions; use 1-D columns or a 2-D matrix")
-            for name, c in cols:
-                if t.rows and c.shape[0] != t.rows:
-                    raise DataError(f"{path}: array {name!r} has {c.shape[0]} rows, others have {t.rows}")
-                t.rows = c.shape[0]
-                if c.dtype.kind in "iuf":
-                    kind, conv = _numeric_or_discrete(c.astype(np.float64), max_discrete)
-                elif c.dtype.kind == "b":
-                    kind, conv = "categorical", ["true" if x else "false" for x in c]
-                elif c.dtype.kind in "US":
-                    vals = [x.decode() if isinstance(x, bytes) else str(x) for x in c.tolist()]
-                    kind, conv = "categorical", [None if v.strip().lower() in MISSING_TOKENS else v for v in vals]
-                else:
-                    raise DataError(f"{path}: array {name!r} has dtype {c.dtype}, which the drift engine cannot use")
-                (t.numeric if kind == "numeric" else t.categorical)[name] = conv
-                t.order.append(name)
+                vals = [x.decode() if isinstance(x, bytes) else str(x) for x in c.tolist()]
+            except UnicodeDecodeError as e:
+                raise DataError(f"{path}: array {name!r} holds bytes that are not UTF-8 text ({e.reason})") from None
+            kind, conv = "categorical", [None if v.strip().lower() in MISSING_TOKENS else v for v in vals]
+        else:
+            raise DataError(f"{path}: array {name!r} has dtype {c.dtype}, which the drift engine cannot use")
+        (t.numeric if kind == "numeric" else t.categorical)[name] = conv
+        t.order.append(name)
 
 
 __all__ = ["DataError", "Table", "read_table"]
