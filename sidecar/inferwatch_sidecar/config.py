@@ -66,6 +66,12 @@ class IngestConfig(_Section):
             except ValueError:
                 raise ValueError(f"must be octal permissions such as \"0666\", got {v!r}") from None
         return v
+    socket_dir_shared: bool = Field(
+        False,
+        description="Accept a socket directory that group or others can write, such as a Kubernetes emptyDir "
+        "(world-writable, but only the pod's containers reach it). Leave false on a host: there the directory "
+        "must be writable by this user (or root) only, or start-up stops.",
+    )
     udp_port: int | None = Field(None, ge=0, le=65535, description="UDP port for udp://host:port producers; null disables.")
     udp_host: str = Field("127.0.0.1", description="Address the UDP socket binds; loopback keeps ingest local.")
     rcvbuf_bytes: int = Field(
@@ -90,6 +96,21 @@ class HttpConfig(_Section):
 
     host: str = Field("127.0.0.1", description="Bind address; use 0.0.0.0 so Prometheus can scrape a pod.")
     port: int = Field(9464, ge=0, le=65535, description="HTTP port (0 picks a free one).")
+    max_connections: int = Field(
+        1024, ge=1, le=60000,
+        description="Open connections served at once; one more is answered 503 and closed at once. Every "
+        "connection costs a file descriptor and a little memory, never a thread.",
+    )
+    header_timeout_s: float = Field(
+        10.0, gt=0, le=3600,
+        description="Time to send a request line and headers, counted from connecting (or from the first "
+        "byte after a keep-alive pause); then 408 and close.",
+    )
+    body_timeout_s: float = Field(
+        10.0, gt=0, le=3600,
+        description="Time to send a whole request body (then 408 and close), and to take a response off "
+        "the socket (then the connection is dropped). Bodies are capped by ingest.max_json_body_bytes.",
+    )
     admin_token: SecretStr | None = Field(
         None, description="Bearer token for /admin/... routes; admin routes are disabled without one. "
         "Prefer the INFERWATCH_ADMIN_TOKEN environment variable to a file.",
@@ -131,12 +152,79 @@ class LabelsConfig(_Section):
         return {**DEFAULT_LABEL_BUDGETS, **v}
 
 
+#: The OTLP trace presets, in the order spans are offered to them (ingest/otlp_traces/presets.py).
+TRACE_PRESETS = ("triton", "vllm", "generic")
+
+
+class TracesConfig(_Section):
+    """POST /v1/traces: OTLP spans from Triton, vLLM or any instrumented server (docs/otlp-traces.md)."""
+
+    enabled: bool = Field(True, description="Serve POST /v1/traces on the HTTP port.")
+    presets: list[str] = Field(
+        default_factory=lambda: list(TRACE_PRESETS),
+        description="Presets offered each span, in order (triton, vllm, generic); leave one out to stop "
+        "recognising its spans. The generic preset makes any other SERVER span a request.",
+    )
+    stages: dict[str, str] = Field(
+        default_factory=dict,
+        description="Span name -> stage name: spans with these names under a request span become its stages.",
+    )
+    features: list[str] | None = Field(
+        None,
+        description="Span (or resource) attributes recorded as drift features of each request; null takes each "
+        "preset's defaults (vLLM: token counts and sampling parameters), [] records none.",
+    )
+    model_attribute: str | None = Field(
+        None, description="Span or resource attribute naming the model, over the preset's choice.",
+    )
+    version_attribute: str | None = Field(
+        None, description="Span or resource attribute naming the model version, over the preset's choice.",
+    )
+    service_attribute: str = Field("service.name", description="Span or resource attribute for the service label.")
+    join_timeout_s: float = Field(
+        5.0, gt=0, le=600,
+        description="How long stage spans wait for their request span (spans of one trace may come in "
+        "different exports); then they are counted as orphan.",
+    )
+    max_pending_spans: int = Field(20000, ge=1, description="Stage spans waiting at once; past it the oldest traces are evicted.")
+    max_body_bytes: int = Field(4 << 20, ge=1024, description="Largest POST /v1/traces body, as sent (compressed).")
+    max_decompressed_bytes: int = Field(16 << 20, ge=1024, description="Largest body once gzip is undone.")
+    max_spans_per_export: int = Field(10000, ge=1, description="Spans taken from one export; the rest are rejected.")
+
+    @field_validator("presets")
+    @classmethod
+    def _known_presets(cls, v: list[str]) -> list[str]:
+        for p in v:
+            if p not in TRACE_PRESETS:
+                raise ValueError(f"unknown preset {p!r}; choose from {', '.join(TRACE_PRESETS)}")
+        if len(set(v)) != len(v):
+            raise ValueError("a preset is listed twice")
+        return v
+
+    @field_validator("stages")
+    @classmethod
+    def _stage_names(cls, v: dict[str, str]) -> dict[str, str]:
+        for span, stage in v.items():
+            if not span or not stage or len(stage) > 255:
+                raise ValueError(f"span {span!r} -> stage {stage!r}: both must be non-empty, stages at most 255 characters")
+        return v
+
+    @field_validator("features")
+    @classmethod
+    def _feature_names(cls, v: list[str] | None) -> list[str] | None:
+        for f in v or []:
+            if not f or len(f) > 64:
+                raise ValueError(f"feature {f!r}: attribute names used as features are 1 to 64 characters")
+        return v
+
+
 class SidecarConfig(_Section):
     """The whole sidecar configuration (the YAML file's root)."""
 
     ingest: IngestConfig = Field(default_factory=IngestConfig)
     http: HttpConfig = Field(default_factory=HttpConfig)
     labels: LabelsConfig = Field(default_factory=LabelsConfig)
+    traces: TracesConfig = Field(default_factory=TracesConfig)
     resource: dict[str, str] = Field(
         default_factory=dict,
         description="Extra OpenTelemetry resource attributes for the OTLP push (service.name, ...).",

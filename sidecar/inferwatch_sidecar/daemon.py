@@ -44,15 +44,16 @@ from inferwatch_sidecar.aggregate.aggregator import Aggregator
 from inferwatch_sidecar.aggregate.labels import LabelLimiter
 from inferwatch_sidecar.components.base import Component, ComponentContext
 from inferwatch_sidecar.config import SidecarConfig
-from inferwatch_sidecar.export.http_server import HttpServer
+from inferwatch_sidecar.export.http_server import HttpServer, refused_family
 from inferwatch_sidecar.export.routes import AdminHandler, Endpoints, Route, scrape_registry, sidecar_routes
+from inferwatch_sidecar.ingest import otlp_traces
 from inferwatch_sidecar.ingest.http_json import JsonDecoder, JsonIngest
 from inferwatch_sidecar.ingest.pipeline import EVENT_TYPES, Pipeline
 from inferwatch_sidecar.ingest.pipeline import METRICS as PIPELINE_METRICS
-from inferwatch_sidecar.ingest.sockets import IngestThread
+from inferwatch_sidecar.ingest.sockets import IngestThread, check_socket_path, resolve_udp
 from inferwatch_sidecar.metrics import families
 from inferwatch_sidecar.metrics.catalog import all_metrics
-from inferwatch_sidecar.metrics.core import COMPONENT_UP, PROCESS_METRICS
+from inferwatch_sidecar.metrics.core import COMPONENT_UP, HTTP_REFUSED_TOTAL, PROCESS_METRICS
 
 log = logging.getLogger("inferwatch.sidecar")
 
@@ -84,7 +85,7 @@ class ComponentSlot:
         self.reason = reason
 
 #: What the core collector exports: the aggregator's, the pipeline's and the component states.
-CORE_METRICS = (*AGGREGATOR_METRICS, *PIPELINE_METRICS, COMPONENT_UP)
+CORE_METRICS = (*AGGREGATOR_METRICS, *PIPELINE_METRICS, COMPONENT_UP, HTTP_REFUSED_TOTAL, *otlp_traces.METRICS)
 #: The catalog entries of every component the daemon knows (running or not: the names stay reserved).
 COMPONENT_METRICS = tuple(m for m in all_metrics() if m.component in dict(COMPONENTS))
 
@@ -121,6 +122,8 @@ class Sidecar:
             self.aggregator, max_producers=cfg.ingest.max_producers, max_schemas=cfg.ingest.max_schemas, clock=clock
         )
         self.json_ingest = JsonIngest(self.pipeline, JsonDecoder(cfg.ingest.max_json_events))
+        # Built even when traces.enabled is false (no route then), so its counters export at zero.
+        self.traces = otlp_traces.build(cfg.traces, self.pipeline)
         self.slots: list[ComponentSlot] = []
         self.ingest: IngestThread | None = None
         self.http: HttpServer | None = None
@@ -140,6 +143,8 @@ class Sidecar:
         yield from self.aggregator.collect()
         limiters = {**self.ctx.limiters, "label_set": self.aggregator.label_set_overflow}
         yield from self.pipeline.collect(self.clock(), self.cfg.ingest.producer_timeout_s, limiters)
+        yield refused_family(None if self.http is None else self.http.refusals)
+        yield from self.traces.collect()
         g = families.gauge(COMPONENT_UP)
         for s in self.slots:
             g.add_metric([s.name], 1.0 if s.state == "running" else 0.0)
@@ -268,6 +273,7 @@ class Sidecar:
             },
             "components": comps,
             "otlp": otlp,
+            "traces": {"enabled": self.cfg.traces.enabled, **self.traces.status()},
         }
 
     def _sample_rates(self) -> None:
@@ -291,6 +297,24 @@ class Sidecar:
 
     # -- lifecycle -------------------------------------------------------------
 
+    def check(self) -> None:
+        """Check everything :meth:`startup` checks, binding no socket and starting no thread.
+
+        Builds the components (reference profiles, GPU settings), checks the
+        socket's directory, resolves the UDP address and reads the OTLP
+        settings. ``--check-config`` runs this.
+
+        Raises:
+            StartupError, IngestError: what is wrong and how to fix it.
+        """
+        cfg = self.cfg
+        self._build_components()
+        if cfg.ingest.socket:
+            check_socket_path(cfg.ingest.socket, cfg.ingest.socket_dir_shared, create=False)
+        if cfg.ingest.udp_port is not None:
+            resolve_udp(cfg.ingest.udp_host, cfg.ingest.udp_port)
+        self._build_otlp()
+
     def startup(self) -> None:
         """Bind, build and start everything. Raises StartupError or IngestError with a clear message."""
         cfg = self.cfg
@@ -300,11 +324,12 @@ class Sidecar:
         self._build_components()
         udp = (cfg.ingest.udp_host, cfg.ingest.udp_port) if cfg.ingest.udp_port is not None else None
         self.ingest = IngestThread(
-            self.pipeline, cfg.ingest.socket or None, cfg.ingest.socket_mode, udp, cfg.ingest.rcvbuf_bytes
+            self.pipeline, cfg.ingest.socket or None, cfg.ingest.socket_mode, udp, cfg.ingest.rcvbuf_bytes,
+            unix_dir_shared=cfg.ingest.socket_dir_shared,
         )
         self.ingest.open()
         try:
-            self.http = HttpServer(self._routes(), cfg.http.host, cfg.http.port)
+            self.http = HttpServer(self._routes(), cfg.http)
         except OSError as e:
             self.ingest.close()
             raise StartupError(f"http.port: cannot listen on {cfg.http.host}:{cfg.http.port}: {e.strerror}") from None
@@ -346,6 +371,8 @@ class Sidecar:
                 admin_index=self.admin_routes_index,
                 admin_token=None if token is None else token.get_secret_value(),
                 max_body_bytes=self.cfg.ingest.max_json_body_bytes,
+                ingest_traces=self.traces.handle if self.cfg.traces.enabled else None,
+                traces_max_body_bytes=self.cfg.traces.max_body_bytes,
             )
         )
 
@@ -363,13 +390,14 @@ class Sidecar:
         res.update(self.cfg.resource)
         return res
 
-    def _start_otlp(self) -> None:
+    def _build_otlp(self) -> Any:
+        """The OTLP pusher the environment asks for, not started, or None (``otlp_state`` says why)."""
         try:
             otlp_mod = importlib.import_module("inferwatch_sidecar.export.otlp")
         except ModuleNotFoundError as e:
             if e.name == "inferwatch_sidecar.export.otlp":
                 self.otlp_state = "unavailable"
-                return
+                return None
             raise
         try:
             pusher = otlp_mod.OtlpMetricsPusher.from_env(
@@ -379,6 +407,11 @@ class Sidecar:
             raise StartupError(f"OTLP exporter: {e}") from e
         if pusher is None:
             self.otlp_state = "disabled"
+        return pusher
+
+    def _start_otlp(self) -> None:
+        pusher = self._build_otlp()
+        if pusher is None:
             return
         pusher.start()
         self.otlp = pusher
@@ -387,6 +420,7 @@ class Sidecar:
     def tick(self) -> None:
         """Periodic housekeeping from the main loop."""
         self._sample_rates()
+        self.traces.expire()
         if self.ingest is not None and not self.ingest.is_alive() and not self.should_exit.is_set():
             log.error("the ingest thread stopped unexpectedly; shutting down so the supervisor restarts us")
             self.should_exit.set()
@@ -408,6 +442,7 @@ class Sidecar:
         log.info("shutting down (limit %.1f s)", self.cfg.shutdown_timeout_s)
         if self.ingest is not None:
             self.ingest.stop(left())
+            self.traces.flush()
             # One line with the final counts: what this instance accepted, for operators and tests.
             t = self.pipeline.totals()
             by_type = {

@@ -140,7 +140,7 @@ def test_every_catalog_family_is_exposed_with_catalog_types() -> None:
     fams = {f.name: f for f in reg.collect()}
     for m in core_metrics.METRICS:
         if m.name.startswith(("inferwatch_ingest", "inferwatch_sidecar_process", "inferwatch_label", "inferwatch_component",
-                              "inferwatch_producers")):
+                              "inferwatch_producers", "inferwatch_http")):
             continue  # exposed by the pipeline and the daemon
         fam = fams[m.family if m.type != "info" else m.name]
         assert fam.type == m.type, m.name

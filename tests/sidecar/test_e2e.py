@@ -93,26 +93,32 @@ def test_multiworker_uvicorn_app_exact_counts_and_exemplars(sidecar_factory: Any
     try:
         base = f"http://127.0.0.1:{port}"
 
+        probes = 0
+
         def up() -> bool:
+            nonlocal probes
             try:
-                return httpx.get(base + "/predict", timeout=1).status_code == 200
+                ok = httpx.get(base + "/predict", timeout=1).status_code == 200
             except httpx.HTTPError:
                 return False
+            probes += ok
+            return ok
 
         wait_until(up, timeout=40, what="uvicorn app up")
-        # Both workers announce themselves (HELLO) as producers.
-        wait_until(lambda: len({p["pid"] for p in sc.status()["producers"]["table"]}) >= 2, timeout=30,
+        # A worker becomes a producer with its first events: probe, each time on a new
+        # connection, until both workers have served one.
+        wait_until(lambda: up() and len({p["pid"] for p in sc.status()["producers"]["table"]}) >= 2, timeout=30,
                    what="two worker producers")
         lab = {"service": "webapp", "model": "clf", "model_version": "v2"}
-        # The one probe that answered 200 in up() is a real request too: wait until it is
+        # The probes that answered 200 are real requests too: wait until they are
         # counted, so the baseline does not race the SDK's background sender.
         base_s = wait_until(
             lambda: (m := parse_metrics(sc.metrics()))
-            and sample(m, "inferwatch_requests_total", **lab, outcome="ok") >= 1 and m,
-            what="probe request counted", timeout=30,
+            and sample(m, "inferwatch_requests_total", **lab, outcome="ok") >= probes and m,
+            what="probe requests counted", timeout=30,
         )
         before_ok = sample(base_s, "inferwatch_requests_total", **lab, outcome="ok")
-        assert before_ok == 1
+        assert before_ok == probes
         n_ok, n_err = 150, 10
         with httpx.Client(timeout=10) as c:
             for i in range(n_ok):

@@ -15,7 +15,7 @@ EXAMPLES = """\
 examples:
   inferwatch sidecar                                  # defaults: socket /tmp/inferwatch/ingest.sock, http 127.0.0.1:9464
   inferwatch sidecar --config sidecar.yaml --http-host 0.0.0.0
-  inferwatch sidecar --check-config sidecar.yaml      # validate and exit (0 = valid)
+  inferwatch sidecar --check-config sidecar.yaml      # validate, run start-up's checks, exit (0 = valid)
   inferwatch sidecar --print-config                   # every field with its default
   INFERWATCH_HTTP__PORT=9500 inferwatch sidecar --set drift.enabled=false
 """
@@ -31,7 +31,11 @@ def register(sub: Any) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("--config", metavar="FILE", help="YAML config file")
-    p.add_argument("--check-config", metavar="FILE", help="validate FILE (with env and flags applied) and exit")
+    p.add_argument(
+        "--check-config", metavar="FILE",
+        help="validate FILE (with env and flags applied), run start-up's checks without binding anything "
+        "(reference files, GPU settings, socket directory, OTLP settings) and exit (0 = start-up would pass them)",
+    )
     p.add_argument("--print-config", action="store_true", help="print the effective config as YAML and exit")
     p.add_argument("--socket", metavar="PATH", help="Unix datagram socket path (ingest.socket; '' disables it)")
     p.add_argument("--udp-port", type=int, metavar="PORT", help="also receive UDP on this port (ingest.udp_port)")
@@ -74,6 +78,20 @@ def _flag_overrides(args: argparse.Namespace) -> tuple[dict[str, Any], dict[str,
     return tree, sources
 
 
+def _check(cfg: Any, path: str) -> int:
+    """Run every check start-up runs, short of binding sockets; 0 when start-up would pass them."""
+    from inferwatch_sidecar.daemon import Sidecar, StartupError
+    from inferwatch_sidecar.ingest.sockets import IngestError
+
+    try:
+        Sidecar(cfg).check()
+    except (StartupError, IngestError) as e:
+        print(f"inferwatch sidecar: {path}: start-up would fail: {e}", file=sys.stderr)
+        return 1
+    print(f"{path}: configuration is valid")
+    return 0
+
+
 def run(args: argparse.Namespace) -> int:
     # Imported when the command runs, not when it registers, so that ``inferwatch --help``
     # never loads pydantic, yaml or prometheus_client.
@@ -88,8 +106,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"inferwatch sidecar: {e}", file=sys.stderr)
         return 2
     if args.check_config:
-        print(f"{args.check_config}: configuration is valid")
-        return 0
+        return _check(cfg, args.check_config)
     if args.print_config:
         import yaml
 

@@ -1,10 +1,11 @@
 """The sidecar's HTTP endpoints as a route table, independent of the server that serves it.
 
-:func:`sidecar_routes` maps each path to a :class:`Route` (its methods and a
-handler from :class:`Request` to :class:`Response`). The handlers reach the
-rest of the sidecar only through the callables in :class:`Endpoints`, so any
-server that can build a ``Request`` and send a ``Response`` can serve them;
-:mod:`.http_server` is the standard-library one.
+:func:`sidecar_routes` maps each path to a :class:`Route`: its methods, a
+handler from :class:`Request` to :class:`Response`, how large a body it reads
+and whether it may refuse a request before the body is read. The handlers
+reach the rest of the sidecar only through the callables in
+:class:`Endpoints`, so any server that can build a ``Request`` and send a
+``Response`` can serve them; :mod:`.http_server` serves them on uvicorn.
 
 Routes:
     GET  /metrics          Prometheus text, or OpenMetrics (with exemplars) when the Accept header asks.
@@ -13,6 +14,7 @@ Routes:
     GET  /v1/status        JSON status.
     POST /v1/events        JSON events (docs/wire-format.md).
     POST /v1/labels        JSON ground-truth labels for earlier predictions.
+    POST /v1/traces        OTLP/HTTP traces, protobuf or JSON (docs/otlp-traces.md); when traces are enabled.
     ANY  /admin/<component>/<path>   component admin routes; Bearer token required.
 """
 
@@ -36,15 +38,6 @@ TEXT = "text/plain; charset=utf-8"
 AdminHandler = Callable[[dict[str, str]], tuple[int, str, bytes]]
 
 
-class HttpError(Exception):
-    """A request the server refuses before a handler sees it (no length, body too large)."""
-
-    def __init__(self, status: int, message: str, close: bool = False) -> None:
-        super().__init__(message)
-        self.status = status
-        self.close = close
-
-
 class Headers(Protocol):
     """Request headers: ``get`` ignores the name's case (``email.message.Message`` does)."""
 
@@ -60,15 +53,15 @@ class Request:
         path: the URL path, without the query.
         query: the raw query string.
         headers: request headers.
-        read_body: reads the body, at most ``limit`` bytes; raises
-            :class:`HttpError` (411 without a length, 413 past the limit).
+        body: the request body, read in full before the handler runs
+            (empty when the route reads none, see :attr:`Route.max_body`).
     """
 
     method: str
     path: str
     query: str
     headers: Headers
-    read_body: Callable[[int], bytes]
+    body: bytes = b""
 
 
 @dataclass(frozen=True)
@@ -87,10 +80,28 @@ Handler = Callable[[Request], Response]
 
 @dataclass(frozen=True)
 class Route:
-    """A handler and the methods it answers (others get 404, as an unknown path does)."""
+    """A handler and the methods it answers (others get 404, as an unknown path does).
+
+    Attributes:
+        methods: the methods answered.
+        handler: builds the response; runs on the server's handler threads
+            unless ``inline``.
+        max_body: the largest body read for the handler; a larger one is
+            answered 413 and ``on_too_large`` is called. 0: the route reads no
+            body (one sent anyway is not read, and the connection is closed).
+        admit: runs before the body is read; a Response it returns is the
+            answer (401, 404), sent without reading the body.
+        on_too_large: counts a body refused for its length.
+        inline: the handler is cheap and never blocks: it runs on the event
+            loop, so it answers while every handler thread is busy.
+    """
 
     methods: frozenset[str]
     handler: Handler
+    max_body: int = 0
+    admit: Callable[[Request], Response | None] | None = None
+    on_too_large: Callable[[], None] | None = None
+    inline: bool = False
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -107,6 +118,9 @@ class Endpoints:
         admin_index: admin paths by component.
         admin_token: the Bearer token for ``/admin/``; None disables those routes.
         max_body_bytes: the largest POST body read.
+        ingest_traces: (body, Content-Type, Content-Encoding or None) -> (HTTP status, content type, body)
+            for ``POST /v1/traces``; None leaves the route out.
+        traces_max_body_bytes: the largest ``/v1/traces`` body read (before decompression).
     """
 
     scrape: Callable[[str], tuple[bytes, str]]
@@ -118,6 +132,8 @@ class Endpoints:
     admin_index: Callable[[], Mapping[str, list[str]]]
     admin_token: str | None
     max_body_bytes: int
+    ingest_traces: Callable[[bytes, str, str | None], tuple[int, str, bytes]] | None = None
+    traces_max_body_bytes: int = 0
 
 
 def scrape_registry(registry: Collector, accept: str) -> tuple[bytes, str]:
@@ -130,15 +146,15 @@ def json_response(status: int, obj: Any) -> Response:
     return Response(status, json.dumps(obj, indent=1, default=str).encode() + b"\n", "application/json")
 
 
-def resolve(routes: Mapping[str, Route], method: str, path: str) -> Handler | None:
-    """The handler for ``method path``: an exact key, else the longest ``<prefix>/*`` key that matches."""
+def resolve(routes: Mapping[str, Route], method: str, path: str) -> Route | None:
+    """The route for ``method path``: an exact key, else the longest ``<prefix>/*`` key that matches."""
     route = routes.get(path)
     if route is None:
         prefixes = [k[:-1] for k in routes if k.endswith("/*") and path.startswith(k[:-1])]
         route = routes[max(prefixes, key=len) + "*"] if prefixes else None
     if route is None or method not in route.methods:
         return None
-    return route.handler
+    return route
 
 
 _GET = frozenset({"GET", "HEAD"})
@@ -161,23 +177,21 @@ def sidecar_routes(ep: Endpoints) -> dict[str, Route]:
     def readyz(req: Request) -> Response:
         return Response(200, b"ready\n") if ep.ready() else Response(503, b"not ready\n")
 
-    def post_json(kind: str) -> Handler:
-        def handle(req: Request) -> Response:
-            try:
-                body = req.read_body(ep.max_body_bytes)
-            except HttpError:
-                ep.reject_body()
-                raise
-            return json_response(*ep.ingest_json(kind, body))
+    def post_json(kind: str) -> Route:
+        return Route(
+            _POST, lambda req: json_response(*ep.ingest_json(kind, req.body)),
+            max_body=ep.max_body_bytes, on_too_large=ep.reject_body,
+        )
 
-        return handle
-
-    def admin(req: Request) -> Response:
+    def admin_admit(req: Request) -> Response | None:
         if ep.admin_token is None:
             return Response(404, b"admin routes are disabled: set http.admin_token or INFERWATCH_ADMIN_TOKEN\n")
         auth = req.headers.get("Authorization", "")
         if not hmac.compare_digest(auth.encode(), ("Bearer " + ep.admin_token).encode()):
             return Response(401, b"missing or wrong bearer token\n", headers={"WWW-Authenticate": "Bearer"})
+        return None
+
+    def admin(req: Request) -> Response:
         parts = req.path.split("/", 3)  # ['', 'admin', component, rest]
         if len(parts) < 3 or not parts[2]:
             return json_response(200, {"routes": ep.admin_index()})
@@ -185,23 +199,31 @@ def sidecar_routes(ep: Endpoints) -> dict[str, Route]:
         if handler is None:
             return Response(404, b"no such admin route\n")
         query = dict(parse_qsl(req.query))
-        if req.method == "POST":
-            body = req.read_body(ep.max_body_bytes)
-            if body:
-                query["body"] = body.decode("utf-8", "replace")
+        if req.method == "POST" and req.body:
+            query["body"] = req.body.decode("utf-8", "replace")
         try:
             status, ctype, out = handler(query)
         except Exception as e:
             return Response(500, f"admin route failed: {e}\n".encode())
         return Response(status, out, ctype)
 
-    return {
+    routes = {
         "/metrics": Route(_GET, metrics),
-        "/healthz": Route(_GET, lambda req: Response(200, b"ok\n")),
-        "/readyz": Route(_GET, readyz),
+        "/healthz": Route(_GET, lambda req: Response(200, b"ok\n"), inline=True),
+        "/readyz": Route(_GET, readyz, inline=True),
         "/v1/status": Route(_GET, lambda req: json_response(200, ep.status())),
-        "/v1/events": Route(_POST, post_json("events")),
-        "/v1/labels": Route(_POST, post_json("labels")),
-        "/admin/*": Route(_ANY, admin),
-        "/": Route(_GET, lambda req: Response(200, _INDEX)),
+        "/v1/events": post_json("events"),
+        "/v1/labels": post_json("labels"),
+        "/admin/*": Route(_ANY, admin, max_body=ep.max_body_bytes, admit=admin_admit),
+        "/": Route(_GET, lambda req: Response(200, _INDEX), inline=True),
     }
+    ingest_traces = ep.ingest_traces
+    if ingest_traces is not None:
+
+        def traces(req: Request) -> Response:
+            encoding = req.headers.get("Content-Encoding", "") or None
+            status, ctype, body = ingest_traces(req.body, req.headers.get("Content-Type", ""), encoding)
+            return Response(status, body, ctype)
+
+        routes["/v1/traces"] = Route(_POST, traces, max_body=ep.traces_max_body_bytes, on_too_large=ep.reject_body)
+    return routes

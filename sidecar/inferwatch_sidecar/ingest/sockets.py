@@ -19,6 +19,7 @@ import stat
 import threading
 from typing import Any
 
+from inferwatch._env import socket_dir_problem
 from inferwatch_sidecar.ingest.pipeline import Pipeline
 
 log = logging.getLogger("inferwatch.sidecar.ingest")
@@ -47,28 +48,70 @@ def _set_rcvbuf(sock: socket.socket, size: int) -> int:
     return int(sock.getsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF))
 
 
-def open_unix_socket(path: str, mode: int, rcvbuf: int) -> tuple[socket.socket, int]:
+#: Mode of a socket directory the sidecar creates: only we may add or remove
+#: entries; senders of other users may reach the socket (its own mode decides).
+SOCKET_DIR_MODE = 0o755
+
+_DIR_FIX = (
+    "use a directory only this user (or root) can write: remove it and let the sidecar create it, set "
+    "ingest.socket to one under a private runtime directory such as $XDG_RUNTIME_DIR or /run/inferwatch, "
+    "or, on a Kubernetes emptyDir shared with the model server, set ingest.socket_dir_shared: true "
+    "(docs/sidecar.md, \"The socket's directory\")"
+)
+
+
+def check_socket_path(path: str, shared_dir: bool = False, create: bool = True) -> None:
+    """Refuse a socket path that another user could take over; create its directory if asked.
+
+    The directory must pass :func:`inferwatch._env.socket_dir_problem` (the
+    SDK applies the same rules before it sends). A missing directory is
+    created with :data:`SOCKET_DIR_MODE`, or, with ``create=False``
+    (``--check-config``), its nearest existing ancestor must be safe and
+    writable by us.
+
+    Raises:
+        IngestError: what is wrong and how to fix it.
+    """
+    d = os.path.dirname(os.path.abspath(path))
+    if create:
+        try:
+            os.makedirs(d, mode=SOCKET_DIR_MODE, exist_ok=True)
+        except OSError as e:
+            raise IngestError(f"ingest.socket: cannot create directory {d}: {e.strerror}") from None
+    elif not os.path.isdir(d):
+        base = d
+        while not os.path.isdir(base):
+            base = os.path.dirname(base)
+        problem = socket_dir_problem(base)
+        if problem is not None:
+            raise IngestError(f"ingest.socket: unsafe socket directory: {problem}; {_DIR_FIX}")
+        if not os.access(base, os.W_OK | os.X_OK):
+            raise IngestError(f"ingest.socket: cannot create directory {d}: {base} is not writable by this user")
+        return
+    problem = socket_dir_problem(d, shared=shared_dir)
+    if problem is not None:
+        raise IngestError(f"ingest.socket: unsafe socket directory: {problem}; {_DIR_FIX}")
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return
+    if not stat.S_ISSOCK(st.st_mode):
+        raise IngestError(f"ingest.socket: {path} exists and is not a socket; remove it or choose another path")
+
+
+def open_unix_socket(path: str, mode: int, rcvbuf: int, shared_dir: bool = False) -> tuple[socket.socket, int]:
     """Bind the Unix datagram socket at ``path``.
 
-    Creates the directory if needed, removes a stale socket file left by a
-    crashed sidecar, refuses to replace a live one or a non-socket file.
+    Checks the path with :func:`check_socket_path` (creating the directory if
+    needed), removes a stale socket file left by a crashed sidecar, refuses
+    to replace a live one or a non-socket file.
 
     Returns:
         The bound non-blocking socket and the socket file's inode (so
         shutdown removes only our own file).
     """
-    d = os.path.dirname(path) or "."
-    try:
-        os.makedirs(d, mode=0o755, exist_ok=True)
-    except OSError as e:
-        raise IngestError(f"ingest.socket: cannot create directory {d}: {e.strerror}") from None
-    try:
-        st = os.lstat(path)
-    except FileNotFoundError:
-        st = None
-    if st is not None:
-        if not stat.S_ISSOCK(st.st_mode):
-            raise IngestError(f"ingest.socket: {path} exists and is not a socket; remove it or choose another path")
+    check_socket_path(path, shared_dir)
+    if os.path.lexists(path):
         probe = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
         try:
             probe.connect(path)
@@ -81,6 +124,9 @@ def open_unix_socket(path: str, mode: int, rcvbuf: int) -> tuple[socket.socket, 
                 os.unlink(path)
             except FileNotFoundError:
                 pass
+            except OSError as e:
+                probe.close()
+                raise IngestError(f"ingest.socket: cannot remove the stale socket {path}: {e.strerror}") from None
         else:
             probe.close()
             raise IngestError(f"ingest.socket: another process is already receiving on {path} (another sidecar?)")
@@ -97,13 +143,19 @@ def open_unix_socket(path: str, mode: int, rcvbuf: int) -> tuple[socket.socket, 
     return sock, os.stat(path).st_ino
 
 
-def open_udp_socket(host: str, port: int, rcvbuf: int) -> socket.socket:
-    """Bind the UDP ingest socket."""
+def resolve_udp(host: str, port: int) -> tuple[int, Any]:
+    """The address family and socket address to bind for UDP ingest (raises IngestError)."""
     try:
         infos = socket.getaddrinfo(host, port, type=socket.SOCK_DGRAM)
     except socket.gaierror as e:
         raise IngestError(f"ingest.udp_host: cannot resolve {host!r}: {e}") from None
     family, _, _, _, addr = infos[0]
+    return family, addr
+
+
+def open_udp_socket(host: str, port: int, rcvbuf: int) -> socket.socket:
+    """Bind the UDP ingest socket."""
+    family, addr = resolve_udp(host, port)
     sock = socket.socket(family, socket.SOCK_DGRAM)
     try:
         sock.bind(addr)
@@ -148,6 +200,8 @@ class IngestThread:
         unix_mode: socket file permissions.
         udp: ``(host, port)`` or None.
         rcvbuf: requested kernel receive buffer per socket.
+        unix_dir_shared: accept a group- or world-writable socket directory
+            (a Kubernetes emptyDir; ``ingest.socket_dir_shared``).
     """
 
     def __init__(
@@ -157,10 +211,12 @@ class IngestThread:
         unix_mode: int = 0o666,
         udp: tuple[str, int] | None = None,
         rcvbuf: int = 8 << 20,
+        unix_dir_shared: bool = False,
     ) -> None:
         self.pipeline = pipeline
         self.unix_path = unix_path
         self.unix_mode = unix_mode
+        self.unix_dir_shared = unix_dir_shared
         self.udp = udp
         self.rcvbuf = rcvbuf
         self.should_exit = threading.Event()
@@ -176,7 +232,9 @@ class IngestThread:
         """Bind the sockets (raises IngestError with a clear message)."""
         try:
             if self.unix_path:
-                self._unix, self._unix_ino = open_unix_socket(self.unix_path, self.unix_mode, self.rcvbuf)
+                self._unix, self._unix_ino = open_unix_socket(
+                    self.unix_path, self.unix_mode, self.rcvbuf, self.unix_dir_shared
+                )
                 self.rcvbuf_effective["unix"] = int(self._unix.getsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF))
             if self.udp is not None:
                 self._udp = open_udp_socket(self.udp[0], self.udp[1], self.rcvbuf)
