@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import copy
 import functools
+import os
 import re
+import subprocess
 from pathlib import Path
 from typing import Any, get_args, get_origin
 
@@ -168,3 +170,34 @@ def sidecar_env_names() -> set[str]:
 def recognized_by_sidecar(name: str, names: set[str]) -> bool:
     """Whether the sidecar's config loader maps ``name`` to a field (``names`` from :func:`sidecar_env_names`)."""
     return name in names or any(n.endswith("__*") and name.startswith(n[:-1]) for n in names)
+
+
+def kustomize(kubectl: str, directory: Path) -> list[dict[str, Any]]:
+    """The objects ``kubectl kustomize directory`` renders."""
+    out = subprocess.run([kubectl, "kustomize", str(directory)], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, f"kubectl kustomize {directory}:\n{out.stderr}"
+    return [d for d in yaml.safe_load_all(out.stdout) if d is not None]
+
+
+def component_dirs() -> list[Path]:
+    """Every kustomize Component under deploy/k8s."""
+    return sorted(p.parent for p in kustomize_files() if load_documents(p)[0]["kind"] == "Component")
+
+
+def overlay_with(directory: Path, components: list[Path]) -> Path:
+    """Write a kustomization in ``directory`` that takes the base plus ``components``, as a user's overlay would."""
+    directory.mkdir(parents=True, exist_ok=True)
+    kust = {"resources": [os.path.relpath(K8S, directory)],
+            "components": [os.path.relpath(c, directory) for c in components]}
+    (directory / "kustomization.yaml").write_text(yaml.safe_dump(kust), encoding="utf-8")
+    return directory
+
+
+def patch_files() -> set[Path]:
+    """The strategic-merge patch files the kustomizations under deploy/k8s apply (partial objects)."""
+    out = set()
+    for k in kustomize_files():
+        for patch in load_documents(k)[0].get("patches", []):
+            if "path" in patch:
+                out.add((k.parent / patch["path"]).resolve())
+    return out

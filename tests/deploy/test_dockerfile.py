@@ -18,13 +18,13 @@ IGNORE_FILE = DEPLOY / "Dockerfile.dockerignore"
 
 
 @pytest.fixture(scope="module")
-def parsed() -> tuple[dict[str, str], list[df.Stage]]:
+def parsed() -> list[df.Stage]:
     return df.parse(DOCKERFILE)
 
 
 @pytest.fixture(scope="module")
-def final(parsed: tuple[dict[str, str], list[df.Stage]]) -> df.Stage:
-    return parsed[1][-1]
+def final(parsed: list[df.Stage]) -> df.Stage:
+    return parsed[-1]
 
 
 def _local_copies(stages: list[df.Stage]) -> list[tuple[df.Instruction, str, str]]:
@@ -52,11 +52,10 @@ def _context_files(rel: str) -> list[str]:
 
 
 def test_base_images_are_python_311_slim_and_the_build_is_multi_stage(parsed):
-    global_args, stages = parsed
+    stages = parsed
     assert len(stages) >= 2, "a build stage and a runtime stage"
     for st in stages:
-        base = df._substitute(st.base, global_args)
-        assert base == "python:3.11-slim", f"stage {st.name or '(final)'} is based on {base}"
+        assert st.base == "python:3.11-slim", f"stage {st.name or '(final)'} is based on {st.base}"
     build = stages[0]
     assert build.name, "the build stage needs a name for --from"
     assert any("pip wheel" in r.args and ".[sidecar]" in r.args for r in build.all("RUN")), (
@@ -70,20 +69,25 @@ def test_base_images_are_python_311_slim_and_the_build_is_multi_stage(parsed):
 
 
 def test_every_copied_path_exists_in_the_repository(parsed):
-    copies = _local_copies(parsed[1])
+    copies = _local_copies(parsed)
     assert copies, "the Dockerfile copies nothing from the build context"
     for ins, src, _dest in copies:
         assert not PurePosixPath(src).is_absolute() and ".." not in PurePosixPath(src).parts, src
         assert (ROOT / src).exists(), f"Dockerfile line {ins.line}: COPY source {src!r} is not in the repository"
 
 
-def test_copied_files_survive_the_dockerignore(parsed):
-    patterns = df.read_dockerignore(IGNORE_FILE)
-    for ins, src, _dest in _local_copies(parsed[1]):
+def test_the_context_holds_exactly_the_copied_files(parsed):
+    context = df.context_files(ROOT, df.read_dockerignore(IGNORE_FILE), DOCKERFILE.relative_to(ROOT).as_posix())
+    copied: set[str] = set()
+    for ins, src, _dest in _local_copies(parsed):
         files = _context_files(src)
         assert files, f"line {ins.line}: {src} holds no files"
-        dropped = [f for f in files if df.is_ignored(f, patterns)]
+        dropped = [f for f in files if f not in context]
         assert not dropped, f"line {ins.line}: the build context leaves out {dropped[:5]} ({IGNORE_FILE.name})"
+        copied.update(files)
+    # The client always sends the Dockerfile itself; nothing else that the build does not read.
+    extra = context - copied - {DOCKERFILE.relative_to(ROOT).as_posix()}
+    assert not extra, f"sent to the Docker daemon but never copied: {sorted(extra)[:10]}"
 
 
 def test_dockerignore_keeps_the_context_small():
@@ -100,7 +104,7 @@ def test_the_build_gets_everything_the_package_build_reads(parsed):
     """pyproject's readme and every package root must be in the build stage."""
     meta = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
     needed = {"pyproject.toml", meta["project"]["readme"], *meta["tool"]["setuptools"]["packages"]["find"]["where"]}
-    copied = {src.strip("/") for ins, src, _ in _local_copies(parsed[1][:1])}
+    copied = {src.strip("/") for ins, src, _ in _local_copies(parsed[:1])}
     assert needed <= copied, f"the build stage does not copy {sorted(needed - copied)}"
 
 

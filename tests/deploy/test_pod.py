@@ -74,7 +74,7 @@ def _http(url: str, data: bytes | None = None, headers: dict[str, str] | None = 
 
 
 def _entrypoint() -> list[str]:
-    _, stages = df.parse(DOCKERFILE)
+    stages = df.parse(DOCKERFILE)
     entry = stages[-1].last("ENTRYPOINT")
     assert entry is not None
     argv = entry.exec_form()
@@ -96,6 +96,8 @@ def pod() -> Iterator[Pod]:
         for v in spec["volumes"]:
             d = root / v["name"]
             d.mkdir()
+            if "emptyDir" in v:
+                d.chmod(0o2777)  # as kubelet makes one: root-owned, world-writable, setgid for the fsGroup
             if "configMap" in v:
                 for key, text in configmap_for(v["name"])["data"].items():
                     (d / key).write_text(text, encoding="utf-8")
@@ -148,7 +150,7 @@ def pod() -> Iterator[Pod]:
 
 
 def _healthcheck_cmd() -> list[str]:
-    _, stages = df.parse(DOCKERFILE)
+    stages = df.parse(DOCKERFILE)
     hc = stages[-1].last("HEALTHCHECK")
     assert hc is not None
     _, rest = hc.flags_and_rest()
