@@ -20,7 +20,10 @@ preset then builds the request's model, version, outcome and stages.
   come from ``gen_ai.latency.time_in_queue``, ``.time_in_model_prefill`` and
   ``.time_in_model_decode``; the decode stage carries the stream (time to
   first token from ``gen_ai.latency.time_to_first_token``, tokens from
-  ``gen_ai.usage.completion_tokens``).
+  ``gen_ai.usage.completion_tokens``). Model from ``gen_ai.response.model``
+  or ``gen_ai.request.model`` on the span, else on its resource: vLLM 0.32's
+  span names no model, so the vLLM process sets it with
+  ``OTEL_RESOURCE_ATTRIBUTES=gen_ai.request.model=<served model name>``.
 - **generic**: any other SERVER span is a request (OpenTelemetry's HTTP
   server conventions: ``http.response.status_code`` >= 500 is an error of
   type ``http_<code>``, as the SDK's middleware reports it); a span with
@@ -151,11 +154,11 @@ class VllmPreset(Preset):
         return REQUEST
 
     def model(self, span: Span) -> tuple[str | None, str | None]:
-        return _text(span.attrs.get("gen_ai.response.model") or span.attrs.get("gen_ai.request.model")), None
+        return _text(span.attr("gen_ai.response.model") or span.attr("gen_ai.request.model")), None
 
     def duration(self, span: Span) -> int:
         e2e = finite_seconds(span.attrs.get("gen_ai.latency.e2e"))
-        return span.end - span.start if e2e is None else int(e2e * 1e9)
+        return span.end - span.start if e2e is None else round(e2e * 1e9)
 
     def stages(self, span: Span, children: list[Span]) -> list[Stage]:
         a = span.attrs
@@ -163,15 +166,15 @@ class VllmPreset(Preset):
         for stage, key in (("queue", "gen_ai.latency.time_in_queue"), ("prefill", "gen_ai.latency.time_in_model_prefill")):
             s = finite_seconds(a.get(key))
             if s is not None:
-                out.append((stage, int(s * 1e9), None))
+                out.append((stage, round(s * 1e9), None))
         decode = finite_seconds(a.get("gen_ai.latency.time_in_model_decode"))
         if decode is not None:
             ttft = finite_seconds(a.get("gen_ai.latency.time_to_first_token"))
             tokens = a.get("gen_ai.usage.completion_tokens")
             stream = None
             if ttft is not None and isinstance(tokens, int) and not isinstance(tokens, bool) and tokens >= 0:
-                stream = (int(ttft * 1e9), min(tokens, 0xFFFFFFFF), ())
-            out.append(("decode", int(decode * 1e9), stream))
+                stream = (round(ttft * 1e9), min(tokens, 0xFFFFFFFF), ())
+            out.append(("decode", round(decode * 1e9), stream))
         return out
 
 
