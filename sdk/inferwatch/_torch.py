@@ -11,17 +11,30 @@ active and inactive-split bytes, the cumulative ``num_alloc_retries`` and
 ``num_ooms``, and whether ``expandable_segments`` is on. The sidecar uses
 them to tell tensor leaks, allocator cache growth and fragmentation, and
 native leaks apart.
+
+Turned on where torch is not installed, the probe says so once, when it is
+built (at ``configure()``): otherwise it would send nothing without a word.
 """
 
 from __future__ import annotations
 
+import importlib.util
+import logging
 import os
 import sys
 import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from inferwatch._wire import EV_ALLOC
+from inferwatch.wire import EV_ALLOC
+
+logger = logging.getLogger("inferwatch")
+
+#: The one line logged when the probe is on and torch is not installed.
+NO_TORCH_NOTICE = (
+    "inferwatch: the torch allocator probe is on (torch_probe=True or INFERWATCH_TORCH_PROBE) but torch is not "
+    "installed here, so it sends nothing; install torch or turn the probe off"
+)
 
 #: ``() -> {device_index: memory_stats mapping}``; what ``torch_stats_source`` must be.
 StatsSource = Callable[[], Mapping[int, Mapping[str, Any]]]
@@ -48,6 +61,11 @@ def expandable_segments_from_env(environ: Mapping[str, str] | None = None) -> bo
     return False
 
 
+def torch_installed() -> bool:
+    """Whether torch is loaded or could be imported, found without importing it."""
+    return sys.modules.get("torch") is not None or importlib.util.find_spec("torch") is not None
+
+
 def torch_stats() -> dict[int, Mapping[str, Any]]:
     """Stats of every CUDA device, when torch is loaded and CUDA is initialised; else ``{}``."""
     torch = sys.modules.get("torch")
@@ -72,6 +90,8 @@ class AllocatorProbe:
         self, interval_s: float, source: StatsSource | None = None, clock: Callable[[], int] = time.time_ns
     ) -> None:
         self.interval_s = interval_s
+        if source is None and not torch_installed():
+            logger.warning(NO_TORCH_NOTICE)
         self.source: StatsSource = source or torch_stats
         self.clock = clock
         self.next_due = 0.0

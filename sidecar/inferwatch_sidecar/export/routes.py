@@ -12,6 +12,7 @@ Routes:
     GET  /healthz          200 while the process runs (never touches GPU or drift).
     GET  /readyz           200 once started and not shutting down, else 503.
     GET  /v1/status        JSON status.
+    GET  /                 the status page: one HTML file that reads /v1/status (no token; docs/sidecar.md).
     POST /v1/events        JSON events (docs/wire-format.md).
     POST /v1/labels        JSON ground-truth labels for earlier predictions.
     POST /v1/traces        OTLP/HTTP traces, protobuf or JSON (docs/otlp-traces.md); when traces are enabled.
@@ -20,11 +21,15 @@ Routes:
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import hmac
 import json
 import logging
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from importlib import resources
 from typing import Any, Protocol
 from urllib.parse import parse_qsl
 
@@ -160,7 +165,29 @@ def resolve(routes: Mapping[str, Route], method: str, path: str) -> Route | None
 _GET = frozenset({"GET", "HEAD"})
 _POST = frozenset({"POST"})
 _ANY = frozenset({"GET", "HEAD", "POST"})
-_INDEX = b"inferwatch sidecar: /metrics /healthz /readyz /v1/status /v1/events /v1/labels\n"
+
+
+def status_page() -> Response:
+    """``GET /``: the status page shipped as package data, with a policy that runs only its own script and style.
+
+    The Content-Security-Policy names the page's inline ``<script>`` and
+    ``<style>`` by hash and allows fetches to this origin only, so even a
+    string from the traffic that reached the DOM unescaped could not run.
+    """
+    html = resources.files("inferwatch_sidecar.export").joinpath("static/status.html").read_bytes()
+
+    def digest(tag: str) -> str:
+        blocks = re.findall(rb"<%s>(.*?)</%s>" % (tag.encode(), tag.encode()), html, re.DOTALL)
+        if len(blocks) != 1:
+            raise ValueError(f"static/status.html: expected one <{tag}> block, found {len(blocks)}")
+        return "'sha256-" + base64.b64encode(hashlib.sha256(blocks[0]).digest()).decode() + "'"
+
+    policy = (
+        f"default-src 'none'; script-src {digest('script')}; style-src {digest('style')}; connect-src 'self'; "
+        "base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
+    )
+    headers = {"Content-Security-Policy": policy, "X-Content-Type-Options": "nosniff", "Cache-Control": "no-cache"}
+    return Response(200, html, "text/html; charset=utf-8", headers)
 
 
 def sidecar_routes(ep: Endpoints) -> dict[str, Route]:
@@ -207,6 +234,7 @@ def sidecar_routes(ep: Endpoints) -> dict[str, Route]:
             return Response(500, f"admin route failed: {e}\n".encode())
         return Response(status, out, ctype)
 
+    page = status_page()
     routes = {
         "/metrics": Route(_GET, metrics),
         "/healthz": Route(_GET, lambda req: Response(200, b"ok\n"), inline=True),
@@ -215,7 +243,7 @@ def sidecar_routes(ep: Endpoints) -> dict[str, Route]:
         "/v1/events": post_json("events"),
         "/v1/labels": post_json("labels"),
         "/admin/*": Route(_ANY, admin, max_body=ep.max_body_bytes, admit=admin_admit),
-        "/": Route(_GET, lambda req: Response(200, _INDEX), inline=True),
+        "/": Route(_GET, lambda req: page, inline=True),
     }
     ingest_traces = ep.ingest_traces
     if ingest_traces is not None:

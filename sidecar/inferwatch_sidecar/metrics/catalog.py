@@ -4,7 +4,7 @@ The Prometheus exporter registers from it, ``docs/metrics.md`` is generated
 from it (``python -m inferwatch_sidecar.metrics.catalog --markdown``), and the
 dashboards and alert rules are checked against it.
 
-Each component owns its own list (``core.py``, ``gpu.py``, ``drift.py`` in
+Each component owns its own list (``core.py``, ``gpu.py``, ``drift.py``, ``tail.py``, ``canary.py`` in
 this package); this module joins the lists, so components never edit each
 other's files.
 """
@@ -13,9 +13,11 @@ from __future__ import annotations
 
 import sys
 
+from inferwatch_sidecar.metrics import canary as canary_metrics
 from inferwatch_sidecar.metrics import core as core_metrics
 from inferwatch_sidecar.metrics import drift as drift_metrics
 from inferwatch_sidecar.metrics import gpu as gpu_metrics
+from inferwatch_sidecar.metrics import tail as tail_metrics
 from inferwatch_sidecar.metrics.entry import COMPONENTS, Metric
 
 __all__ = ["Metric", "all_metrics", "by_name", "markdown", "series_names", "units"]
@@ -23,7 +25,8 @@ __all__ = ["Metric", "all_metrics", "by_name", "markdown", "series_names", "unit
 
 def all_metrics() -> tuple[Metric, ...]:
     """Every metric of every component, in a stable order."""
-    out = (*core_metrics.METRICS, *gpu_metrics.METRICS, *drift_metrics.METRICS)
+    out = (*core_metrics.METRICS, *gpu_metrics.METRICS, *drift_metrics.METRICS, *tail_metrics.METRICS,
+           *canary_metrics.METRICS)
     seen: set[str] = set()
     for m in out:
         if m.name in seen:

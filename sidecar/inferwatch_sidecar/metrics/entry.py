@@ -10,7 +10,7 @@ from itertools import pairwise
 _NAME = re.compile(r"^inferwatch_[a-z][a-z0-9_]*$")
 _TYPES = ("counter", "gauge", "histogram", "info")
 #: The components that own catalog entries, in the order the docs list them.
-COMPONENTS = ("core", "gpu", "drift")
+COMPONENTS = ("core", "gpu", "drift", "tail", "canary")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -23,7 +23,7 @@ class Metric:
         unit: a base unit (seconds, bytes, ratio, ...) or "" when unitless.
         help: one sentence for HELP and the docs.
         labels: label names, in order. Every value is capped by the exporter.
-        component: which component exports it (core, gpu, drift).
+        component: which component exports it (core, gpu, drift, tail, canary).
         buckets: histogram bucket upper bounds, in the unit: finite and strictly
             increasing, because aggregation finds an observation's bucket with ``bisect``.
     """

@@ -1,0 +1,315 @@
+"""The sidecar's canary component: every version of a model judged against its stable version, off the ingest path.
+
+Data flow:
+
+1. ``handle`` (ingest thread) appends the decoded REQUEST and RECORD tuples to
+   a bounded staging list under a lock held for one ``list.extend``.
+2. The component's thread drains the list every second into the
+   per-version windows (:mod:`.window`): a ring of ``subwindows`` histograms
+   over ``window_seconds``, so both versions are compared over the same
+   stretch of time.
+3. Every ``evaluate_interval_s`` it picks each model's stable version (the
+   configured ``baselines`` entry, else the busiest version in the window),
+   judges every other version with at least ``min_requests`` requests against
+   it (:mod:`.judge`) and publishes the metric samples; ``collect`` only copies
+   them. The estimated accuracy comes from the drift component, when it runs,
+   through its exported ``inferwatch_drift_estimated_accuracy_ratio``.
+
+State per version is a few histograms of 162 latency bins per sub-window:
+about 13 KB per series with the defaults, whatever the traffic.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import threading
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from inferwatch.wire import EV_RECORD, EV_REQUEST
+from inferwatch_sidecar.components.base import ComponentContext
+from inferwatch_sidecar.components.canary.config import CanaryConfig
+from inferwatch_sidecar.components.canary.judge import VERDICTS, Judgement, judge
+from inferwatch_sidecar.components.canary.window import VersionWindow
+from inferwatch_sidecar.components.drift.profile import canon
+from inferwatch_sidecar.components.worker import PeriodicWorker
+from inferwatch_sidecar.metrics import families
+from inferwatch_sidecar.metrics.canary import (
+    CANARY_DROPPED_EVENTS_TOTAL,
+    CANARY_LAST_EVALUATION_TIMESTAMP_SECONDS,
+    CANARY_METRIC_EFFECT,
+    CANARY_METRIC_FAILED,
+    CANARY_SCORE,
+    CANARY_TRAFFIC_RATIO,
+    CANARY_VERDICT,
+    CANARY_WINDOW_REQUESTS,
+    METRICS,
+)
+from inferwatch_sidecar.metrics.drift import DRIFT_ESTIMATED_ACCURACY_RATIO
+
+log = logging.getLogger("inferwatch.sidecar.canary")
+
+Key = tuple[str, str, str]
+Snapshot = dict[str, list[tuple[tuple[str, ...], float]]]
+
+
+class CanaryComponent:
+    """The ``canary`` sidecar component (see the module docstring)."""
+
+    name = "canary"
+    record_types = frozenset({EV_REQUEST, EV_RECORD})
+
+    def __init__(self, config: CanaryConfig, ctx: ComponentContext) -> None:
+        self.cfg = config
+        self.ctx = ctx
+        self.sub_s = config.window_seconds / config.subwindows
+        self._lock = threading.Lock()
+        self._staged: list[tuple[Any, ...]] = []
+        self._state_lock = threading.Lock()
+        self.windows: dict[Key, VersionWindow] = {}
+        self._slot: int | None = None  # absolute sub-window number (time // sub_s) of the ring's current slot
+        self.dropped = {"staging_full": 0, "too_many_versions": 0, "too_many_stages": 0, "error": 0}
+        self.judgements: list[Judgement] = []
+        self._snapshot: Snapshot = {}
+        self.last_eval_unix: float | None = None
+        self._peers: Mapping[str, Any] = {}
+        self._worker: PeriodicWorker | None = None
+        self._next_eval = 0.0
+        self._lim = (ctx.limiter("service"), ctx.limiter("model"), ctx.limiter("model_version"))
+        self._lim_stage = ctx.limiter("stage")
+
+    def connect(self, peers: Mapping[str, Any]) -> None:
+        """Receive the daemon's other built components (the drift component provides accuracy estimates)."""
+        self._peers = peers
+
+    # -- ingest thread --------------------------------------------------------------------------------------------
+
+    def handle(self, pid: int, producer_id: int, records: list[tuple[Any, ...]]) -> None:
+        """Stage events for the judge's thread. Cheap, bounded, never raises."""
+        with self._lock:
+            room = self.cfg.max_staged - len(self._staged)
+            if room >= len(records):
+                self._staged.extend(records)
+            else:
+                if room > 0:
+                    self._staged.extend(records[:room])
+                self.dropped["staging_full"] += len(records) - max(room, 0)
+
+    # -- judge thread ---------------------------------------------------------------------------------------------
+
+    def _advance(self, now: float) -> int:
+        """Move the ring to the sub-window of ``now``, emptying the slots it passes; return the ring index."""
+        cur = int(now // self.sub_s)
+        S = self.cfg.subwindows
+        if self._slot is None:
+            self._slot = cur
+        elif cur > self._slot:
+            for k in range(self._slot + 1, self._slot + 1 + min(cur - self._slot, S)):
+                for w in self.windows.values():
+                    w.clear(k % S)
+            self._slot = cur
+            for key in [k for k, w in self.windows.items() if w.requests == 0 and not any(
+                    c.any() for c in w.classes.values())]:
+                del self.windows[key]
+        return self._slot % S
+
+    def _window(self, ctx: Any) -> VersionWindow | None:
+        try:
+            svc, model, ver = ctx
+        except (TypeError, ValueError):
+            svc = model = ver = None
+        key = (self._lim[0].get(svc), self._lim[1].get(model), self._lim[2].get(ver))
+        w = self.windows.get(key)
+        if w is None:
+            if len(self.windows) >= self.cfg.max_versions:
+                return None
+            w = self.windows[key] = VersionWindow(key, self.cfg.subwindows, self.cfg.max_stages, self.cfg.max_classes)
+        return w
+
+    def drain(self, now: float | None = None) -> int:
+        """Move staged events into the windows; returns how many were taken."""
+        with self._lock:
+            batch, self._staged = self._staged, []
+        now = self.ctx.clock() if now is None else now
+        with self._state_lock:
+            slot = self._advance(now)
+            if not batch:
+                return 0
+            # Per raw ctx: outcomes, e2e seconds, stage seconds by name, confidences, predictions.
+            reqs: dict[Any, tuple[list[int], list[float], dict[str, list[float]]]] = {}
+            recs: dict[Any, tuple[list[float], list[str]]] = {}
+            for ev in batch:
+                try:
+                    if ev[0] == EV_REQUEST:
+                        r = reqs.get(ev[1])
+                        if r is None:
+                            r = reqs[ev[1]] = ([], [], {})
+                        r[0].append(ev[4])
+                        r[1].append(ev[3] * 1e-9)
+                        for name, dur, _stream in ev[8]:
+                            r[2].setdefault(self._lim_stage.get(name), []).append(dur * 1e-9)
+                    elif ev[4] is not None or ev[5] is not None:  # a record with a prediction or confidence
+                        c = recs.get(ev[1])
+                        if c is None:
+                            c = recs[ev[1]] = ([], [])
+                        conf = ev[5]
+                        if conf is not None and math.isfinite(conf):
+                            c[0].append(conf)
+                        pred = canon(ev[4])
+                        if pred is not None:
+                            c[1].append(pred)
+                except Exception:
+                    self.dropped["error"] += 1
+            for ctx, (outcomes, e2e, stages) in reqs.items():
+                w = self._window(ctx)
+                if w is None:
+                    self.dropped["too_many_versions"] += len(outcomes)
+                    continue
+                before = w.dropped_stages
+                w.add_requests(slot, outcomes, e2e, stages)
+                self.dropped["too_many_stages"] += w.dropped_stages - before
+            for ctx, (confs, preds) in recs.items():
+                w = self._window(ctx)
+                if w is None:
+                    self.dropped["too_many_versions"] += len(preds)
+                    continue
+                w.add_records(slot, confs, preds)
+        return len(batch)
+
+    def _accuracy(self) -> dict[tuple[str, str], float]:
+        """The drift component's estimated accuracy by (model, version), from its exported families."""
+        drift = self._peers.get("drift")
+        if drift is None:
+            return {}
+        out: dict[tuple[str, str], float] = {}
+        try:
+            for fam in drift.collect():
+                if fam.name == DRIFT_ESTIMATED_ACCURACY_RATIO.name:
+                    for s in fam.samples:
+                        out[(s.labels["model"], s.labels["model_version"])] = float(s.value)
+        except Exception:
+            log.exception("canary: cannot read the drift component's accuracy estimates")
+        return out
+
+    def evaluate(self, now: float | None = None) -> list[Judgement]:
+        """Judge every canary against its model's stable version and publish the samples."""
+        now = self.ctx.clock() if now is None else now
+        accuracy = self._accuracy()
+        with self._state_lock:
+            self._advance(now)
+            summaries = {k: w.summary() for k, w in self.windows.items()}
+        by_model: dict[tuple[str, str], list[Key]] = {}
+        for key in sorted(summaries):
+            by_model.setdefault(key[:2], []).append(key)
+        out: Snapshot = {}
+
+        def put(m: Any, labels: tuple[str, ...], v: float | None) -> None:
+            if v is not None and math.isfinite(v):
+                out.setdefault(m.name, []).append((labels, float(v)))
+
+        judgements: list[Judgement] = []
+        for (svc, model), keys in by_model.items():
+            total = sum(summaries[k].requests for k in keys)
+            for k in keys:
+                put(CANARY_WINDOW_REQUESTS, k, summaries[k].requests)
+                put(CANARY_TRAFFIC_RATIO, k, summaries[k].requests / total if total else None)
+            base = self._baseline(model, keys, summaries)
+            if base is None:
+                continue
+            for k in keys:
+                if k == base or summaries[k].requests < self.cfg.min_requests:
+                    continue
+                j = judge(svc, model, base[2], k[2], summaries[base], summaries[k], self.cfg,
+                          (accuracy.get((model, base[2])), accuracy.get((model, k[2]))))
+                judgements.append(j)
+                pair = (*k, base[2])
+                put(CANARY_SCORE, pair, j.score)
+                for v in VERDICTS:
+                    put(CANARY_VERDICT, (*pair, v), float(j.verdict == v))
+                for m in j.metrics:
+                    if m.result == "nodata":
+                        continue
+                    ml = (*pair, m.name, m.stage or "")
+                    put(CANARY_METRIC_FAILED, ml, float(m.result == "fail"))
+                    put(CANARY_METRIC_EFFECT, ml, m.effect)
+        for reason, n in self.dropped.items():
+            put(CANARY_DROPPED_EVENTS_TOTAL, (reason,), n)
+        self.last_eval_unix = self.ctx.clock()
+        put(CANARY_LAST_EVALUATION_TIMESTAMP_SECONDS, (), self.last_eval_unix)
+        with self._lock:
+            self._snapshot = out
+            self.judgements = judgements
+        return judgements
+
+    def _baseline(self, model: str, keys: list[Key], summaries: dict[Key, Any]) -> Key | None:
+        """The stable version of a model: the configured one, else the busiest; None without enough requests."""
+        want = self.cfg.baselines.get(model)
+        if want is not None:
+            base = next((k for k in keys if k[2] == want), None)
+        else:
+            # The busiest version; on a tie the one that sorts first (release names usually sort by age).
+            base = min(keys, key=lambda k: (-summaries[k].requests, k[2]))
+        if base is None or summaries[base].requests < self.cfg.min_requests:
+            return None
+        return base
+
+    # -- export -----------------------------------------------------------------------------------------------------
+
+    def collect(self) -> Iterable[Any]:
+        """Metric families from the last evaluation (no statistics at scrape time)."""
+        with self._lock:
+            snap = dict(self._snapshot)
+        for m in METRICS:
+            samples = snap.get(m.name)
+            if not samples:
+                continue
+            fam = families.family(m)
+            for labels, v in samples:
+                fam.add_metric(list(labels), v)
+            yield fam
+
+    def status(self) -> dict[str, Any]:
+        with self._lock:
+            judgements = list(self.judgements)
+            staged = len(self._staged)
+        with self._state_lock:
+            versions = [{"service": k[0], "model": k[1], "version": k[2], "requests": w.requests,
+                         "state_bytes": w.nbytes} for k, w in sorted(self.windows.items())]
+        cfg = self.cfg
+        return {
+            "window_seconds": cfg.window_seconds,
+            "evaluate_interval_s": cfg.evaluate_interval_s,
+            "min_requests": cfg.min_requests,
+            "baselines": dict(cfg.baselines),
+            "last_evaluation_unix": self.last_eval_unix,
+            "staged": staged,
+            "dropped": dict(self.dropped),
+            "versions": versions,
+            "judgements": [j.to_json() for j in judgements],
+        }
+
+    # -- lifecycle ----------------------------------------------------------------------------------------------------
+
+    def start(self) -> None:
+        self._next_eval = self.ctx.monotonic() + self.cfg.evaluate_interval_s
+        self._worker = PeriodicWorker("inferwatch-canary", min(1.0, self.cfg.evaluate_interval_s / 5), self._tick,
+                                      lambda e: log.error("canary: judge loop error", exc_info=e), immediate=False)
+        self._worker.start()
+
+    def _tick(self) -> None:
+        self.drain()
+        now = self.ctx.monotonic()
+        if now >= self._next_eval:
+            self._next_eval = now + self.cfg.evaluate_interval_s
+            self.evaluate()
+
+    def stop(self, timeout: float) -> None:
+        if self._worker is not None:
+            self._worker.stop(timeout)
+            self._worker = None
+
+
+def build(config: CanaryConfig, ctx: ComponentContext) -> CanaryComponent:
+    """Build the canary component."""
+    return CanaryComponent(config, ctx)

@@ -1,0 +1,108 @@
+"""Config section ``canary:`` of the sidecar (the canary judge, docs/canary.md).
+
+Example::
+
+    canary:
+      window_seconds: 600
+      min_requests: 500
+      baselines: {resnet: "2024-05-01"}   # the stable version per model; default: the busiest one
+      tolerances: {latency_p99_ratio: 1.2}
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+#: The judged metrics, by name (docs/canary.md, "Metrics"). ``stage_*`` are judged once per stage.
+METRIC_NAMES = ("error_rate", "latency", "latency_p99", "stage_latency", "stage_p99", "prediction_mix",
+                "confidence", "estimated_accuracy")
+
+
+class Tolerances(BaseModel):
+    """How much worse a canary may be before a metric fails (each also needs a significant test, but accuracy).
+
+    Attributes:
+        error_rate_ratio: the canary's error rate may exceed the stable one's by this fraction (0.5: 50% more).
+        error_rate_min_increase: ...and must exceed it by at least this much in absolute terms to fail.
+        latency_shift: largest tolerated ``AUC - 0.5`` of the rank test, where AUC is the probability that a
+            canary request is slower than a stable one (ties count one half).
+        latency_p99_ratio: largest tolerated ratio of the canary's P99 to the stable version's.
+        prediction_psi: largest tolerated PSI between the two prediction mixes.
+        confidence_drop: largest tolerated drop of the mean confidence.
+        accuracy_drop: largest tolerated drop of the drift component's estimated accuracy.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    error_rate_ratio: float = Field(default=0.5, ge=0)
+    error_rate_min_increase: float = Field(default=0.002, ge=0, le=1)
+    latency_shift: float = Field(default=0.05, ge=0, le=0.5)
+    latency_p99_ratio: float = Field(default=1.2, ge=1)
+    prediction_psi: float = Field(default=0.1, ge=0)
+    confidence_drop: float = Field(default=0.02, ge=0, le=1)
+    accuracy_drop: float = Field(default=0.03, ge=0, le=1)
+
+
+class Weights(BaseModel):
+    """Weight of each metric group in the score (groups without data are left out and the rest rescaled)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    errors: float = Field(default=30.0, ge=0)
+    latency: float = Field(default=40.0, ge=0)
+    stages: float = Field(default=10.0, ge=0)
+    outputs: float = Field(default=20.0, ge=0)
+
+
+class CanaryConfig(BaseModel):
+    """Canary judge settings. Extra keys are rejected so typos fail start-up.
+
+    Attributes:
+        enabled: build the canary component.
+        window_seconds: both versions are compared over the same sliding window of this length.
+        subwindows: the window is a ring of this many sub-windows; it slides by one of them.
+        evaluate_interval_s: seconds between judgements (off the ingest thread).
+        min_requests: a version is judged (or judged against) only with at least this many requests in the window.
+        baselines: the stable version per model name; a model not listed takes its busiest version.
+        alpha: false-discovery rate (Benjamini-Hochberg across the tests of one judgement).
+        pass_score: score from which the verdict is pass.
+        marginal_score: score from which the verdict is marginal (below it: fail).
+        critical: metrics whose failure fails the canary whatever the score.
+        tolerances: per-metric tolerances.
+        weights: per-group weights of the score.
+        max_versions: (service, model, version) tracked at once; others are dropped and counted.
+        max_stages: stages tracked per version; others are dropped and counted.
+        max_classes: prediction classes tracked per version; others count as ``__other__``.
+        max_staged: events waiting for the judge's thread; beyond it events are dropped and counted.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    enabled: bool = True
+    window_seconds: float = Field(default=600.0, gt=0)
+    subwindows: int = Field(default=10, ge=2, le=60)
+    evaluate_interval_s: float = Field(default=10.0, gt=0, le=3600)
+    min_requests: int = Field(default=500, ge=10)
+    baselines: dict[str, str] = Field(default_factory=dict)
+    alpha: float = Field(default=0.01, gt=0, lt=1)
+    pass_score: float = Field(default=95.0, ge=0, le=100)
+    marginal_score: float = Field(default=75.0, ge=0, le=100)
+    critical: list[str] = Field(default_factory=lambda: ["error_rate", "latency", "latency_p99"])
+    tolerances: Tolerances = Field(default_factory=Tolerances)
+    weights: Weights = Field(default_factory=Weights)
+    max_versions: int = Field(default=32, ge=2, le=1000)
+    max_stages: int = Field(default=16, ge=0, le=256)
+    max_classes: int = Field(default=32, ge=1, le=256)
+    max_staged: int = Field(default=200_000, ge=1000)
+
+    @model_validator(mode="after")
+    def _check(self) -> CanaryConfig:
+        if self.marginal_score > self.pass_score:
+            raise ValueError("canary.marginal_score must not exceed canary.pass_score")
+        unknown = sorted(set(self.critical) - set(METRIC_NAMES))
+        if unknown:
+            raise ValueError(f"canary.critical: unknown metric(s) {unknown}; known: {list(METRIC_NAMES)}")
+        w = self.weights
+        if w.errors + w.latency + w.stages + w.outputs <= 0:
+            raise ValueError("canary.weights: at least one group needs a positive weight")
+        return self

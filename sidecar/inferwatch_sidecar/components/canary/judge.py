@@ -1,0 +1,243 @@
+"""The canary judge: one canary version against the stable one over the same window, metric by metric.
+
+In the spirit of Kayenta's judge: every metric has a direction (which way is
+worse), a statistical test and a tolerance on its effect size; a metric fails
+only when its Benjamini-Hochberg-adjusted p-value (across every test of the
+judgement) is at most ``alpha`` *and* its effect exceeds the tolerance, so a
+large window cannot fail a canary for a negligible difference and a small one
+cannot fail it on noise. The score is the weighted share of passing metrics per
+group (errors, latency, stages, outputs), 0 to 100; the verdict is ``fail``
+when a critical metric fails, else ``pass``, ``marginal`` or ``fail`` by score.
+
+Metrics (docs/canary.md has the table):
+
+- ``error_rate`` (higher is worse): pooled two-proportion z-test, one-sided;
+- ``latency`` and ``stage_latency`` per stage (higher is worse): Mann-Whitney
+  on the binned latencies, ties handled (``stats.mann_whitney_binned``);
+  effect ``AUC - 0.5``;
+- ``latency_p99`` and ``stage_p99`` (higher is worse): the share of each
+  version's requests above the stable version's P99 bin, two-proportion
+  z-test, one-sided; effect: ratio of the two P99s. The rank test alone cannot
+  see a tail that moves while the body stays put;
+- ``prediction_mix`` (any change is worse): chi-square homogeneity, effect PSI;
+- ``confidence`` (lower is worse): Mann-Whitney on binned confidences, effect:
+  drop of the mean;
+- ``estimated_accuracy`` (lower is worse): the drift component's estimate for
+  each version, compared with the tolerance only (it comes without a sample).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from inferwatch_sidecar.components.canary.config import CanaryConfig
+from inferwatch_sidecar.components.canary.window import LATENCY_EDGES, Summary, quantile
+from inferwatch_sidecar.components.drift import stats
+
+VERDICTS = ("pass", "marginal", "fail")
+#: Metric group of each metric, for the score's weights.
+GROUPS = {"error_rate": "errors", "latency": "latency", "latency_p99": "latency", "stage_latency": "stages",
+          "stage_p99": "stages", "prediction_mix": "outputs", "confidence": "outputs", "estimated_accuracy": "outputs"}
+
+
+@dataclass
+class MetricResult:
+    """One judged metric.
+
+    Attributes:
+        name: the metric (``config.METRIC_NAMES``).
+        stage: the stage of a ``stage_*`` metric, else None.
+        direction: ``increase`` (higher is worse), ``decrease`` or ``change``.
+        baseline / canary: the compared values (error rate, median or P99 seconds, mean confidence, accuracy).
+        effect_name / effect: the effect size the tolerance applies to.
+        tolerance: the largest effect that passes.
+        p_value / p_adjusted: the one-sided test's p-value, raw and BH-adjusted (None: no test).
+        result: pass, fail or nodata.
+        critical: its failure fails the canary.
+    """
+
+    name: str
+    stage: str | None
+    direction: str
+    baseline: float | None
+    canary: float | None
+    effect_name: str
+    effect: float | None
+    tolerance: float
+    p_value: float | None
+    critical: bool
+    p_adjusted: float | None = None
+    result: str = "nodata"
+
+    @property
+    def group(self) -> str:
+        return GROUPS[self.name]
+
+    @property
+    def label(self) -> str:
+        return self.name if self.stage is None else f"{self.name}[{self.stage}]"
+
+    def to_json(self) -> dict[str, Any]:
+        return {k: _clean(v) for k, v in self.__dict__.items()}
+
+
+@dataclass
+class Judgement:
+    """The canary's verdict against the stable version."""
+
+    service: str
+    model: str
+    canary_version: str
+    baseline_version: str
+    canary_requests: int
+    baseline_requests: int
+    score: float
+    verdict: str
+    metrics: list[MetricResult] = field(default_factory=list)
+
+    @property
+    def failed(self) -> list[MetricResult]:
+        return [m for m in self.metrics if m.result == "fail"]
+
+    def reasons(self) -> list[str]:
+        """One line per failed metric, for people (status, CLI, docs)."""
+        out = []
+        for m in self.failed:
+            p = "" if m.p_adjusted is None else f", adjusted p={m.p_adjusted:.2g}"
+            out.append(f"{m.label}: {m.effect_name} {_fmt(m.effect)} beyond tolerance {_fmt(m.tolerance)} "
+                       f"(stable {_fmt(m.baseline)}, canary {_fmt(m.canary)}{p})")
+        return out
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "service": self.service, "model": self.model, "canary_version": self.canary_version,
+            "baseline_version": self.baseline_version, "canary_requests": self.canary_requests,
+            "baseline_requests": self.baseline_requests, "score": round(self.score, 2), "verdict": self.verdict,
+            "reasons": self.reasons(), "metrics": [m.to_json() for m in self.metrics],
+        }
+
+
+def _clean(v: Any) -> Any:
+    if isinstance(v, float) and not math.isfinite(v):
+        return None
+    return v
+
+
+def _fmt(v: float | None) -> str:
+    return "-" if v is None else f"{v:.4g}"
+
+
+def _one_sided_greater(z: float, p_two: float) -> float:
+    """Upper-tail p-value from a two-sided z-test."""
+    return p_two / 2.0 if z > 0 else 1.0 - p_two / 2.0
+
+
+def _error_rate(b: Summary, c: Summary, cfg: CanaryConfig) -> MetricResult:
+    br, cr = b.errors / b.requests, c.errors / c.requests
+    z, p = stats.two_proportion_z(b.errors, b.requests, c.errors, c.requests)
+    # Worse only beyond both tolerances: a ratio (50% more errors) and an absolute floor (0.2 points).
+    tol = max(cfg.tolerances.error_rate_min_increase, br * cfg.tolerances.error_rate_ratio)
+    return MetricResult("error_rate", None, "increase", br, cr, "increase", cr - br, tol, _one_sided_greater(z, p),
+                        "error_rate" in cfg.critical)
+
+
+def _latency(name: str, stage: str | None, b: np.ndarray, c: np.ndarray, cfg: CanaryConfig) -> MetricResult:
+    auc, _z, p = stats.mann_whitney_binned(b, c)
+    return MetricResult(name, stage, "increase", quantile(b, 0.5), quantile(c, 0.5), "auc_shift", auc - 0.5,
+                        cfg.tolerances.latency_shift, p, name in cfg.critical)
+
+
+def _p99(name: str, stage: str | None, b: np.ndarray, c: np.ndarray, cfg: CanaryConfig) -> MetricResult:
+    nb, nc = float(b.sum()), float(c.sum())
+    # The stable version's P99 bin: the share of each version above it is compared (1% or less for the stable one).
+    j = int(np.searchsorted(np.cumsum(b), 0.99 * nb, side="left"))
+    kb, kc = float(b[j + 1:].sum()), float(c[j + 1:].sum())
+    z, p = stats.two_proportion_z(kb, nb, kc, nc)
+    qb, qc = quantile(b, 0.99), quantile(c, 0.99)
+    ratio = qc / qb if qb and qc is not None else None
+    m = MetricResult(name, stage, "increase", qb, qc, "ratio", ratio, cfg.tolerances.latency_p99_ratio,
+                     _one_sided_greater(z, p), name in cfg.critical)
+    if j >= LATENCY_EDGES.size:  # the stable P99 is in the overflow bin: nothing above it to count
+        m.p_value = None
+    return m
+
+
+def _prediction_mix(b: Summary, c: Summary, cfg: CanaryConfig) -> MetricResult:
+    names = sorted(set(b.classes) | set(c.classes))
+    bc = np.array([b.classes.get(n, 0) for n in names], dtype=np.float64)
+    cc = np.array([c.classes.get(n, 0) for n in names], dtype=np.float64)
+    _chi, p, _dof = stats.chi2_homogeneity(bc, cc)
+    psi = stats.psi(stats.proportions(bc), stats.proportions(cc))
+    return MetricResult("prediction_mix", None, "change", None, None, "psi", psi, cfg.tolerances.prediction_psi, p,
+                        "prediction_mix" in cfg.critical)
+
+
+def _confidence(b: Summary, c: Summary, cfg: CanaryConfig) -> MetricResult:
+    bm, cm = b.confidence_sum / b.confidence_n, c.confidence_sum / c.confidence_n
+    _auc, _z, p = stats.mann_whitney_binned(c.confidence, b.confidence)  # the stable version's are larger
+    return MetricResult("confidence", None, "decrease", bm, cm, "drop", bm - cm, cfg.tolerances.confidence_drop, p,
+                        "confidence" in cfg.critical)
+
+
+def judge(service: str, model: str, baseline_version: str, canary_version: str, b: Summary, c: Summary,
+          cfg: CanaryConfig, accuracy: tuple[float | None, float | None] = (None, None)) -> Judgement:
+    """Judge canary ``c`` against the stable version ``b`` (both with at least ``cfg.min_requests`` requests).
+
+    Args:
+        service, model, baseline_version, canary_version: what is compared, for the result.
+        b, c: the two versions' windows.
+        cfg: tolerances, alpha, weights, thresholds and critical metrics.
+        accuracy: the drift component's estimated accuracy of the stable and the canary version, if known.
+    """
+    metrics = [_error_rate(b, c, cfg), _latency("latency", None, b.e2e, c.e2e, cfg),
+               _p99("latency_p99", None, b.e2e, c.e2e, cfg)]
+    for stage in sorted(set(b.stages) & set(c.stages)):
+        hb, hc = b.stages[stage], c.stages[stage]
+        if hb.sum() >= cfg.min_requests and hc.sum() >= cfg.min_requests:
+            metrics += [_latency("stage_latency", stage, hb, hc, cfg), _p99("stage_p99", stage, hb, hc, cfg)]
+    if sum(b.classes.values()) >= cfg.min_requests and sum(c.classes.values()) >= cfg.min_requests:
+        metrics.append(_prediction_mix(b, c, cfg))
+    if b.confidence_n >= cfg.min_requests and c.confidence_n >= cfg.min_requests:
+        metrics.append(_confidence(b, c, cfg))
+    ab, ac = accuracy
+    if ab is not None and ac is not None:
+        metrics.append(MetricResult("estimated_accuracy", None, "decrease", ab, ac, "drop", ab - ac,
+                                    cfg.tolerances.accuracy_drop, None, "estimated_accuracy" in cfg.critical))
+    tested = [m for m in metrics if m.p_value is not None]
+    adj = stats.benjamini_hochberg(np.array([m.p_value for m in tested])) if tested else np.empty(0)
+    for m, a in zip(tested, adj, strict=True):
+        m.p_adjusted = float(a)
+    for m in metrics:
+        if m.effect is None:
+            m.result = "nodata"
+            continue
+        significant = m.p_adjusted is None or m.p_adjusted <= cfg.alpha
+        m.result = "fail" if significant and m.effect > m.tolerance else "pass"
+    score = _score(metrics, cfg)
+    if any(m.critical and m.result == "fail" for m in metrics):
+        verdict = "fail"
+    elif score >= cfg.pass_score:
+        verdict = "pass"
+    elif score >= cfg.marginal_score:
+        verdict = "marginal"
+    else:
+        verdict = "fail"
+    return Judgement(service, model, canary_version, baseline_version, c.requests, b.requests, score, verdict,
+                     metrics)
+
+
+def _score(metrics: list[MetricResult], cfg: CanaryConfig) -> float:
+    weights = cfg.weights.model_dump()
+    total = got = 0.0
+    for group, w in weights.items():
+        judged = [m for m in metrics if m.group == group and m.result != "nodata"]
+        if not judged or w <= 0:
+            continue
+        total += w
+        got += w * sum(m.result == "pass" for m in judged) / len(judged)
+    return 100.0 * got / total if total else 100.0
+

@@ -1,0 +1,154 @@
+"""The canary judge's per-version sliding window: a ring of sub-window histograms, bounded whatever the traffic.
+
+Per (service, model, version) and sub-window it keeps outcome counts, the
+end-to-end latency histogram, one latency histogram per stage (at most
+``max_stages``), a confidence histogram with its sum, and the count of each
+predicted class (at most ``max_classes``, the rest under ``__other__``). The
+latency bins are 20 per decade from 1 us to 10^4 s: fine enough for a rank test
+and for quantiles within 12% (one bin), far finer than the exported histogram's
+buckets, and the same for both versions, so the judge compares like with like.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+#: Upper bounds of the latency bins in seconds (``le`` semantics), plus an overflow bin above the last.
+LATENCY_EDGES = 10.0 ** (np.arange(-6 * 20, 4 * 20 + 1) / 20.0)
+N_LATENCY = LATENCY_EDGES.size + 1
+#: Upper bounds of the confidence bins: 100 bins over [0, 1] (values outside fall in the end bins).
+CONFIDENCE_EDGES = np.arange(1, 100) / 100.0
+N_CONFIDENCE = CONFIDENCE_EDGES.size + 1
+#: The class that collects predictions beyond ``max_classes``.
+OTHER_CLASS = "__other__"
+
+
+def latency_bins(seconds: np.ndarray) -> np.ndarray:
+    """Bin index of each latency (seconds) on :data:`LATENCY_EDGES`."""
+    return np.searchsorted(LATENCY_EDGES, seconds, side="left")
+
+
+def quantile(counts: np.ndarray, q: float) -> float | None:
+    """The ``q`` quantile of a latency histogram, interpolated geometrically inside its bin; None when empty."""
+    n = float(counts.sum())
+    if n <= 0:
+        return None
+    cum = np.cumsum(counts)
+    rank = q * n
+    i = int(np.searchsorted(cum, rank, side="left"))
+    i = min(i, counts.size - 1)
+    hi = float(LATENCY_EDGES[min(i, LATENCY_EDGES.size - 1)])
+    if i == 0 or i >= LATENCY_EDGES.size:
+        return hi  # the underflow and overflow bins have no finite lower/upper bound to interpolate with
+    lo = float(LATENCY_EDGES[i - 1])
+    below = float(cum[i - 1])
+    frac = (rank - below) / float(counts[i]) if counts[i] else 1.0
+    return float(lo * (hi / lo) ** min(max(frac, 0.0), 1.0))
+
+
+@dataclass
+class Summary:
+    """One version's window, summed over its sub-windows: what the judge compares."""
+
+    requests: int
+    errors: int
+    cancelled: int
+    e2e: np.ndarray
+    stages: dict[str, np.ndarray]
+    confidence: np.ndarray
+    confidence_sum: float
+    classes: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def confidence_n(self) -> int:
+        return int(self.confidence.sum())
+
+
+class VersionWindow:
+    """The ring of one (service, model, version) (see the module docstring).
+
+    Args:
+        key: the capped (service, model, version) labels.
+        subwindows: sub-windows in the ring.
+        max_stages: stage histograms kept.
+        max_classes: prediction classes kept.
+    """
+
+    __slots__ = ("key", "S", "max_stages", "max_classes", "outcomes", "e2e", "stages", "conf", "conf_sum",
+                 "classes", "dropped_stages")
+
+    def __init__(self, key: tuple[str, str, str], subwindows: int, max_stages: int, max_classes: int) -> None:
+        self.key = key
+        self.S = subwindows
+        self.max_stages = max_stages
+        self.max_classes = max_classes
+        self.outcomes = np.zeros((subwindows, 3), dtype=np.int64)
+        self.e2e = np.zeros((subwindows, N_LATENCY), dtype=np.int64)
+        self.stages: dict[str, np.ndarray] = {}
+        self.conf = np.zeros((subwindows, N_CONFIDENCE), dtype=np.int64)
+        self.conf_sum = np.zeros(subwindows, dtype=np.float64)
+        self.classes: dict[str, np.ndarray] = {}
+        #: Stage observations refused because ``max_stages`` stages were already tracked.
+        self.dropped_stages = 0
+
+    def add_requests(self, slot: int, outcomes: list[int], e2e_s: list[float], stages: dict[str, list[float]]) -> None:
+        """Add requests to sub-window ``slot``: outcome codes, latencies and per-stage durations in seconds."""
+        if outcomes:
+            self.outcomes[slot] += np.bincount(np.asarray(outcomes, dtype=np.intp), minlength=3)[:3]
+            self.e2e[slot] += np.bincount(latency_bins(np.asarray(e2e_s)), minlength=N_LATENCY)
+        for name, vals in stages.items():
+            h = self.stages.get(name)
+            if h is None:
+                if len(self.stages) >= self.max_stages:
+                    self.dropped_stages += len(vals)
+                    continue
+                h = self.stages[name] = np.zeros((self.S, N_LATENCY), dtype=np.int64)
+            h[slot] += np.bincount(latency_bins(np.asarray(vals)), minlength=N_LATENCY)
+
+    def add_records(self, slot: int, confidences: list[float], predictions: list[str]) -> None:
+        """Add recorded confidences (finite floats) and predictions (canonical strings) to sub-window ``slot``."""
+        if confidences:
+            c = np.asarray(confidences)
+            self.conf[slot] += np.bincount(np.searchsorted(CONFIDENCE_EDGES, c, side="left"), minlength=N_CONFIDENCE)
+            self.conf_sum[slot] += float(c.sum())
+        for p in predictions:
+            h = self.classes.get(p)
+            if h is None:
+                if len(self.classes) >= self.max_classes - 1:
+                    p = OTHER_CLASS
+                    h = self.classes.get(p)
+                if h is None:
+                    h = self.classes[p] = np.zeros(self.S, dtype=np.int64)
+            h[slot] += 1
+
+    def clear(self, slot: int) -> None:
+        """Empty sub-window ``slot`` (the ring moved on to it)."""
+        self.outcomes[slot] = 0
+        self.e2e[slot] = 0
+        for h in self.stages.values():
+            h[slot] = 0
+        self.conf[slot] = 0
+        self.conf_sum[slot] = 0.0
+        for c in self.classes.values():
+            c[slot] = 0
+
+    @property
+    def requests(self) -> int:
+        return int(self.outcomes.sum())
+
+    @property
+    def nbytes(self) -> int:
+        return int(self.outcomes.nbytes + self.e2e.nbytes + sum(h.nbytes for h in self.stages.values())
+                   + self.conf.nbytes + self.conf_sum.nbytes + sum(c.nbytes for c in self.classes.values()))
+
+    def summary(self) -> Summary:
+        """The window summed over its sub-windows."""
+        o = self.outcomes.sum(axis=0)
+        return Summary(
+            requests=int(o.sum()), errors=int(o[1]), cancelled=int(o[2]), e2e=self.e2e.sum(axis=0),
+            stages={n: h.sum(axis=0) for n, h in self.stages.items()}, confidence=self.conf.sum(axis=0),
+            confidence_sum=float(self.conf_sum.sum()),
+            classes={c: int(h.sum()) for c, h in self.classes.items() if h.any()},
+        )

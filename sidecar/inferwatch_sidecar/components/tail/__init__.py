@@ -1,0 +1,1 @@
+"""Tail attribution: which stage and which inputs make the slowest requests slow (docs/tail.md)."""

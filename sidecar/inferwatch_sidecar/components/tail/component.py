@@ -1,0 +1,267 @@
+"""The sidecar's tail component: why the slowest requests of each model version are slow, window by window.
+
+Data flow:
+
+1. ``handle`` (ingest thread) appends the decoded REQUEST and RECORD tuples to
+   a bounded staging list under a lock held for one ``list.extend``.
+2. The component's thread drains the list every second. A record's features
+   wait (by request ID, at most ``max_pending``) for their request; a request
+   takes its record's features if they came first, and otherwise, when it is
+   kept, waits for them. Each request goes into its model version's
+   :class:`~inferwatch_sidecar.components.tail.window.TailWindow`.
+3. When a window of ``window_seconds`` ends (tumbling windows aligned on the
+   clock), every version's window is analysed (:mod:`.analysis`), the reports
+   and metric samples are published, and new windows start. ``collect`` only
+   copies the samples.
+
+Memory: per model version ``max_tail + reservoir`` kept requests, plus the
+pending join tables of ``max_pending`` entries each, whatever the traffic.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import threading
+from collections import OrderedDict
+from collections.abc import Iterable
+from typing import Any
+
+from inferwatch.wire import EV_RECORD, EV_REQUEST
+from inferwatch_sidecar.components.base import ComponentContext
+from inferwatch_sidecar.components.tail.analysis import analyse
+from inferwatch_sidecar.components.tail.config import TailConfig
+from inferwatch_sidecar.components.tail.window import Row, TailWindow
+from inferwatch_sidecar.components.worker import PeriodicWorker
+from inferwatch_sidecar.metrics import families
+from inferwatch_sidecar.metrics.tail import (
+    METRICS,
+    TAIL_DROPPED_EVENTS_TOTAL,
+    TAIL_FEATURE_ADJUSTED_P_VALUE,
+    TAIL_FEATURE_DISTINGUISHES,
+    TAIL_FEATURE_RATIO,
+    TAIL_JOINED_RATIO,
+    TAIL_LAST_WINDOW_END_TIMESTAMP_SECONDS,
+    TAIL_LATENCY_SECONDS,
+    TAIL_REQUESTS,
+    TAIL_STAGE_EXCESS_RATIO,
+    TAIL_STAGE_SECONDS,
+    TAIL_STAGE_SHARE_RATIO,
+    TAIL_THRESHOLD_SECONDS,
+    TAIL_WINDOW_REQUESTS,
+)
+
+log = logging.getLogger("inferwatch.sidecar.tail")
+
+Key = tuple[str, str, str]
+Snapshot = dict[str, list[tuple[tuple[str, ...], float]]]
+
+
+class TailComponent:
+    """The ``tail`` sidecar component (see the module docstring)."""
+
+    name = "tail"
+    record_types = frozenset({EV_REQUEST, EV_RECORD})
+
+    def __init__(self, config: TailConfig, ctx: ComponentContext) -> None:
+        self.cfg = config
+        self.ctx = ctx
+        self._lock = threading.Lock()
+        self._staged: list[tuple[Any, ...]] = []
+        self._state_lock = threading.Lock()
+        self.windows: dict[Key, TailWindow] = {}
+        #: request ID -> a record's features waiting for its request
+        self._pending: OrderedDict[str, Any] = OrderedDict()
+        #: request ID -> a kept request waiting for its record's features
+        self._awaiting: OrderedDict[str, Row] = OrderedDict()
+        self.window_end: float | None = None
+        self.dropped = {"staging_full": 0, "too_many_models": 0, "unmatched_record": 0, "error": 0}
+        #: The last complete window's report per model version.
+        self.reports: dict[Key, dict[str, Any]] = {}
+        self.last_window_end: float | None = None
+        self._snapshot: Snapshot = {}
+        self._worker: PeriodicWorker | None = None
+        self._lim = (ctx.limiter("service"), ctx.limiter("model"), ctx.limiter("model_version"))
+        self._lim_stage = ctx.limiter("stage")
+        self._lim_feature = ctx.limiter("feature")
+
+    # -- ingest thread --------------------------------------------------------------------------------------------
+
+    def handle(self, pid: int, producer_id: int, records: list[tuple[Any, ...]]) -> None:
+        """Stage events for the component's thread. Cheap, bounded, never raises."""
+        with self._lock:
+            room = self.cfg.max_staged - len(self._staged)
+            if room >= len(records):
+                self._staged.extend(records)
+            else:
+                if room > 0:
+                    self._staged.extend(records[:room])
+                self.dropped["staging_full"] += len(records) - max(room, 0)
+
+    # -- the component's thread -----------------------------------------------------------------------------------
+
+    def _window(self, ctx: Any) -> TailWindow | None:
+        try:
+            svc, model, ver = ctx
+        except (TypeError, ValueError):
+            svc = model = ver = None
+        key = (self._lim[0].get(svc), self._lim[1].get(model), self._lim[2].get(ver))
+        w = self.windows.get(key)
+        if w is None:
+            if len(self.windows) >= self.cfg.max_models:
+                return None
+            w = self.windows[key] = TailWindow(key, self.cfg.max_tail, self.cfg.reservoir, self.cfg.seed)
+        return w
+
+    def drain(self, now: float | None = None) -> int:
+        """Take the staged events into the windows, then close the window if ``now`` is past its end."""
+        with self._lock:
+            batch, self._staged = self._staged, []
+        now = self.ctx.clock() if now is None else now
+        W = self.cfg.window_seconds
+        with self._state_lock:
+            if self.window_end is None:
+                self.window_end = (math.floor(now / W) + 1) * W
+            pending, awaiting, limit = self._pending, self._awaiting, self.cfg.max_pending
+            cache: dict[Any, TailWindow | None] = {}
+            for ev in batch:
+                try:
+                    if ev[0] == EV_REQUEST:
+                        ctx = ev[1]
+                        w = cache[ctx] if ctx in cache else cache.setdefault(ctx, self._window(ctx))
+                        if w is None:
+                            self.dropped["too_many_models"] += 1
+                            continue
+                        rid = ev[6]
+                        row = Row(ev[3] * 1e-9, ev[8], pending.pop(rid, None) if rid is not None else None)
+                        if w.add(row) and row.feats is None and rid is not None:
+                            awaiting[rid] = row
+                            if len(awaiting) > limit:
+                                awaiting.popitem(last=False)
+                    elif ev[7] is not None and ev[3] is not None:  # a record with features and a request ID
+                        rid = ev[3]
+                        if rid in awaiting:
+                            awaiting.pop(rid).feats = ev[7]
+                            continue
+                        pending[rid] = ev[7]
+                        if len(pending) > limit:
+                            pending.popitem(last=False)
+                            self.dropped["unmatched_record"] += 1
+                except Exception:
+                    self.dropped["error"] += 1
+            if now >= self.window_end:
+                self._close(self.window_end)
+                self.window_end = (math.floor(now / W) + 1) * W
+        return len(batch)
+
+    def _close(self, end: float) -> None:
+        """Analyse every version's window (lock held), publish the reports and start new windows."""
+        reports: dict[Key, dict[str, Any]] = {}
+        for key, w in self.windows.items():
+            try:
+                reports[key] = analyse(w, self.cfg)
+            except Exception:
+                log.exception("tail: analysis failed for %s", key)
+        self.windows = {}
+        self._awaiting.clear()
+        snap = self._samples(reports)
+        _putter(snap)(TAIL_LAST_WINDOW_END_TIMESTAMP_SECONDS, (), end)
+        with self._lock:
+            self.reports = reports
+            self.last_window_end = end
+            self._snapshot = snap
+
+    def _samples(self, reports: dict[Key, dict[str, Any]]) -> Snapshot:
+        out: Snapshot = {}
+        put = _putter(out)
+        for key, rep in reports.items():
+            put(TAIL_WINDOW_REQUESTS, key, rep["requests"])
+            put(TAIL_JOINED_RATIO, key, rep["joined_ratio"])
+            med = rep["median"]
+            if med is None:
+                continue
+            put(TAIL_LATENCY_SECONDS, (*key, "median"), med["latency_s"])
+            for stage, s in med["stages"].items():
+                put(TAIL_STAGE_SECONDS, (*key, self._lim_stage.get(stage), "median"), s)
+            for tail, t in rep["tails"].items():
+                put(TAIL_REQUESTS, (*key, tail), t["requests"])
+                if t["status"] != "ok":
+                    continue
+                put(TAIL_THRESHOLD_SECONDS, (*key, tail), t["threshold_s"])
+                put(TAIL_LATENCY_SECONDS, (*key, tail), t["latency_s"])
+                for s in t["stages"]:
+                    sl = (*key, self._lim_stage.get(s["stage"]))
+                    put(TAIL_STAGE_SECONDS, (*sl, tail), s["seconds"])
+                    put(TAIL_STAGE_SHARE_RATIO, (*sl, tail), s["share"])
+                    put(TAIL_STAGE_EXCESS_RATIO, (*sl, tail), s["excess_share"])
+                for f in t["features"]:
+                    fl = (*key, self._lim_feature.get(f["feature"]), tail)
+                    put(TAIL_FEATURE_ADJUSTED_P_VALUE, fl, f["p_adjusted"])
+                    put(TAIL_FEATURE_DISTINGUISHES, fl, float(f["distinguishes"]))
+                    if f["kind"] == "numeric":
+                        put(TAIL_FEATURE_RATIO, fl, f["ratio"])
+        return out
+
+    # -- export -----------------------------------------------------------------------------------------------------
+
+    def collect(self) -> Iterable[Any]:
+        """Metric families of the last complete window (no statistics at scrape time)."""
+        with self._lock:
+            snap = dict(self._snapshot)
+        snap[TAIL_DROPPED_EVENTS_TOTAL.name] = [((reason,), float(n)) for reason, n in self.dropped.items()]
+        for m in METRICS:
+            samples = snap.get(m.name)
+            if not samples:
+                continue
+            fam = families.family(m)
+            for labels, v in samples:
+                fam.add_metric(list(labels), v)
+            yield fam
+
+    def status(self) -> dict[str, Any]:
+        with self._lock:
+            reports = dict(self.reports)
+            staged = len(self._staged)
+            last_end = self.last_window_end
+        with self._state_lock:
+            current = [{"service": k[0], "model": k[1], "version": k[2], "requests": w.n}
+                       for k, w in sorted(self.windows.items())]
+            pending, awaiting = len(self._pending), len(self._awaiting)
+        return {
+            "window_seconds": self.cfg.window_seconds,
+            "window_end_unix": self.window_end,
+            "last_window_end_unix": last_end,
+            "staged": staged,
+            "pending_records": pending,
+            "awaiting_records": awaiting,
+            "dropped": dict(self.dropped),
+            "current_window": current,
+            "models": [{"service": k[0], "model": k[1], "version": k[2], **r} for k, r in sorted(reports.items())],
+        }
+
+    # -- lifecycle ----------------------------------------------------------------------------------------------------
+
+    def start(self) -> None:
+        self._worker = PeriodicWorker("inferwatch-tail", min(1.0, self.cfg.window_seconds / 10), self._tick,
+                                      lambda e: log.error("tail: loop error", exc_info=e), immediate=False)
+        self._worker.start()
+
+    def _tick(self) -> None:
+        self.drain()
+
+    def stop(self, timeout: float) -> None:
+        if self._worker is not None:
+            self._worker.stop(timeout)
+            self._worker = None
+
+
+def _putter(out: Snapshot) -> Any:
+    def put(m: Any, labels: tuple[str, ...], v: float | None) -> None:
+        if v is not None and math.isfinite(v):
+            out.setdefault(m.name, []).append((labels, float(v)))
+    return put
+
+
+def build(config: TailConfig, ctx: ComponentContext) -> TailComponent:
+    """Build the tail component."""
+    return TailComponent(config, ctx)

@@ -1,0 +1,86 @@
+"""One model version's tail-attribution window: the slowest requests and a uniform sample, nothing more.
+
+A :class:`TailWindow` keeps, for the requests of one window:
+
+- the ``max_tail`` slowest requests by end-to-end latency (a min-heap), which
+  hold every tail group the analysis needs: the slowest 1% exactly while the
+  window has at most ``100 * max_tail`` requests, the slowest 0.1% up to
+  ``1000 * max_tail``;
+- a uniform sample of all requests (reservoir sampling, Algorithm R, seeded),
+  which gives the median requests and "the rest" the tail is compared with;
+- the request count.
+
+Each kept request is a :class:`Row` that references the decoded event's own
+stage tuple and the record's feature tuple, so keeping one allocates a single
+small object. Memory is bounded by ``max_tail + reservoir`` rows whatever the
+traffic.
+"""
+
+from __future__ import annotations
+
+import heapq
+import random
+from typing import Any
+
+
+class Row:
+    """One kept request: latency (seconds), the event's stages, and the joined record's features (or None)."""
+
+    __slots__ = ("latency", "stages", "feats")
+
+    def __init__(self, latency: float, stages: Any, feats: Any) -> None:
+        self.latency = latency
+        #: The REQUEST event's ``((name, duration_ns, stream), ...)``.
+        self.stages = stages
+        #: The RECORD event's decoded ``(schema, numeric_values, categorical_values)``, once joined.
+        self.feats = feats
+
+
+class TailWindow:
+    """The slowest requests and a uniform sample of one model version's window (see the module docstring).
+
+    Args:
+        key: the capped (service, model, version) labels.
+        max_tail: slowest requests kept.
+        reservoir: size of the uniform sample.
+        seed: seed of the sampling.
+    """
+
+    __slots__ = ("key", "n", "max_tail", "size", "sample", "top", "_rng", "_seq")
+
+    def __init__(self, key: tuple[str, str, str], max_tail: int, reservoir: int, seed: int) -> None:
+        self.key = key
+        self.n = 0
+        self.max_tail = max_tail
+        self.size = reservoir
+        self.sample: list[Row] = []
+        #: (latency, arrival number, row): the number breaks ties without comparing rows.
+        self.top: list[tuple[float, int, Row]] = []
+        self._rng = random.Random(f"{seed}/{'/'.join(key)}")
+        self._seq = 0
+
+    def add(self, row: Row) -> bool:
+        """Count a request; return whether it was kept (in the sample, the slowest, or both)."""
+        self.n += 1
+        kept = False
+        if len(self.sample) < self.size:
+            self.sample.append(row)
+            kept = True
+        else:
+            j = self._rng.randrange(self.n)
+            if j < self.size:
+                self.sample[j] = row
+                kept = True
+        top = self.top
+        self._seq += 1
+        if len(top) < self.max_tail:
+            heapq.heappush(top, (row.latency, self._seq, row))
+            kept = True
+        elif row.latency > top[0][0]:
+            heapq.heapreplace(top, (row.latency, self._seq, row))
+            kept = True
+        return kept
+
+    def slowest(self) -> list[Row]:
+        """The kept slowest requests, slowest first (ties: the earlier first)."""
+        return [r for _, _, r in sorted(self.top, key=lambda t: (-t[0], t[1]))]
