@@ -1,54 +1,70 @@
-"""Throughput of a trivial FastAPI endpoint under uvicorn, with and without inferwatch.
+"""Throughput of a trivial FastAPI endpoint under uvicorn: plain, inferwatch, and the peers people pick.
 
-Uvicorn servers run side by side on 127.0.0.1, several processes of each variant:
+Uvicorn servers run side by side on 127.0.0.1, several processes, each serving every
+variant (dispatched by path, see ``build_server``):
 
-  plain         a trivial JSON endpoint
-  instrumented  the same endpoint with inferwatch's ASGI middleware (request scope,
-                request ID echoed, ingress stage) and one stage inside the handler,
-                configured and sending to a real Unix datagram receiver
+  plain               a trivial JSON endpoint
+  inferwatch          the same endpoint with inferwatch's ASGI middleware (request scope,
+                      request ID echoed, ingress stage) and one stage inside the handler,
+                      configured and sending to a real Unix datagram receiver
+  instrumentator      prometheus-fastapi-instrumentator with its defaults (``instrument(app)``)
+  starlette-exporter  starlette-exporter's ``PrometheusMiddleware`` with its defaults
+  otel-api            OpenTelemetry's ``FastAPIInstrumentor.instrument_app`` with the API only
+                      (no SDK: the global tracer and meter providers are the no-op proxies)
+  otel-sdk            the same with an SDK ``TracerProvider`` and a ``BatchSpanProcessor``
+                      whose exporter counts the spans and discards them (nothing leaves the process)
+
+The Prometheus peers record into the default registry, which the server also serves
+at /metrics, as their users would; ``VARIANTS`` says what each variant gives the user.
 
 A closed-loop load generator (raw asyncio HTTP/1.1 keep-alive connections, a fixed
-number in flight, so it stays cheap and never outruns the server) loads one server
-process at a time. Each round loads every process of both variants, alternating
-the order, so machine noise hits both alike; a round's ratio is instrumented
-requests/s over plain requests/s, and the result is the median over rounds. The
-target is at least 95% of the uninstrumented throughput.
+number in flight, so it stays cheap and never outruns the server) loads one variant
+on one server process at a time. Each round loads every variant on every process,
+rotating the order, so machine noise hits them alike; a round's ratio is a variant's
+requests/s over plain's on the same process, and the result is the median over rounds.
+The target for inferwatch is at least 95% of the uninstrumented throughput.
 
-Why several processes per variant: two processes running the very same code on
-the same core differ by several percent in speed, for the whole of their lives
-(memory layout, hash seeds; a classic measurement bias), which is as large as the
-effect measured here. Spreading each variant over several processes averages that
-out, and the A/A line (plain process 1 against plain process 2, same code) prints
-the size of this noise floor next to the result.
+Why several processes, each serving every variant: two processes running the very
+same code on the same core differ by several percent in speed, for the whole of their
+lives (memory layout, hash seeds; a classic measurement bias), which is as large as
+the effect measured here. Comparing variants inside one process cancels it, spreading
+over several processes averages what is left, and the A/A line (plain on process 1
+against plain on process 2, same code) prints the size of this noise floor.
 
 ``--instructions`` adds a deterministic measurement when valgrind is installed:
 each variant's server runs under callgrind and the difference between two request
-counts gives user-space CPU instructions per request (all threads, the SDK's
-encoding and sending included; kernel time excluded). Unlike requests/s it does not
-move with the machine's load. The SDK's flush interval is raised under valgrind so
-its batches stay as large as at full speed. It also counts a third variant,
-``floor``: a toy middleware and stage written only to find the least any pure
-Python implementation of the required behaviour can cost (see ``build_floor_app``),
-against which the 5% budget of the 0.95 target is printed.
+counts gives user-space CPU instructions per request (all threads: the SDK's encoding
+and sending and the OTel SDK's export thread included; kernel time excluded). Unlike
+requests/s it does not move with the machine's load, so on a shared machine it is the
+figure to quote; ``--instructions-only`` skips the wall-clock rounds. The SDK's flush
+interval is raised under valgrind so its batches stay as large as at full speed. It
+also counts ``floor``: a toy middleware and stage written only to find the least any
+pure Python implementation of the required behaviour can cost (see
+``build_floor_app``), against which the 5% budget of the 0.95 target is printed.
 
 The receiver is a separate process that drains the Unix datagram socket, so the
 SDK's sender succeeds (encodes and sends every event) as it does in production.
 CPU sharing on a machine with two or more cores (``--no-pin`` turns it off): all
 servers are pinned to CPU 0 (only one is loaded at a time), the load generator
 and the receiver to CPU 1, so the server under test never fights them for its
-core; the instrumented server's own sender thread shares CPU 0 with it, as it
-would in production.
+core; background threads (the SDK's sender, the OTel export thread) share CPU 0
+with their server, as they would in production.
+
+The peers come from the ``bench`` extra: ``pip install -e ".[bench]"``.
 
 Usage:
-    python bench/fastapi_overhead.py                   # full run (3 servers per variant, 12 rounds, ~90 s)
-    python bench/fastapi_overhead.py --quick           # 2 servers per variant, 5 rounds, under ~30 s
-    python bench/fastapi_overhead.py --instructions    # also instructions per request under callgrind (~5 min)
+    python bench/fastapi_overhead.py                      # full run (3 servers, 12 rounds, ~5 min)
+    python bench/fastapi_overhead.py --quick              # 2 servers, 5 rounds, ~1 min
+    python bench/fastapi_overhead.py --instructions-only  # instructions per request under callgrind (15-25 min)
+    python bench/fastapi_overhead.py --variants inferwatch,otel-sdk --quick   # plain and a subset
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import collections
+import dataclasses
 import os
 import re
 import shutil
@@ -75,34 +91,119 @@ while True:
 """
 
 
-#: The path each variant answers on; the same length, so the request bytes differ in content only.
-PATHS = {"plain": "/plain", "instrumented": "/instr", "floor": "/floor"}
+@dataclasses.dataclass(frozen=True)
+class Variant:
+    """One variant: the path it answers on, what it gives the user, and whether the wall-clock rounds load it."""
+
+    path: str
+    gives: str
+    loaded: bool = True
+
+
+#: Every path has the same length, so the request bytes differ in content only.
+VARIANTS = {
+    "plain": Variant("/plain", "nothing (the reference)"),
+    "inferwatch": Variant(
+        "/instr",
+        "metrics by model, version, stage and outcome; request and stage latency histograms with "
+        "request-ID exemplars; X-Request-ID echoed; events for drift",
+    ),
+    "instrumentator": Variant(
+        "/pfinx",
+        "metrics by handler, method and status: request count, two latency histograms, request and "
+        "response sizes; no exemplars, no request ID",
+    ),
+    "starlette-exporter": Variant(
+        "/stexp",
+        "metrics by method, path and status: request count, a latency histogram, requests in progress; "
+        "exemplars only if configured (off by default), no request ID",
+    ),
+    "otel-api": Variant(
+        "/otapi",
+        "nothing recorded (no SDK): what the instrumentation costs before a provider is installed",
+    ),
+    "otel-sdk": Variant(
+        "/otsdk",
+        "traces: a server span and two send spans per request, with a trace ID (not echoed); no metrics "
+        "without an SDK MeterProvider",
+    ),
+    "floor": Variant("/floor", "a measuring stick (see build_floor_app), counted by --instructions only", False),
+}
+#: What the benchmark's server serves besides the variants: the default registry, for the Prometheus peers.
+METRICS_PATH = "/metrics"
 
 
 def build_app(variant: str) -> Any:
-    """One variant's FastAPI app."""
+    """One variant's FastAPI app (not ``floor``: see ``build_floor_app``)."""
     from fastapi import FastAPI
 
     app = FastAPI()
-    if variant == "plain":
-
-        @app.get(PATHS["plain"])
-        async def predict_plain() -> dict[str, bool]:
-            return {"ok": True}
-
-    else:
+    path = VARIANTS[variant].path
+    if variant == "inferwatch":
         import inferwatch
 
         inferwatch.configure(service="bench", model="m", model_version="v1")  # INFERWATCH_SIDECAR from env
         inferwatch.instrument_fastapi(app)
 
-        @app.get(PATHS["instrumented"])
+        @app.get(path)
         async def predict_instrumented() -> dict[str, bool]:
             with inferwatch.stage("inference"):
                 pass
             return {"ok": True}
 
+        return app
+    if variant == "instrumentator":
+        from prometheus_fastapi_instrumentator import Instrumentator
+
+        Instrumentator().instrument(app)
+    elif variant == "starlette-exporter":
+        from starlette_exporter import PrometheusMiddleware
+
+        app.add_middleware(PrometheusMiddleware)
+    elif variant == "otel-api":
+        from opentelemetry.instrumentation.fastapi import FastAPIInstrumentor
+
+        FastAPIInstrumentor.instrument_app(app)
+    elif variant == "otel-sdk":
+        from opentelemetry.instrumentation.fastapi import FastAPIInstrumentor
+
+        FastAPIInstrumentor.instrument_app(app, tracer_provider=otel_sdk_provider())
+    elif variant != "plain":
+        raise ValueError(f"unknown variant {variant!r}")
+
+    @app.get(path)
+    async def predict() -> dict[str, bool]:
+        return {"ok": True}
+
     return app
+
+
+def otel_sdk_provider() -> Any:
+    """An SDK tracer provider whose BatchSpanProcessor hands every batch to an exporter that counts and discards.
+
+    The count goes to ``bench_otel_exported_spans_total{kind}`` in the default registry,
+    once per kind per batch, so the export thread's own cost stays the SDK's.
+    """
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
+    from prometheus_client import Counter
+
+    exported = Counter(
+        "bench_otel_exported_spans", "Spans the otel-sdk variant's exporter received (and discarded).", ["kind"]
+    )
+
+    class CountingExporter(SpanExporter):
+        def export(self, spans: Any) -> SpanExportResult:
+            for kind, n in collections.Counter(s.kind.name for s in spans).items():
+                exported.labels(kind).inc(n)
+            return SpanExportResult.SUCCESS
+
+        def shutdown(self) -> None:
+            return None
+
+    provider = TracerProvider()
+    provider.add_span_processor(BatchSpanProcessor(CountingExporter()))
+    return provider
 
 
 def build_floor_app() -> Any:
@@ -117,7 +218,7 @@ def build_floor_app() -> Any:
     5xx and exception outcomes, never raising into the app, and above all
     encoding and sending the events (nothing ever reads the deque).
     """
-    import collections
+
     import contextvars
     import itertools
 
@@ -169,7 +270,7 @@ def build_floor_app() -> Any:
     app = FastAPI()
     app.add_middleware(Middleware)
 
-    @app.get(PATHS["floor"])
+    @app.get(VARIANTS["floor"].path)
     async def predict_floor() -> dict[str, bool]:
         with stage("inference"):
             pass
@@ -178,23 +279,23 @@ def build_floor_app() -> Any:
     return app
 
 
-def build_server() -> Any:
-    """Both variants in one process, dispatched by path.
 
-    Comparing two variants in the same process cancels the per-process speed
-    bias (see the module docstring). The dispatcher returns the chosen app's
-    coroutine, so it adds no await layer, and it costs both variants the same.
+def build_server(variants: tuple[str, ...] = tuple(VARIANTS)) -> Any:
+    """Every variant in one process, dispatched by path, plus the default registry at ``METRICS_PATH``.
+
+    Comparing variants in the same process cancels the per-process speed bias (see the
+    module docstring). The dispatcher returns the chosen app's coroutine, so it adds no
+    await layer, and its one dict lookup costs every variant the same.
     """
-    plain, instrumented, floor = build_app("plain"), build_app("instrumented"), build_floor_app()
-    instr_path, floor_path = PATHS["instrumented"], PATHS["floor"]
+    from prometheus_client import make_asgi_app
+
+    apps = {VARIANTS[v].path: build_floor_app() if v == "floor" else build_app(v) for v in variants}
+    apps[METRICS_PATH] = make_asgi_app()
+    plain = apps[VARIANTS["plain"].path]
+    route = apps.get
 
     def app(scope: Any, receive: Any, send: Any) -> Any:
-        path = scope.get("path")
-        if path == floor_path:  # first, so plain and instrumented both pay two compares
-            return floor(scope, receive, send)
-        if path == instr_path:
-            return instrumented(scope, receive, send)
-        return plain(scope, receive, send)
+        return route(scope.get("path"), plain)(scope, receive, send)
 
     return app
 
@@ -205,14 +306,14 @@ def pin(cpus: set[int] | None) -> None:
         os.sched_setaffinity(0, cpus)
 
 
-def serve(port: int) -> None:
+def serve(port: int, variants: tuple[str, ...]) -> None:
     import uvicorn
 
     # interface="asgi3": the dispatcher is a plain function returning a coroutine, which
     # uvicorn would otherwise take for an ASGI2 app.
     uvicorn.run(
-        build_server(), host="127.0.0.1", port=port, log_level="warning", access_log=False, lifespan="off",
-        interface="asgi3",
+        build_server(variants), host="127.0.0.1", port=port, log_level="warning", access_log=False,
+        lifespan="off", interface="asgi3",
     )
 
 
@@ -234,7 +335,7 @@ def wait_port(port: int, timeout: float = 30.0) -> None:
 
 
 def request_bytes(variant: str) -> bytes:
-    return f"GET {PATHS[variant]} HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n".encode()
+    return f"GET {VARIANTS[variant].path} HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n".encode()
 
 
 async def _connection(port: int, req: bytes, deadline: float, budget: list[int], lat: list[int]) -> None:
@@ -291,12 +392,10 @@ def pct(values: list[int], q: float) -> float:
     return s[min(len(s) - 1, int(q * len(s)))] / 1e3
 
 
-VARIANTS = ("plain", "instrumented")
-
-
-def start_server(port: int, env: dict[str, str], cpu: int | None, wrap: list[str] | None = None,
-                 **popen: Any) -> subprocess.Popen[Any]:
-    cmd = [*(wrap or []), sys.executable, os.path.abspath(__file__), "--serve", "--port", str(port)]
+def start_server(port: int, env: dict[str, str], cpu: int | None, variants: tuple[str, ...],
+                 wrap: list[str] | None = None, **popen: Any) -> subprocess.Popen[Any]:
+    cmd = [*(wrap or []), sys.executable, os.path.abspath(__file__), "--serve", "--port", str(port),
+           "--variants", ",".join(variants)]
     if cpu is not None:
         cmd += ["--cpu", str(cpu)]
     return subprocess.Popen(cmd, env=env, **popen)
@@ -313,20 +412,23 @@ def stop(procs: list[subprocess.Popen[Any]]) -> None:
             p.kill()
 
 
-def instructions_per_request(env: dict[str, str], small: int, large: int) -> dict[str, float]:
-    """User-space instructions per request of each variant in one server process under callgrind.
+def instructions_per_request(env: dict[str, str], variants: tuple[str, ...], small: int,
+                             large: int) -> dict[str, float]:
+    """User-space instructions per request of each variant in its own server process under callgrind.
 
-    Each variant (and the ``floor`` stick) gets its own process (the other apps sit idle in it)
-    and two runs, ``small`` and ``large`` requests after the same warm-up; the
+    Each variant's process builds that variant's app only (plus the plain fallback), and
+    gets two runs, ``small`` and ``large`` requests after the same warm-up; the
     difference divided by ``large - small`` leaves start-up and shutdown out.
     """
     out = {}
-    for variant in (*VARIANTS, "floor"):
+    for variant in variants:
         counts = []
+        t0 = time.monotonic()
         for n in (small, large):
             port = free_port()
             srv = start_server(
                 port, {**env, "INFERWATCH_FLUSH_INTERVAL_MS": "2500", "PYTHONHASHSEED": "0"}, None,
+                tuple(dict.fromkeys(("plain", variant))),
                 ["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null"],
                 stderr=subprocess.PIPE, text=True,
             )
@@ -344,37 +446,56 @@ def instructions_per_request(env: dict[str, str], small: int, large: int) -> dic
             if not found:
                 raise SystemExit(f"callgrind printed no total for {variant}:\n{err[-2000:]}")
             counts.append(int(found[-1]))
-            print(f"  callgrind {variant}: {n} requests, {counts[-1]:,} instructions", file=sys.stderr)
         out[variant] = (counts[1] - counts[0]) / (large - small)
+        print(f"  callgrind {variant}: {out[variant]:,.0f} instructions per request "
+              f"({time.monotonic() - t0:.0f} s)", file=sys.stderr)
     return out
+
+
+def parse_variants(ap: argparse.ArgumentParser, text: str | None) -> tuple[str, ...]:
+    """The variants named (plain always first, as the reference), in ``VARIANTS`` order."""
+    if text is None:
+        return tuple(VARIANTS)
+    names = {v.strip() for v in text.split(",") if v.strip()}
+    unknown = sorted(names - VARIANTS.keys())
+    if unknown:
+        ap.error(f"unknown variant(s) {', '.join(unknown)}; known: {', '.join(VARIANTS)}")
+    return tuple(v for v in VARIANTS if v in names or v == "plain")
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--quick", action="store_true", help="shorter run (under ~30 s)")
+    ap.add_argument("--quick", action="store_true", help="shorter run (about a minute)")
     ap.add_argument("--rounds", type=int, help="rounds (default 12, quick 5)")
     ap.add_argument("--seconds", type=float, help="load time per variant per server per round (default 1, quick 0.8)")
     ap.add_argument("--servers", type=int, help="server processes (default 3, quick 2)")
     ap.add_argument("--concurrency", type=int, default=8, help="connections in flight (default 8)")
     ap.add_argument("--max-requests", type=int, default=200_000, help="request cap per load period")
+    ap.add_argument("--variants", help=f"comma-separated subset of {', '.join(VARIANTS)} (plain is always in)")
     ap.add_argument("--instructions", action="store_true",
-                    help="also count instructions per request under valgrind's callgrind (about 5 minutes)")
+                    help="also count instructions per request under valgrind's callgrind (about 2 minutes a variant)")
+    ap.add_argument("--instructions-only", action="store_true",
+                    help="count instructions under callgrind and skip the wall-clock rounds")
     ap.add_argument("--serve", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--no-pin", action="store_true", help="do not pin servers / load generator to separate CPUs")
     ap.add_argument("--port", type=int, help=argparse.SUPPRESS)
     ap.add_argument("--cpu", type=int, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
+    variants = parse_variants(ap, args.variants)
     if args.serve:
         pin(None if args.cpu is None else {args.cpu})
-        serve(args.port)
+        serve(args.port, variants)
         return 0
     rounds = args.rounds or (5 if args.quick else 12)
     nserv = args.servers or (2 if args.quick else 3)
     seconds = args.seconds or (0.8 if args.quick else 1.0)
     if rounds < 1 or nserv < 1 or seconds <= 0:
         ap.error("--rounds, --servers and --seconds must be positive")
-    if args.instructions and shutil.which("valgrind") is None:
+    count = args.instructions or args.instructions_only
+    if count and shutil.which("valgrind") is None:
         ap.error("--instructions needs valgrind on PATH (Debian: apt-get install valgrind)")
+    wall = not args.instructions_only
+    loaded = tuple(v for v in variants if VARIANTS[v].loaded)
     ncpu = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
     pinned = not args.no_pin and ncpu >= 2 and hasattr(os, "sched_setaffinity")
     server_cpu = load_cpu = None
@@ -386,10 +507,10 @@ def main(argv: list[str] | None = None) -> int:
     sock_path = os.path.join(tmp, "ingest.sock")
     procs: list[subprocess.Popen[Any]] = []
     # (variant, server) -> per-round requests/s and server CPU us per request
-    rps: dict[tuple[str, int], list[float]] = {(v, k): [] for v in VARIANTS for k in range(nserv)}
-    cpu_us: dict[tuple[str, int], list[float]] = {(v, k): [] for v in VARIANTS for k in range(nserv)}
-    lats: dict[str, list[int]] = {v: [] for v in VARIANTS}
-    pair_ratios: list[float] = []  # instrumented / plain, same server, back to back
+    rps: dict[tuple[str, int], list[float]] = {(v, k): [] for v in loaded for k in range(nserv)}
+    cpu_us: dict[tuple[str, int], list[float]] = {(v, k): [] for v in loaded for k in range(nserv)}
+    lats: dict[str, list[int]] = {v: [] for v in loaded}
+    ratios: dict[str, list[float]] = {v: [] for v in loaded}  # variant / plain, same server, same round
     instr: dict[str, float] = {}
     try:
         rx = subprocess.Popen(
@@ -400,52 +521,13 @@ def main(argv: list[str] | None = None) -> int:
         procs.append(rx)
         assert rx.stdout is not None and rx.stdout.readline().strip() == "ready"
         env = {**os.environ, "INFERWATCH_SIDECAR": f"unix://{sock_path}"}
-        servers: list[tuple[int, int]] = []  # (port, pid)
-        for _ in range(nserv):
-            port = free_port()
-            p = start_server(port, env, server_cpu if pinned else None)
-            procs.insert(0, p)  # servers stop before the receiver
-            servers.append((port, p.pid))
-        for port, _ in servers:
-            wait_port(port)
-        if pinned:
-            pin({load_cpu} if load_cpu is not None else None)
-        print(
-            f"fastapi_overhead: {nserv} server processes serving both variants, {rounds} rounds x "
-            f"{seconds:.1f} s per variant per server, {args.concurrency} keep-alive connections, alternating "
-            f"order; python {sys.version.split()[0]}; "
-            + (
-                f"servers on CPU {server_cpu}, load generator and receiver on CPU {load_cpu}"
-                if pinned
-                else f"not pinned ({ncpu} CPUs)"
-            )
-            + f"; load average {os.getloadavg()[0]:.1f}"
-        )
-        for port, _ in servers:  # warm-up
-            for v in VARIANTS:
-                load(port, v, 0.5, 5000, args.concurrency)
-        for r in range(rounds):
-            order = VARIANTS if r % 2 == 0 else VARIANTS[::-1]
-            for k, (port, pid) in enumerate(servers):
-                rate_of = {}
-                for variant in order:
-                    time.sleep(0.15)  # the sender drains the last period's events before this one starts
-                    c0 = cpu_seconds(pid)
-                    rate, lat = load(port, variant, seconds, args.max_requests, args.concurrency)
-                    cpu_us[(variant, k)].append((cpu_seconds(pid) - c0) / max(len(lat), 1) * 1e6)
-                    rps[(variant, k)].append(rate)
-                    lats[variant].extend(lat)
-                    rate_of[variant] = rate
-                pair_ratios.append(rate_of["instrumented"] / rate_of["plain"])
-            print(
-                f"  round {r + 1}/{rounds}: instrumented/plain per server "
-                + ", ".join(f"{x:.3f}" for x in pair_ratios[-nserv:]),
-                file=sys.stderr,
-            )
-        stop(procs[:-1])  # the servers; the receiver stays for the callgrind runs
-        if args.instructions:
-            print("counting instructions under callgrind (about 5 minutes)...", file=sys.stderr)
-            instr = instructions_per_request(env, 500, 2500)
+        if count:
+            print(f"counting instructions under callgrind ({len(variants)} variants, about 2 minutes each)...",
+                  file=sys.stderr)
+            instr = instructions_per_request(env, variants, 500, 2500)
+        if wall:
+            run_rounds(args, env, loaded, nserv, rounds, seconds, pinned, server_cpu, load_cpu, procs,
+                       rps, cpu_us, lats, ratios)
     finally:
         stop(procs[:-1])  # servers first: a server's final flush must find the receiver listening
         stop(procs[-1:])
@@ -454,55 +536,129 @@ def main(argv: list[str] | None = None) -> int:
         except OSError:
             pass
         os.rmdir(tmp) if os.path.isdir(tmp) and not os.listdir(tmp) else None
+    report(variants, loaded, nserv, rps, cpu_us, lats, ratios, instr, wall)
+    return 0
 
+
+def run_rounds(args: argparse.Namespace, env: dict[str, str], loaded: tuple[str, ...], nserv: int, rounds: int,
+               seconds: float, pinned: bool, server_cpu: int | None, load_cpu: int | None,
+               procs: list[subprocess.Popen[Any]], rps: dict[tuple[str, int], list[float]],
+               cpu_us: dict[tuple[str, int], list[float]], lats: dict[str, list[int]],
+               ratios: dict[str, list[float]]) -> None:
+    """The wall-clock rounds: every loaded variant on every server, rotating the order each round."""
+    servers: list[tuple[int, int]] = []  # (port, pid)
+    for _ in range(nserv):
+        port = free_port()
+        p = start_server(port, env, server_cpu if pinned else None, loaded)
+        procs.insert(0, p)  # servers stop before the receiver
+        servers.append((port, p.pid))
+    for port, _ in servers:
+        wait_port(port)
+    if pinned:
+        pin({load_cpu} if load_cpu is not None else None)
+    print(
+        f"fastapi_overhead: {nserv} server processes serving {len(loaded)} variants, {rounds} rounds x "
+        f"{seconds:.1f} s per variant per server, {args.concurrency} keep-alive connections, rotating "
+        f"order; python {sys.version.split()[0]}; "
+        + (
+            f"servers on CPU {server_cpu}, load generator and receiver on CPU {load_cpu}"
+            if pinned
+            else f"not pinned ({os.cpu_count()} CPUs)"
+        )
+        + f"; load average {os.getloadavg()[0]:.1f}"
+    )
+    for port, _ in servers:  # warm-up
+        for v in loaded:
+            load(port, v, 0.5, 5000, args.concurrency)
+    for r in range(rounds):
+        k0 = r % len(loaded)
+        order = loaded[k0:] + loaded[:k0]
+        for k, (port, pid) in enumerate(servers):
+            rate_of = {}
+            for variant in order:
+                time.sleep(0.15)  # background senders drain the last period's events before this one starts
+                c0 = cpu_seconds(pid)
+                rate, lat = load(port, variant, seconds, args.max_requests, args.concurrency)
+                cpu_us[(variant, k)].append((cpu_seconds(pid) - c0) / max(len(lat), 1) * 1e6)
+                rps[(variant, k)].append(rate)
+                lats[variant].extend(lat)
+                rate_of[variant] = rate
+            for v in loaded:
+                ratios[v].append(rate_of[v] / rate_of["plain"])
+        print(
+            f"  round {r + 1}/{rounds}: /plain per variant (median over servers) "
+            + ", ".join(f"{v} {statistics.median(ratios[v][-nserv:]):.3f}" for v in loaded[1:]),
+            file=sys.stderr,
+        )
+
+
+def report(variants: tuple[str, ...], loaded: tuple[str, ...], nserv: int,
+           rps: dict[tuple[str, int], list[float]], cpu_us: dict[tuple[str, int], list[float]],
+           lats: dict[str, list[int]], ratios: dict[str, list[float]], instr: dict[str, float],
+           wall: bool) -> None:
     def med(d: dict[tuple[str, int], list[float]], v: str) -> float:
         return statistics.median(x for (vv, _), xs in d.items() if vv == v for x in xs)
 
+    def cell(v: str, fmt: str, f: Any) -> str:
+        return format(f(v), fmt) if v in loaded and wall else "-"
+
+    def quartiles(v: str) -> str:
+        xs = ratios[v]
+        q = statistics.quantiles(xs, n=4) if len(xs) >= 2 else [xs[0]] * 3
+        return f"{statistics.median(xs):.3f} ({q[0]:.3f}-{q[2]:.3f})"
+
     print()
-    print(
-        f"{'variant':14s} {'req/s (median)':>15s} {'p50':>10s} {'p99':>10s} {'requests':>10s} {'server CPU/req':>15s}"
-    )
-    for v in VARIANTS:
+    print(f"{'variant':19s} {'instr/req':>10s} {'instr ratio':>11s} {'req/s':>7s} {'ratio (quartiles)':>21s} "
+          f"{'p50 us':>7s} {'p99 us':>7s} {'CPU us/req':>10s}  gives the user")
+    for v in variants if instr else loaded:
         print(
-            f"{v:14s} {med(rps, v):15.0f} {pct(lats[v], 0.5):8.0f}us {pct(lats[v], 0.99):8.0f}us "
-            f"{len(lats[v]):10d} {med(cpu_us, v):13.1f}us"
+            f"{v:19s} "
+            + (f"{instr[v]:10,.0f} {instr['plain'] / instr[v]:11.3f} " if instr else f"{'-':>10s} {'-':>11s} ")
+            + f"{cell(v, '7.0f', lambda v: med(rps, v)):>7s} "
+            + f"{cell(v, 's', quartiles):>21s} "
+            + f"{cell(v, '7.0f', lambda v: pct(lats[v], 0.5)):>7s} {cell(v, '7.0f', lambda v: pct(lats[v], 0.99)):>7s} "
+            + f"{cell(v, '10.1f', lambda v: med(cpu_us, v)):>10s}  {VARIANTS[v].gives}"
         )
-    print("per server (median req/s):", "; ".join(
-        f"{k + 1}: plain {statistics.median(rps[('plain', k)]):.0f}, "
-        f"instrumented {statistics.median(rps[('instrumented', k)]):.0f}" for k in range(nserv)))
-    ratio = statistics.median(pair_ratios)
-    q = statistics.quantiles(pair_ratios, n=4) if len(pair_ratios) >= 2 else [ratio, ratio, ratio]
+    print("instr ratio: plain's instructions per request over the variant's (callgrind, user space, all threads), "
+          "the instruction-bound throughput ratio; ratio: requests/s over plain's, median of same-server pairs")
+    if wall:
+        print("per server (median req/s):", "; ".join(
+            f"{k + 1}: " + ", ".join(f"{v} {statistics.median(rps[(v, k)]):.0f}" for v in loaded)
+            for k in range(nserv)))
+        if nserv >= 2:
+            aa = [a / b for a, b in zip(rps[("plain", 0)], rps[("plain", 1)], strict=True)]
+            print(
+                f"A/A across processes, plain on server 1 / plain on server 2 (the same code): median "
+                f"{statistics.median(aa):.3f}, rounds {min(aa):.3f}-{max(aa):.3f} (why variants share a process)"
+            )
     print()
-    print(f"throughput ratio instrumented/plain: {ratio:.3f} (median of {len(pair_ratios)} same-server pairs; "
-          f"quartiles {q[0]:.3f}-{q[2]:.3f})   target >= 0.95")
-    if nserv >= 2:
-        aa = [a / b for a, b in zip(rps[("plain", 0)], rps[("plain", 1)], strict=True)]
+    if "inferwatch" in loaded and wall:
+        ratio = statistics.median(ratios["inferwatch"])
+        print(f"throughput ratio inferwatch/plain: {ratio:.3f} (median of {len(ratios['inferwatch'])} same-server "
+              f"pairs)   target >= 0.95")
+        cpu_ratio = med(cpu_us, "plain") / med(cpu_us, "inferwatch")
         print(
-            f"A/A across processes, plain on server 1 / plain on server 2 (the same code): median "
-            f"{statistics.median(aa):.3f}, rounds {min(aa):.3f}-{max(aa):.3f} (why variants share a process)"
+            f"CPU-bound throughput ratio (plain/inferwatch server CPU per request): {cpu_ratio:.3f}; "
+            f"the SDK costs {med(cpu_us, 'inferwatch') - med(cpu_us, 'plain'):.1f} us of server CPU per request"
         )
-    cpu_ratio = med(cpu_us, "plain") / med(cpu_us, "instrumented")
-    print(
-        f"CPU-bound throughput ratio (plain/instrumented server CPU per request): {cpu_ratio:.3f}; "
-        f"the SDK costs {med(cpu_us, 'instrumented') - med(cpu_us, 'plain'):.1f} us of server CPU per request"
-    )
     if instr:
-        extra = instr["instrumented"] - instr["plain"]
-        print(
-            f"instructions per request (callgrind, user space, all threads): plain {instr['plain']:,.0f}, "
-            f"instrumented {instr['instrumented']:,.0f}; the SDK adds {extra:,.0f} "
-            f"({extra / instr['plain'] * 100:.1f}% of the plain request's), "
-            f"an instruction-bound throughput ratio of {instr['plain'] / instr['instrumented']:.3f}"
-        )
-        floor = instr["floor"] - instr["plain"]
-        budget = instr["plain"] * (1 / 0.95 - 1)
-        print(
-            f"floor (build_floor_app: the bare behaviour in pure Python, no encoding or sending): adds {floor:,.0f} "
-            f"instructions, an instruction-bound ratio of {instr['plain'] / instr['floor']:.3f}; the 0.95 target "
-            f"leaves {budget:,.0f} for the SDK's whole path, the floor takes {floor / budget * 100:.0f}% of it"
-        )
-    print("targets:", "met" if ratio >= 0.95 else "NOT met")
-    return 0
+        for v in variants[1:]:
+            extra = instr[v] - instr["plain"]
+            print(f"  {v:19s} adds {extra:9,.0f} instructions per request ({extra / instr['plain'] * 100:5.1f}% "
+                  f"of the plain request's)")
+        if "instrumentator" in instr and "inferwatch" in instr:
+            print(f"inferwatch's added instructions over instrumentator's: "
+                  f"{(instr['inferwatch'] - instr['plain']) / (instr['instrumentator'] - instr['plain']):.2f}")
+        if "floor" in instr:
+            floor = instr["floor"] - instr["plain"]
+            budget = instr["plain"] * (1 / 0.95 - 1)
+            print(
+                f"floor (build_floor_app: the bare behaviour in pure Python, no encoding or sending): adds "
+                f"{floor:,.0f} instructions; the 0.95 target leaves {budget:,.0f} for the SDK's whole path, the "
+                f"floor takes {floor / budget * 100:.0f}% of it"
+            )
+    if "inferwatch" in loaded and wall:
+        print("target:", "met" if statistics.median(ratios["inferwatch"]) >= 0.95 else "NOT met")
 
 
 if __name__ == "__main__":

@@ -8,6 +8,9 @@ Variants, each one "request" of the same work (five tiny stage functions):
   (c) prom       the five functions plus five cached prometheus_client Histogram.observe calls
   (c') prom+t    the same, timing each stage with perf_counter (what instrumenting really costs)
   (d) otel       five OpenTelemetry SDK spans, BatchSpanProcessor with a no-op exporter
+  (f) prom-equiv what a user would write with prometheus_client to record what (b) records:
+                 five timed stage histograms, twenty feature histograms, a prediction
+                 counter and a confidence histogram (cached children, labels by name)
   (e) off        inferwatch code path of (b) before configure()
   (e') off/stage the five decorated stage functions alone, before configure()
 
@@ -21,17 +24,28 @@ microsecond the request thread waits. So (b) is timed with the sender held off
 (a long flush interval), in chunks of 200 requests with an untimed flush() in
 between, as the sender would drain every few milliseconds; the flushes (encode
 and send) are timed on their own and divided per request. Both are printed, and
-so is their sum.
+so is their sum: the SDK's total, set against (f).
+
+``--instructions`` (valgrind on PATH) also counts user-space CPU instructions per
+request under callgrind for (a), (b) with its flushes (the SDK's total: hot path plus
+the sender's encoding and sending), (c), (d) and (f): each variant runs in its own
+interpreter twice, with two call counts after the same warm-up, and the difference
+leaves start-up and shutdown out. Unlike the wall-clock figures it does not move with
+the machine's load, so on a shared machine it is the figure to quote;
+``--instructions-only`` skips the wall-clock rounds.
 
 Usage:
-    python bench/sdk_overhead.py            # full run (about a minute)
-    python bench/sdk_overhead.py --quick    # under ~30 s
+    python bench/sdk_overhead.py                      # full run (about a minute)
+    python bench/sdk_overhead.py --quick              # under ~30 s
+    python bench/sdk_overhead.py --instructions-only  # instructions per request under callgrind (5-10 min)
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import re
+import shutil
 import statistics
 import subprocess
 import sys
@@ -42,9 +56,10 @@ from typing import Any
 
 import inferwatch
 from inferwatch import _core
-from inferwatch._wire import EV_RECORD, EV_REQUEST, Decoder, Encoder
+from inferwatch.wire import EV_RECORD, EV_REQUEST, Decoder, Encoder
 
 FEATURES = {f"feature_{i}": float(i) * 0.5 for i in range(20)}
+STAGES = ("ingress", "queue", "preprocess", "inference", "postprocess")
 #: Requests per timed chunk of (b); about what a busy server buffers between two sender wake-ups.
 CHUNK = 200
 
@@ -138,6 +153,56 @@ def make_prom() -> tuple[Callable[[], int], Callable[[], int]]:
     return prom, prom_timed
 
 
+def make_prom_equivalent() -> tuple[Callable[[], int], Any]:
+    """(f): the prometheus_client code that records what (b) records, and the registry it records into.
+
+    Per request: each of the five stages timed with ``perf_counter`` into its stage
+    histogram, the twenty features observed into their histograms, the prediction
+    counted by class and the confidence observed. Children are looked up once where the
+    label value is fixed (stage, feature); the prediction's class is the request's, so
+    its child is looked up per request, as user code does.
+    """
+    from prometheus_client import CollectorRegistry, Counter, Histogram
+
+    reg = CollectorRegistry()
+    stage = Histogram("stage_seconds", "Stage latency.", ["stage"], registry=reg)
+    feature = Histogram("feature_value", "Feature values.", ["feature"], registry=reg)
+    predictions = Counter("predictions", "Predictions by class.", ["prediction"], registry=reg)
+    confidence = Histogram(
+        "confidence", "Prediction confidence.", buckets=[i / 20 for i in range(1, 21)], registry=reg
+    )
+    c1, c2, c3, c4, c5 = (stage.labels(n) for n in STAGES)
+    features = [(feature.labels(name).observe, name) for name in FEATURES]
+    by_class = predictions.labels
+    conf = confidence.observe
+    pc = time.perf_counter
+
+    def prom_equivalent() -> int:
+        t = pc()
+        x = _f1(0)
+        t2 = pc()
+        c1.observe(t2 - t)
+        x = _f2(x)
+        t = pc()
+        c2.observe(t - t2)
+        x = _f3(x)
+        t2 = pc()
+        c3.observe(t2 - t)
+        x = _f4(x)
+        t = pc()
+        c4.observe(t - t2)
+        x = _f5(x)
+        c5.observe(pc() - t)
+        values = FEATURES
+        for observe, name in features:
+            observe(values[name])
+        by_class("cat").inc()
+        conf(0.93)
+        return x
+
+    return prom_equivalent, reg
+
+
 def make_otel() -> tuple[Callable[[], int], Callable[[], None]]:
     from opentelemetry.sdk.trace import TracerProvider
     from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
@@ -228,27 +293,144 @@ def wire_costs(n_events: int) -> dict[str, float]:
     return out
 
 
+#: What --instructions counts, in order: (b) is the SDK's total, its flushes (the sender's work) included.
+COUNTED = ("a", "b", "c", "d", "f")
+LABELS = {
+    "a": "(a)  bare function",
+    "b": "(b)  inferwatch: request + 5 stages + record(20 features)",
+    "c": "(c)  5 cached prometheus Histogram.observe",
+    "c'": "(c') 5 cached observe + perf_counter timing",
+    "d": "(d)  5 OpenTelemetry SDK spans (BatchSpanProcessor)",
+    "e": "(e)  inferwatch before configure(): request+stages+record",
+    "e'": "(e') inferwatch before configure(): the 5 stages alone",
+    "f": "(f)  prometheus_client equivalent of (b)",
+}
+
+
+def count_child(variant: str, calls: int, sidecar: str) -> None:
+    """The ``--count`` child run under callgrind: a fixed warm-up, then ``calls`` calls of one variant.
+
+    (b) flushes after every ``CHUNK`` calls, from this thread, as its sender thread
+    would every few milliseconds: its count is the SDK's total, encoding and sending included.
+    """
+    otel_shutdown = None
+    if variant == "a":
+        fn = bare
+    elif variant == "b":
+        inferwatch.configure(
+            service="bench", model="m", model_version="v1", sidecar=sidecar,
+            buffer_size=4 * CHUNK + 16, flush_interval_ms=10_000,
+        )
+        fn = sdk
+    elif variant == "c":
+        fn = make_prom()[0]
+    elif variant == "d":
+        fn, otel_shutdown = make_otel()
+    elif variant == "f":
+        fn = make_prom_equivalent()[0]
+    else:
+        raise SystemExit(f"--count: unknown variant {variant!r}; one of {', '.join(COUNTED)}")
+    for n in (2 * CHUNK, calls):  # the warm-up, then the counted calls
+        for _ in range(n // CHUNK):
+            for _ in range(CHUNK):
+                fn()
+            if variant == "b":
+                inferwatch.flush(timeout=30)
+    if variant == "b":
+        drops = inferwatch.stats()["drops"]
+        inferwatch.shutdown(timeout=10)
+        if drops:
+            raise SystemExit(f"--count b: the SDK dropped events: {drops}")
+    if otel_shutdown is not None:
+        otel_shutdown()
+
+
+def instructions(sidecar: str, small: int, large: int) -> dict[str, float]:
+    """User-space instructions per request of each ``COUNTED`` variant, from two callgrind runs of ``count_child``."""
+    out = {}
+    for variant in COUNTED:
+        counts = []
+        for n in (small, large):
+            proc = subprocess.run(
+                ["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null", sys.executable,
+                 os.path.abspath(__file__), "--count", variant, "--calls", str(n), "--sidecar", sidecar],
+                capture_output=True, text=True, timeout=1800, env={**os.environ, "PYTHONHASHSEED": "0"},
+            )
+            found = re.findall(r"Collected : (\d+)", proc.stderr)
+            if proc.returncode != 0 or not found:
+                raise SystemExit(f"callgrind run of ({variant}) failed (exit {proc.returncode}):\n{proc.stderr[-2000:]}")
+            counts.append(int(found[-1]))
+        out[variant] = (counts[1] - counts[0]) / (large - small)
+        print(f"  callgrind ({variant}): {out[variant]:,.0f} instructions per request", file=sys.stderr)
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="fewer rounds and calls (finishes in under ~30 s)")
     ap.add_argument("--rounds", type=int, help="interleaved rounds (default 15, quick 5)")
     ap.add_argument("--calls", type=int, help="calls per variant per round (default 20000, quick 4000)")
+    ap.add_argument("--instructions", action="store_true",
+                    help="also count instructions per request under valgrind's callgrind (5-10 minutes)")
+    ap.add_argument("--instructions-only", action="store_true",
+                    help="count instructions under callgrind and skip the wall-clock rounds")
+    ap.add_argument("--count", help=argparse.SUPPRESS)
+    ap.add_argument("--sidecar", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
+    if args.count:
+        count_child(args.count, args.calls, args.sidecar)
+        return 0
     rounds = args.rounds or (5 if args.quick else 15)
     calls = args.calls or (4000 if args.quick else 20000)
+    if rounds < 1 or calls < CHUNK:
+        ap.error(f"--rounds must be positive and --calls at least {CHUNK}")
+    counting = args.instructions or args.instructions_only
+    if counting and shutil.which("valgrind") is None:
+        ap.error("--instructions needs valgrind on PATH (Debian: apt-get install valgrind)")
 
-    prom, prom_timed = make_prom()
-    otel, otel_shutdown = make_otel()
     tmp = tempfile.mkdtemp(prefix="iwbench")
     path = os.path.join(tmp, "ingest.sock")
     rx = subprocess.Popen([sys.executable, "-c", RECEIVER, path], stdout=subprocess.PIPE, text=True)
     assert rx.stdout is not None and rx.stdout.readline().strip() == "ready"
+    try:
+        instr = {}
+        if counting:
+            print("counting instructions under callgrind (about a minute a variant)...", file=sys.stderr)
+            instr = instructions(path, 1000, 6000)
+        if not args.instructions_only:
+            wall_clock(args, rounds, calls, path)
+    finally:
+        rx.kill()
+        rx.wait()
+        try:
+            os.unlink(path)
+            os.rmdir(tmp)
+        except OSError:
+            pass
+    if instr:
+        over = {k: instr[k] - instr["a"] for k in instr}
+        print()
+        print("Instructions per request (callgrind, user space, all threads; (b) with its flushes: the SDK's total):")
+        print(f"{'variant':60s} {'instructions':>12s} {'over (a)':>10s}")
+        for k in COUNTED:
+            print(f"{LABELS[k]:60s} {instr[k]:12,.0f} {over[k]:10,.0f}")
+        print(f"  (f)/(b) = {over['f'] / over['b']:.2f}: the prometheus_client equivalent costs that many times the "
+              f"SDK's total")
+        print(f"  (b)/(c) = {over['b'] / over['c']:.2f}; (d)/(b) = {over['d'] / over['b']:.2f}")
+    return 0
 
-    results: dict[str, list[float]] = {k: [] for k in ("a", "b", "c", "c'", "d", "e", "e'")}
+
+def wall_clock(args: argparse.Namespace, rounds: int, calls: int, path: str) -> None:
+    """The interleaved wall-clock rounds and their report."""
+    prom, prom_timed = make_prom()
+    prom_equivalent = make_prom_equivalent()[0]
+    otel, otel_shutdown = make_otel()
+    results: dict[str, list[float]] = {k: [] for k in LABELS}
     bg_cost: list[float] = []
     drops: dict[str, int] = {}
     sent = 0
-    print(f"sdk_overhead: {rounds} rounds x {calls} calls per variant, interleaved; python {sys.version.split()[0]}")
+    print(f"sdk_overhead: {rounds} rounds x {calls} calls per variant, interleaved; python {sys.version.split()[0]}; "
+          f"load average {os.getloadavg()[0]:.1f}")
     t_start = time.monotonic()
     try:
         for r in range(rounds):
@@ -283,33 +465,18 @@ def main(argv: list[str] | None = None) -> int:
             sent += st["sent_events"]
             results["c"].append(run(prom, calls)[0])
             results["c'"].append(run(prom_timed, calls)[0])
+            results["f"].append(run(prom_equivalent, calls)[0])
             results["d"].append(run(otel, calls)[0])
             print(f"  round {r + 1}/{rounds} done ({time.monotonic() - t_start:.1f} s)", file=sys.stderr)
     finally:
-        rx.kill()
-        rx.wait()
         otel_shutdown()
-        try:
-            os.unlink(path)
-            os.rmdir(tmp)
-        except OSError:
-            pass
 
     med = {k: statistics.median(v) for k, v in results.items()}
     over = {k: med[k] - med["a"] for k in med}
-    labels = {
-        "a": "(a)  bare function",
-        "b": "(b)  inferwatch: request + 5 stages + record(20 features)",
-        "c": "(c)  5 cached prometheus Histogram.observe",
-        "c'": "(c') 5 cached observe + perf_counter timing",
-        "d": "(d)  5 OpenTelemetry SDK spans (BatchSpanProcessor)",
-        "e": "(e)  inferwatch before configure(): request+stages+record",
-        "e'": "(e') inferwatch before configure(): the 5 stages alone",
-    }
     print()
     print(f"{'variant':60s} {'median/request':>15s} {'over (a)':>12s}")
-    for k in ("a", "b", "c", "c'", "d", "e", "e'"):
-        print(f"{labels[k]:60s} {med[k] / 1e3:12.3f} us {over[k] / 1e3:9.3f} us")
+    for k in ("a", "b", "c", "c'", "f", "d", "e", "e'"):
+        print(f"{LABELS[k]:60s} {med[k] / 1e3:12.3f} us {over[k] / 1e3:9.3f} us")
     bg = statistics.median(bg_cost)
     b_over = over["b"]
     ratio_bc = b_over / over["c"]
@@ -326,7 +493,9 @@ def main(argv: list[str] | None = None) -> int:
     print()
     print("The background sender (off the request path, but the same process and GIL):")
     print(f"  encode + send, CPU per request (2 events), timed in flush(): {bg / 1e3:.3f} us (median)")
-    print(f"  hot path + background = {(b_over + bg) / 1e3:.3f} us per request of CPU in all")
+    print(f"  hot path + background = {(b_over + bg) / 1e3:.3f} us per request of CPU in all (the SDK's total)")
+    print(f"  (f)/(hot path + background) = {over['f'] / (b_over + bg):.2f}: the prometheus_client equivalent "
+          f"({over['f'] / 1e3:.3f} us) against the SDK's total")
     print(f"  (d)/(hot path + background) = {over['d'] / (b_over + bg):.2f}")
     wire = wire_costs(2000 if args.quick else 10000)
     for k, v in wire.items():
@@ -338,7 +507,6 @@ def main(argv: list[str] | None = None) -> int:
     ok = b_over <= 5000 and ratio_bc <= 1.5 and ratio_db >= 15 and per_stage_off <= 100 and imp < 50
     print()
     print("targets:", "all met" if ok else "NOT all met (see above)")
-    return 0
 
 
 if __name__ == "__main__":
