@@ -29,6 +29,7 @@ UID = "inferwatch-drift"
 def build() -> Dashboard:
     acc = threshold("InferwatchEstimatedAccuracyLow", "accuracy")
     drop = threshold("InferwatchConfidenceDrop", "drop")
+    acc_drop = threshold("InferwatchEstimatedAccuracyDrop", "drop")
     variables = [
         datasource_var(),
         query_var("model", "Model", "label_values(inferwatch_drift_window_events, model)"),
@@ -92,11 +93,29 @@ def build() -> Dashboard:
                        targets=[target(f"inferwatch_drift_confidence_mean{{{DRIFT}}}", "{{model_version}} {{window}}")]),
             timeseries(title="Estimated vs real accuracy", unit="percentunit", minimum=0, maximum=1,
                        thresholds=[(acc, "green")],
-                       description="Label-free estimate next to the accuracy over predictions whose labels arrived; "
-                                   "the estimate's alert floor is drawn.",
+                       description="Label-free estimate (calibrated on the labelled reference, or the mean confidence "
+                                   "when the reference has no labels: see 'Estimate calibrated') with its 95% "
+                                   "interval, the reference's realized accuracy, and the accuracy over predictions "
+                                   f"whose labels arrived. InferwatchEstimatedAccuracyDrop fires {acc_drop:g} below "
+                                   "the reference; the estimate's absolute alert floor is drawn.",
                        targets=[target(f"inferwatch_drift_estimated_accuracy_ratio{{{DRIFT}}}",
                                        "{{model_version}} estimated (CBPE)"),
+                                target(f"inferwatch_drift_estimated_accuracy_bound_ratio{{{DRIFT}}}",
+                                       "{{model_version}} estimate {{bound}} 95%"),
+                                target(f"inferwatch_drift_reference_accuracy_ratio{{{DRIFT}}}",
+                                       "{{model_version}} reference"),
                                 target(f"inferwatch_drift_accuracy_ratio{{{DRIFT}}}", "{{model_version}} real (labeled)")]),
+            stat(title="Estimate calibrated", w=4, thresholds=[(1, "green")],
+                 description="1: the accuracy estimate uses the calibration of a labelled reference; 0: it is the "
+                             "mean confidence (build the reference with --label to calibrate it).",
+                 targets=[target(f"inferwatch_drift_estimated_accuracy_calibrated{{{DRIFT}}}", "{{model_version}}")]),
+            timeseries(title="Estimated binary metrics", unit="percentunit", minimum=0, maximum=1, w=8,
+                       description="A binary model's precision, recall, F1 and ROC AUC estimated from the expected "
+                                   "confusion matrix (CBPE), next to the reference's realized values.",
+                       targets=[target(f"inferwatch_drift_estimated_binary_metric_ratio{{{DRIFT}}}",
+                                       "{{model_version}} {{metric}} estimated"),
+                                target(f"inferwatch_drift_reference_binary_metric_ratio{{{DRIFT}}}",
+                                       "{{model_version}} {{metric}} reference")]),
             timeseries(title="Labels joined", minimum=0,
                        description="How many predictions have ground truth, and how labels arrive.",
                        targets=[

@@ -22,6 +22,9 @@ import pytest
 
 from inferwatch_sidecar.components.detector import Detector
 from inferwatch_sidecar.components.drift import profile as prof
+from inferwatch_sidecar.components.drift.multivariate import fit as fit_joint
+from inferwatch_sidecar.components.drift.multivariate_window import JointWindow
+from inferwatch_sidecar.components.drift.rolling import RollingColumn
 from inferwatch_sidecar.components.drift.window import ColumnWindow
 from inferwatch_sidecar.components.gpu.config import DetectorConfig
 from inferwatch_sidecar.components.gpu.detector import LeakDetector
@@ -101,11 +104,55 @@ def _window_feed(win: ColumnWindow, steps: list[Any]) -> None:
             win.add_missing(2)
 
 
+# -- the joint (multivariate) window: one batch of records of one schema per step, a new sub-window every 5 steps --
+
+_JA = _REF_RNG.normal(size=1000)
+JOINT_MODEL = fit_joint({"a": _JA, "b": _JA + 0.5 * _REF_RNG.normal(size=1000)},
+                        {"c": list(_REF_RNG.choice(["u", "v", "w"], size=1000))}, ["a", "b", "c"], 1000)
+
+
+def _joint_stream(seed: int, start: int, n: int) -> list[Any]:
+    out = []
+    for i in range(start, start + n):
+        rng = _batch_rng(seed, i)
+        a = rng.normal(size=30)
+        nums = np.stack([a, a + rng.normal(size=30)], axis=1)
+        cats = [(str(x),) for x in rng.choice(["u", "v", "w", "new"], size=30)]
+        out.append((i, nums, cats))
+    return out
+
+
+def _joint_feed(win: JointWindow, steps: list[Any]) -> None:
+    for i, nums, cats in steps:
+        if i % 5 == 0:
+            win.rotate()
+        win.update(("a", "b"), nums, ("c",), cats)
+
+
+# -- the rolling history of a column: one finished sub-window per step, a new history slot every 3 steps ------------
+
+
+def _rolling_stream(seed: int, start: int, n: int) -> list[Any]:
+    out = []
+    for i in range(start, start + n):
+        v = _batch_rng(seed, i).normal(0.2, 1.1, 40)
+        counts, sums, _ = NUMERIC_REF.bin(v)
+        out.append((20.0 * i, counts, sums, i % 3))
+    return out
+
+
+def _rolling_feed(h: RollingColumn, steps: list[Any]) -> None:
+    for start, counts, sums, missing in steps:
+        h.update(start, counts, sums, missing)
+
+
 CASES = [
     Case("leak_detector", lambda: LeakDetector(LEAK_CFG), _leak_stream, _leak_feed, 800),
     Case("column_window_numeric", lambda: ColumnWindow(NUMERIC_REF, 6), _numeric_stream, _window_feed, 200),
     Case("column_window_categorical", lambda: ColumnWindow(CATEGORICAL_REF, 6), _categorical_stream, _window_feed,
          200),
+    Case("joint_window", lambda: JointWindow(JOINT_MODEL, 6), _joint_stream, _joint_feed, 200),
+    Case("rolling_history", lambda: RollingColumn(NUMERIC_REF, 8, 60.0), _rolling_stream, _rolling_feed, 200),
 ]
 
 

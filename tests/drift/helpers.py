@@ -7,7 +7,7 @@ from typing import Any
 
 import numpy as np
 
-from inferwatch._wire import EV_RECORD, Schema
+from inferwatch.wire import EV_RECORD, Schema
 from inferwatch_sidecar.components.base import ComponentContext
 
 

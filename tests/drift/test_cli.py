@@ -206,8 +206,11 @@ def test_bh_control_and_effect_floor_in_the_decision() -> None:
     by = {r.feature: r for r in ev.results}
     assert by["f0"].p_adjusted < 1e-6 and by["f0"].effect < 0.1 and not by["f0"].drifted
     assert by["f1"].drifted
-    ps = np.array([r.p_value for r in ev.results])
-    np.testing.assert_allclose([r.p_adjusted for r in ev.results], sps.false_discovery_control(ps), atol=1e-12)
+    # The joint (multivariate) test is one more test of the same family.
+    assert ev.multivariate is not None and ev.multivariate.p_value is not None
+    ps = np.array([ev.multivariate.p_value, *[r.p_value for r in ev.results]])
+    np.testing.assert_allclose([ev.multivariate.p_adjusted, *[r.p_adjusted for r in ev.results]],
+                               sps.false_discovery_control(ps), atol=1e-12)
     none = engine.compare_columns(p, cur, {}, engine.Settings(correction="none"))
     assert [r.p_adjusted for r in none.results] == [r.p_value for r in none.results]
 

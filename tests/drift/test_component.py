@@ -8,7 +8,7 @@ import logging
 import numpy as np
 import pytest
 
-from inferwatch._wire import EV_RECORD, Decoder, Encoder
+from inferwatch.wire import EV_RECORD, Decoder, Encoder
 from inferwatch_sidecar.aggregate.labels import OVERFLOW, LabelLimiter
 from inferwatch_sidecar.components.base import Component
 from inferwatch_sidecar.components.drift import engine

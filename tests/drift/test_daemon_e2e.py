@@ -11,7 +11,7 @@ import urllib.request
 import numpy as np
 import pytest
 
-from inferwatch._wire import EV_RECORD, Encoder
+from inferwatch.wire import EV_RECORD, Encoder
 from inferwatch_sidecar.components.drift import profile as prof
 
 
@@ -64,7 +64,8 @@ def test_drift_through_the_daemon(tmp_path) -> None:
             time.sleep(0.1)
         assert want <= lines, sorted(x for x in lines if x.startswith("inferwatch_drift"))
         st = json.loads(_get(f"{base}/v1/status")[1])["components"]["drift"]
-        assert st["reference"] == {"source": "file", "path": str(ref), "warmup_events": 5000}
+        assert st["reference"] == {"source": "file", "path": str(ref), "warmup_events": 5000, "mode": "file",
+                                "rolling_period_s": None}
         assert st["models"][0]["window"]["events"] == 500
         assert {f["feature"] for f in st["models"][0]["features"] if f["drifted"]} == {"a", "c"}
         code, _ = _get(f"{base}/admin/drift/report?model=m", token="wrong-token-000000")

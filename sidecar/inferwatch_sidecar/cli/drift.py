@@ -38,6 +38,14 @@ def _add_decision(p: argparse.ArgumentParser) -> None:
     p.add_argument("--min-samples", type=int, default=100, help="fewer current values: reported, never flagged")
 
 
+def _add_performance(p: argparse.ArgumentParser, where: str) -> None:
+    p.add_argument("--label", metavar="COL",
+                   help=f"the ground-truth column of {where}: calibrates the label-free accuracy estimate "
+                        "(needs --prediction and --confidence; the column is not profiled as a feature)")
+    p.add_argument("--positive-class", metavar="VALUE",
+                   help="with --label on a binary model: the positive class (default 1 or true, else the last class)")
+
+
 def register(subparsers: Any) -> None:
     """Add ``reference``, ``drift`` and ``report`` to the ``inferwatch`` CLI."""
     ref = subparsers.add_parser("reference", help="build drift reference profiles")
@@ -53,6 +61,7 @@ def register(subparsers: Any) -> None:
                    help="only these feature columns (comma-separated; default: every column)")
     b.add_argument("--prediction", metavar="COL", help="the model's prediction column")
     b.add_argument("--confidence", metavar="COL", help="the model's confidence column (numeric)")
+    _add_performance(b, "DATA")
     b.add_argument("--bins", type=int, default=100, help="percentile bins per numeric column (default 100)")
     b.add_argument("--top-k", type=int, default=32, help="categories kept per categorical column (default 32)")
     _add_typing(b)
@@ -70,6 +79,9 @@ def register(subparsers: Any) -> None:
     c.add_argument("--current", required=True, metavar="FILE", help="current data (CSV, Parquet, .npz)")
     c.add_argument("--profile", metavar="PROFILE", help="use this reference profile instead of --reference")
     c.add_argument("--features", action="append", metavar="COLS", help="only these columns (comma-separated)")
+    c.add_argument("--prediction", metavar="COL", help="the model's prediction column (in both files)")
+    c.add_argument("--confidence", metavar="COL", help="the model's confidence column (in both files)")
+    _add_performance(c, "the reference")
     c.add_argument("--json", action="store_true", help="print a JSON object instead of a table")
     c.add_argument("--fail-on-drift", action="store_true", help="exit 1 when dataset_drift is true")
     _add_typing(c)
@@ -111,20 +123,25 @@ def _cmd_reference_build(args: argparse.Namespace) -> int:
     from inferwatch_sidecar.components.drift import profile as prof
     from inferwatch_sidecar.components.drift.dataio import DataError, read_table
 
+    if args.label and not (args.prediction and args.confidence):
+        return _err("--label needs --prediction and --confidence: the calibration relates them to the label")
     feats = _csv_list(args.features)
     wanted = None
     if feats:
-        wanted = [*feats, *[c for c in (args.prediction, args.confidence) if c and c not in feats]]
+        wanted = [*feats, *[c for c in (args.prediction, args.confidence, args.label) if c and c not in feats]]
     try:
         t = read_table(args.data, categorical=_csv_list(args.categorical), numeric=_csv_list(args.numeric),
                        columns=wanted, max_discrete=args.max_discrete)
-        for col in (args.prediction, args.confidence):
+        for col in (args.prediction, args.confidence, args.label):
             if col and col not in t.order:
                 raise DataError(f"{args.data}: column {col!r} not found (columns: {', '.join(t.order)})")
         if args.confidence and args.confidence not in t.numeric:
             raise DataError(f"{args.data}: confidence column {args.confidence!r} is not numeric")
+        labels = _pop_column(t, args.label) if args.label else None
         p = prof.build(t.numeric, t.categorical, prediction=args.prediction, confidence=args.confidence,
                        bins=args.bins, top_k=args.top_k, source=args.data, order=t.order)
+        if labels is not None:
+            p.performance = _fit_performance(t, args, labels)
         p.save(args.output)
     except (DataError, prof.ProfileError) as e:
         return _err(str(e))
@@ -133,7 +150,36 @@ def _cmd_reference_build(args: argparse.Namespace) -> int:
     n_num = sum(1 for c in p.columns.values() if c.kind == "numeric")
     print(f"wrote {args.output}: {len(p.columns)} columns ({n_num} numeric, {len(p.columns) - n_num} categorical) "
           f"from {t.rows} rows", file=sys.stderr)
+    mv = p.multivariate
+    print(f"joint drift model: {mv.dims} encoded inputs of {len(mv.columns)} features, {mv.principal} principal "
+          f"components ({mv.explained:.0%} of the variance), {mv.errors.count} held-out errors" if mv is not None
+          else "no joint drift model (it needs 2 usable feature dimensions and 200 rows)", file=sys.stderr)
+    if p.performance is not None:
+        perf = p.performance
+        print(f"calibration: {perf.calibration.method} ({perf.calibration.score}) on {perf.rows} labelled rows, "
+              f"reference accuracy {perf.reference_accuracy:.4f}", file=sys.stderr)
+    elif args.confidence:
+        print("no --label: the accuracy estimate will be the uncalibrated mean confidence", file=sys.stderr)
     return 0
+
+
+def _pop_column(t: Any, name: str) -> list[Any]:
+    """Take the label column out of the table (it is not a feature: live traffic has none)."""
+    t.order.remove(name)
+    if name in t.numeric:
+        return list(t.numeric.pop(name))
+    return t.categorical.pop(name)
+
+
+def _column(t: Any, name: str) -> Any:
+    return t.numeric[name] if name in t.numeric else t.categorical[name]
+
+
+def _fit_performance(t: Any, args: argparse.Namespace, labels: list[Any]) -> Any:
+    from inferwatch_sidecar.components.drift import performance
+
+    return performance.fit(_column(t, args.prediction), t.numeric[args.confidence], labels, label=args.label,
+                           positive=args.positive_class)
 
 
 def _cmd_compare(args: argparse.Namespace) -> int:
@@ -143,17 +189,33 @@ def _cmd_compare(args: argparse.Namespace) -> int:
 
     if not args.reference and not args.profile:
         return _err("give --reference FILE or --profile PROFILE")
+    if args.label and (args.profile or not (args.prediction and args.confidence)):
+        return _err("--label calibrates a --reference file and needs --prediction and --confidence "
+                    "(a --profile carries its calibration)")
     feats = _csv_list(args.features) or None
+    roles = [c for c in (args.prediction, args.confidence) if c]
     cats, nums = _csv_list(args.categorical), _csv_list(args.numeric)
     try:
         if args.profile:
             p = prof.load(args.profile)
             if feats:
-                p.columns = {k: v for k, v in p.columns.items() if k in feats}
+                p.columns = {k: v for k, v in p.columns.items() if k in feats or k in roles}
+                if p.multivariate is not None and not set(p.multivariate.columns) <= set(p.columns):
+                    p.multivariate = None  # the joint model reads columns left out: no joint test
         else:
-            rt = read_table(args.reference, categorical=cats, numeric=nums, columns=feats,
+            wanted = [*feats, *[c for c in (*roles, args.label) if c and c not in feats]] if feats else None
+            rt = read_table(args.reference, categorical=cats, numeric=nums, columns=wanted,
                             max_discrete=args.max_discrete)
-            p = prof.build(rt.numeric, rt.categorical, source=args.reference, order=rt.order)
+            for col in (*roles, args.label):
+                if col and col not in rt.order:
+                    raise DataError(f"{args.reference}: column {col!r} not found (columns: {', '.join(rt.order)})")
+            if args.confidence and args.confidence not in rt.numeric:
+                raise DataError(f"{args.reference}: confidence column {args.confidence!r} is not numeric")
+            labels = _pop_column(rt, args.label) if args.label else None
+            p = prof.build(rt.numeric, rt.categorical, prediction=args.prediction, confidence=args.confidence,
+                           source=args.reference, order=rt.order)
+            if labels is not None:
+                p.performance = _fit_performance(rt, args, labels)
         # The current file's inferred kinds do not matter: each column is converted to its
         # reference kind (compare_columns), so inference cannot disagree with the reference.
         ct = read_table(args.current, max_discrete=args.max_discrete)
@@ -161,16 +223,67 @@ def _cmd_compare(args: argparse.Namespace) -> int:
         if len(absent) == len(p.columns):
             raise DataError(f"{args.current}: none of the reference columns are present")
         ev = engine.compare_columns(p, ct.numeric, ct.categorical, _settings(args))
+        perf = _performance(p, ct, args.current, required=bool(args.label))
     except (DataError, prof.ProfileError) as e:
         return _err(str(e))
     out = ev.to_json()
     out["missing_columns"] = absent
+    if perf is not None:
+        out["performance"] = perf
     if args.json:
         json.dump(out, sys.stdout, indent=1, allow_nan=False, default=_json_default)
         sys.stdout.write("\n")
     else:
-        _print_table(ev, absent)
+        _print_table(ev, absent, args.alpha)
+        if perf is not None:
+            _print_performance(perf)
     return 1 if args.fail_on_drift and ev.dataset_drift else 0
+
+
+def _performance(p: Any, ct: Any, path: str, required: bool) -> dict[str, Any] | None:
+    """The ``performance`` object of the current file: calibrated when the profile has labels.
+
+    None when the profile has no confidence column, or the current file lacks the columns (an error when
+    ``required``: the user asked for the calibrated estimate with ``--label``).
+    """
+    import numpy as np
+
+    from inferwatch_sidecar.components.drift import performance
+    from inferwatch_sidecar.components.drift.dataio import DataError
+    from inferwatch_sidecar.components.drift.profile import to_float
+
+    conf_col, pred_col = p.confidence, p.prediction
+    if conf_col is None:
+        return None
+    needed = [conf_col.name, *([pred_col.name if pred_col else "--prediction"] if p.performance else [])]
+    if any(c not in ct.order for c in needed):
+        if not required:
+            return None
+        raise DataError(f"{path}: the prediction and confidence columns are needed for the accuracy estimate")
+    conf = _column(ct, conf_col.name)
+    conf = conf if isinstance(conf, np.ndarray) else np.array([to_float(v) for v in conf], dtype=np.float64)
+    ok = np.isfinite(conf)
+    if p.performance is None:
+        return performance.report(None, float(conf[ok].mean()) if ok.any() else None, int(ok.sum()))
+    win = performance.PerformanceWindow(p.performance, 1)
+    win.update(list(_column(ct, pred_col.name)), conf)
+    return performance.report(win, None, 0)
+
+
+def _print_performance(perf: dict[str, Any]) -> None:
+    from rich.console import Console
+
+    con = Console()
+    acc = perf["estimated_accuracy"]
+    if not perf["calibrated"]:
+        con.print(f"estimated accuracy {_fmt(acc)} (uncalibrated: mean confidence); {perf['note']}")
+        return
+    lo, hi = perf["estimated_accuracy_interval"] or (None, None)
+    con.print(f"estimated accuracy {_fmt(acc)} (95% {_fmt(lo)} to {_fmt(hi)}, {perf['method']} calibration on "
+              f"{perf['reference_rows']} labelled rows); reference accuracy {_fmt(perf['reference_accuracy'])}")
+    if "positive_class" in perf:
+        con.print("  ".join(f"{k} {_fmt(perf[f'estimated_{k}'])} (reference {_fmt(perf[f'reference_{k}'])})"
+                            for k in ("precision", "recall", "f1", "roc_auc")))
 
 
 def _json_default(o: Any) -> Any:
@@ -183,29 +296,57 @@ def _fmt(x: float | None) -> str:
     return f"{x:.3g}"
 
 
-def _print_table(ev: Any, absent: list[str]) -> None:
+def _print_table(ev: Any, absent: list[str], alpha: float) -> None:
+    """The verdict of every column and why, then the joint test and the dataset verdict.
+
+    Fits the terminal (``COLUMNS``; 80 when it is not a terminal): the "why" column wraps, the
+    feature names fold, and below 60 columns the sample size is dropped.
+    """
+    from rich import box
     from rich.console import Console
     from rich.table import Table
 
-    t = Table(title="drift", show_lines=False)
-    for h in ("feature", "test", "statistic", "p (adj.)", "effect", "missing ref/cur", "n", "drifted"):
-        t.add_column(h)
-    for r in ev.results:
-        t.add_row(
-            r.feature + ("" if r.role == "feature" else f" ({r.role})"), r.test, _fmt(r.statistic),
-            f"{_fmt(r.p_value)} ({_fmt(r.p_adjusted)})", f"{r.effect_name}={_fmt(r.effect)}",
-            f"{r.missing_reference:.1%}/{r.missing_current:.1%}", str(r.n_current),
-            "[bold red]yes[/]" if r.drifted else ("too few" if r.status != "ok" else "no"),
-        )
+    from inferwatch_sidecar.components.drift import explain
+
     con = Console()
+    t = Table(title="drift", box=box.SIMPLE_HEAD, pad_edge=False, expand=False)
+    t.add_column("column", overflow="fold", min_width=8)
+    t.add_column("drifted", no_wrap=True)
+    t.add_column(f"p_adj vs {alpha:g}", overflow="fold", min_width=9)
+    t.add_column("effect vs floor", overflow="fold", min_width=9)
+    show_n = con.width >= 60
+    if show_n:
+        t.add_column("n", justify="right", no_wrap=True)
+    notes = []
+    for r in ev.results:
+        name = r.feature + ("" if r.role == "feature" else f" ({r.role})")
+        verdict = explain.verdict(r)
+        if r.missing_drifted:
+            verdict += " *"
+            notes.append(f"* {name}: missing rate {r.missing_reference:.1%} -> {r.missing_current:.1%} "
+                         f"(p_adj {explain.fmt(r.missing_p_adjusted)})")
+        elif r.status not in ("ok", "insufficient_data"):
+            notes.append(f"{name}: {explain.why(r, alpha)}")
+        row = [name, f"[bold red]{verdict}[/]" if r.drifted else verdict,
+               explain.p_part(r, alpha) or "-", explain.effect_part(r) or "-"]
+        t.add_row(*row, *([str(r.n_current)] if show_n else []))
     con.print(t)
+    for note in notes:
+        con.print(note)
+    con.print(explain.LEGEND, style="dim")
     for r in ev.results:
         if r.unseen:
             con.print(f"{r.feature}: unseen categories {dict(sorted(r.unseen.items()))}")
     if absent:
         con.print(f"not in the current data: {', '.join(absent)}")
+    j = ev.multivariate
+    if j is not None:
+        con.print(f"joint drift (PCA reconstruction error of {len(j.columns)} features, {j.components} components, "
+                  f"{j.n_current} rows): {'[bold red]yes[/]' if j.drifted else explain.verdict(j)}: "
+                  f"{explain.why_joint(j)}")
+    joint_note = " or the joint test drifted" if j is not None else ""
     con.print(f"dataset drift: {'yes' if ev.dataset_drift else 'no'} "
-              f"({ev.n_drifted} of {ev.n_features} features drifted)")
+              f"({ev.n_drifted} of {ev.n_features} features drifted; drifted when at least half do{joint_note})")
 
 
 def _cmd_report(args: argparse.Namespace) -> int:

@@ -50,7 +50,28 @@ DRIFT_DATASET_DRIFTED_RATIO = Metric(
 )
 DRIFT_DATASET_DRIFTED = Metric(
     name="inferwatch_drift_dataset_drifted", type="gauge", labels=_MV, component="drift",
-    help="1 when the share of drifted features reaches the configured drift_share.",
+    help="1 when the share of drifted features reaches the configured drift_share, or the joint test drifted.",
+)
+DRIFT_MULTIVARIATE_DRIFTED = Metric(
+    name="inferwatch_drift_multivariate_drifted", type="gauge", labels=_MV, component="drift",
+    help="1 when the joint test drifted: relations between features changed (adjusted p <= alpha, AUC >= threshold).",
+)
+DRIFT_MULTIVARIATE_STATISTIC = Metric(
+    name="inferwatch_drift_multivariate_statistic", type="gauge", labels=_MV, component="drift",
+    help="Joint test: AUC of the window's PCA reconstruction errors against the reference's (0.5: no change).",
+)
+DRIFT_MULTIVARIATE_THRESHOLD = Metric(
+    name="inferwatch_drift_multivariate_threshold", type="gauge", labels=_MV, component="drift",
+    help="The AUC the joint test must reach at this window size: 0.5 plus its effect floor.",
+)
+DRIFT_MULTIVARIATE_ADJUSTED_P_VALUE = Metric(
+    name="inferwatch_drift_multivariate_adjusted_p_value", type="gauge", labels=_MV, component="drift",
+    help="Benjamini-Hochberg adjusted p-value of the joint test, in the same family as the features' tests.",
+)
+DRIFT_MULTIVARIATE_RECONSTRUCTION_ERROR = Metric(
+    name="inferwatch_drift_multivariate_reconstruction_error", type="gauge", labels=(*_MV, "window"),
+    component="drift",
+    help="Mean whitened PCA reconstruction error of the features, in the current window or the reference.",
 )
 DRIFT_WINDOW_EVENTS = Metric(
     name="inferwatch_drift_window_events", type="gauge", labels=_MV, component="drift",
@@ -71,7 +92,31 @@ DRIFT_PREDICTION_CLASS_RATIO = Metric(
 )
 DRIFT_ESTIMATED_ACCURACY_RATIO = Metric(
     name="inferwatch_drift_estimated_accuracy_ratio", type="gauge", unit="ratio", labels=_MV, component="drift",
-    help="Label-free accuracy estimate (CBPE): mean confidence of the predicted class, assuming calibration.",
+    help="Label-free accuracy estimate (CBPE): calibrated on the labelled reference when the profile has labels "
+         "(inferwatch_drift_estimated_accuracy_calibrated 1), else the mean confidence (0).",
+)
+DRIFT_ESTIMATED_ACCURACY_CALIBRATED = Metric(
+    name="inferwatch_drift_estimated_accuracy_calibrated", type="gauge", labels=_MV, component="drift",
+    help="1 when the accuracy estimate uses a calibration fitted on a labelled reference, 0 for mean confidence.",
+)
+DRIFT_ESTIMATED_ACCURACY_BOUND_RATIO = Metric(
+    name="inferwatch_drift_estimated_accuracy_bound_ratio", type="gauge", unit="ratio", labels=(*_MV, "bound"),
+    component="drift",
+    help="Lower or upper bound of the 95% interval of the calibrated accuracy estimate (window size and calibration).",
+)
+DRIFT_REFERENCE_ACCURACY_RATIO = Metric(
+    name="inferwatch_drift_reference_accuracy_ratio", type="gauge", unit="ratio", labels=_MV, component="drift",
+    help="Realized accuracy of the labelled reference the calibration was fitted on.",
+)
+DRIFT_ESTIMATED_BINARY_METRIC_RATIO = Metric(
+    name="inferwatch_drift_estimated_binary_metric_ratio", type="gauge", unit="ratio", labels=(*_MV, "metric"),
+    component="drift",
+    help="Label-free estimate of a binary model's precision, recall, f1 or roc_auc (CBPE expected confusion matrix).",
+)
+DRIFT_REFERENCE_BINARY_METRIC_RATIO = Metric(
+    name="inferwatch_drift_reference_binary_metric_ratio", type="gauge", unit="ratio", labels=(*_MV, "metric"),
+    component="drift",
+    help="Realized precision, recall, f1 or roc_auc of a binary model on the labelled reference.",
 )
 DRIFT_ACCURACY_RATIO = Metric(
     name="inferwatch_drift_accuracy_ratio", type="gauge", unit="ratio", labels=_MV, component="drift",
@@ -128,8 +173,12 @@ DRIFT_LAST_EVALUATION_TIMESTAMP_SECONDS = Metric(
 METRICS: tuple[Metric, ...] = (
     DRIFT_FEATURE_STATISTIC, DRIFT_FEATURE_P_VALUE, DRIFT_FEATURE_ADJUSTED_P_VALUE, DRIFT_FEATURE_SCORE,
     DRIFT_FEATURE_DRIFTED, DRIFT_FEATURE_MISSING_RATIO, DRIFT_FEATURE_UNSEEN_CATEGORIES, DRIFT_DATASET_DRIFTED_RATIO,
-    DRIFT_DATASET_DRIFTED, DRIFT_WINDOW_EVENTS, DRIFT_REFERENCE_EVENTS, DRIFT_CONFIDENCE_MEAN,
-    DRIFT_PREDICTION_CLASS_RATIO, DRIFT_ESTIMATED_ACCURACY_RATIO, DRIFT_ACCURACY_RATIO, DRIFT_LABELED_EVENTS,
+    DRIFT_DATASET_DRIFTED, DRIFT_MULTIVARIATE_DRIFTED, DRIFT_MULTIVARIATE_STATISTIC, DRIFT_MULTIVARIATE_THRESHOLD,
+    DRIFT_MULTIVARIATE_ADJUSTED_P_VALUE, DRIFT_MULTIVARIATE_RECONSTRUCTION_ERROR, DRIFT_WINDOW_EVENTS,
+    DRIFT_REFERENCE_EVENTS, DRIFT_CONFIDENCE_MEAN,
+    DRIFT_PREDICTION_CLASS_RATIO, DRIFT_ESTIMATED_ACCURACY_RATIO, DRIFT_ESTIMATED_ACCURACY_CALIBRATED,
+    DRIFT_ESTIMATED_ACCURACY_BOUND_RATIO, DRIFT_REFERENCE_ACCURACY_RATIO, DRIFT_ESTIMATED_BINARY_METRIC_RATIO,
+    DRIFT_REFERENCE_BINARY_METRIC_RATIO, DRIFT_ACCURACY_RATIO, DRIFT_LABELED_EVENTS,
     DRIFT_LABELS_TOTAL, DRIFT_BIN_EVENTS_TOTAL, DRIFT_REFERENCE_BIN_RATIO, DRIFT_CANARY_FEATURE_DRIFTED,
     DRIFT_CANARY_DRIFTED_RATIO, DRIFT_DROPPED_RECORDS_TOTAL, DRIFT_CHECKPOINT_FAILURES_TOTAL, DRIFT_STATE_BYTES,
     DRIFT_EVALUATION_DURATION_SECONDS, DRIFT_LAST_EVALUATION_TIMESTAMP_SECONDS,

@@ -3,7 +3,9 @@
 Versions share bins only when they share a reference (the configured profile),
 so only those are compared. The baseline's window becomes a pseudo-reference
 (:func:`pseudo_reference`) and every other version's window is scored against
-it with the usual tests and decision.
+it with the usual tests and decision. This says *which columns* differ; whether the
+canary is *worse* (errors, latency, outputs) and should be rolled back is the
+canary judge's verdict (``inferwatch_sidecar.components.canary``, docs/canary.md).
 """
 
 from __future__ import annotations

@@ -36,9 +36,9 @@ import time
 from collections.abc import Iterable
 from typing import Any
 
-from inferwatch._wire import EV_RECORD
+from inferwatch.wire import EV_RECORD
 from inferwatch_sidecar.components.base import AdminHandler, ComponentContext
-from inferwatch_sidecar.components.drift import checkpoint, engine, report
+from inferwatch_sidecar.components.drift import checkpoint, engine, performance, report
 from inferwatch_sidecar.components.drift import profile as prof
 from inferwatch_sidecar.components.drift.canary import compare_canaries
 from inferwatch_sidecar.components.drift.config import DriftConfig
@@ -68,6 +68,7 @@ class DriftComponent:
             alpha=config.alpha, numeric_effect_floor=config.numeric_effect_floor,
             categorical_effect_floor=config.categorical_effect_floor, missing_floor=config.missing_floor,
             min_samples=config.min_samples, drift_share=config.drift_share, correction=config.correction,
+            multivariate_effect_floor=config.multivariate_effect_floor,
         )
         self._lock = threading.Lock()
         self._staged: list[tuple[Any, ...]] = []
@@ -207,10 +208,14 @@ class DriftComponent:
                                "max_events": cfg.window_events, "state_bytes": mon.nbytes},
                     "labels": dict(mon.label_counts),
                 }
+                conf = next((r for r in mon.last.results if r.role == "confidence"), None) if mon.last else None
+                d["performance"] = performance.report(mon.perf, conf.mean_current if conf else None,
+                                                      conf.n_current if conf else 0)
                 if mon.last is not None:
                     ev = mon.last
                     d["dataset_drift"] = ev.dataset_drift
                     d["share_drifted"] = ev.share_drifted
+                    d["multivariate"] = ev.multivariate.to_json() if ev.multivariate is not None else None
                     d["features"] = [
                         {k: r.to_json()[k] for k in ("feature", "role", "test", "statistic", "p_value", "p_adjusted",
                                                      "effect_name", "effect", "drifted", "status", "n_current",
@@ -225,7 +230,8 @@ class DriftComponent:
             pending = len(self._labels.pending)
         return {
             "reference": {"source": "file" if self.profile is not None else "warm-up",
-                          "path": cfg.reference, "warmup_events": cfg.warmup_events},
+                          "path": cfg.reference, "warmup_events": cfg.warmup_events, "mode": cfg.reference_mode,
+                          "rolling_period_s": cfg.rolling_period_s if cfg.reference_mode == "rolling" else None},
             "evaluate_interval_s": cfg.evaluate_interval_s,
             "last_evaluation_unix": self.last_eval_unix,
             "last_evaluation_seconds": self.last_eval_seconds,

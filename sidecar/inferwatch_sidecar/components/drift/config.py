@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 
@@ -14,6 +16,17 @@ class DriftConfig(BaseModel):
             version. Without one, each model version builds a warm-up reference from its first
             ``warmup_events`` events.
         warmup_events: events per model version in a warm-up reference.
+        reference_mode: what a window is compared with. ``file``: the ``reference`` profile; ``warmup``: the
+            model version's warm-up reference; ``rolling``: the same bins one ``rolling_period_s`` earlier
+            (:mod:`.rolling`), the bins coming from ``reference`` when set, else from a warm-up. Default:
+            ``file`` when ``reference`` is set, else ``warmup``.
+        rolling_period_s: in rolling mode, how far back the compared window is (a day; a week for weekly
+            seasons). At least twice ``window_seconds``.
+        rolling_slots: in rolling mode, history slots per period (40 min each by default). Memory per numeric
+            column: about ``(rolling_slots + 2) x 96`` bytes (3.6 KB by default) on top of its window.
+        multivariate: test joint drift (:mod:`.multivariate`) where the reference has a joint model; warm-up
+            references fit one.
+        multivariate_effect_floor: minimum AUC shift of the joint test.
         window_seconds: length of the sliding window in seconds (time-based windows).
         window_events: when set, the window is the last ``window_events`` events instead.
         subwindows: the window is a ring of this many sub-window summaries; it slides by one of them.
@@ -40,6 +53,11 @@ class DriftConfig(BaseModel):
     enabled: bool = True
     reference: str | None = None
     warmup_events: int = Field(default=5000, ge=100, le=50_000)
+    reference_mode: Literal["file", "warmup", "rolling"] | None = None
+    rolling_period_s: float = Field(default=86_400.0, gt=0)
+    rolling_slots: int = Field(default=36, ge=2, le=288)
+    multivariate: bool = True
+    multivariate_effect_floor: float = Field(default=0.02, ge=0, lt=0.5)
     window_seconds: float = Field(default=600.0, gt=0)
     window_events: int | None = Field(default=None, ge=10)
     subwindows: int = Field(default=10, ge=2, le=60)
@@ -67,4 +85,19 @@ class DriftConfig(BaseModel):
             raise ValueError("drift.bins must be a multiple of 10 (PSI uses reference deciles)")
         if self.window_events is not None and self.window_events < self.subwindows:
             raise ValueError("drift.window_events must be at least drift.subwindows")
+        if self.reference_mode is None:
+            self.reference_mode = "file" if self.reference else "warmup"
+        if self.reference_mode == "file" and not self.reference:
+            raise ValueError("drift.reference_mode: file needs drift.reference (a profile file)")
+        if self.reference_mode == "warmup" and self.reference:
+            raise ValueError("drift.reference_mode: warmup builds its reference from traffic; remove drift.reference "
+                             "or use reference_mode: file")
+        if self.reference_mode == "rolling":
+            if self.window_events is not None:
+                raise ValueError("drift.reference_mode: rolling compares time windows; unset drift.window_events")
+            if self.rolling_period_s < 2 * self.window_seconds:
+                raise ValueError("drift.rolling_period_s must be at least twice drift.window_seconds")
+            if self.rolling_period_s / self.rolling_slots < self.window_seconds / self.subwindows:
+                raise ValueError("drift.rolling_slots: a history slot (rolling_period_s / rolling_slots) must be "
+                                 "at least one sub-window (window_seconds / subwindows)")
         return self

@@ -21,6 +21,10 @@ least its floor: the larger of the configured floor (0.1) and the effect's
 noise level at the window's sample size (:func:`effect_floor`). (2) controls
 false alarms across features; (3) stops huge n from making negligible
 changes "significant" and small n from flagging noise.
+
+When the profile has a joint model (:mod:`.multivariate`), its test of the
+window's reconstruction errors is one more test of the same family, with its
+own floor, and the dataset drifted when it drifts (:func:`decide`).
 """
 
 from __future__ import annotations
@@ -32,7 +36,7 @@ from typing import Any
 import numpy as np
 from scipy import special
 
-from inferwatch_sidecar.components.drift import stats
+from inferwatch_sidecar.components.drift import multivariate, stats
 from inferwatch_sidecar.components.drift.profile import (
     CategoricalColumn,
     Column,
@@ -61,6 +65,9 @@ class Settings:
         categorical_noise_p: the PSI floor is at least ``chi2.isf(p, K-1) * (1/n + 1/m)``, the
             upper-p quantile of PSI between two samples of one distribution (PSI is asymptotically
             ``(1/n + 1/m) chi2(K-1)`` under no drift).
+        multivariate_effect_floor: minimum AUC shift of the joint (reconstruction error) test.
+        multivariate_noise_p: the joint floor is at least the upper-p quantile of the AUC shift between
+            two samples of one distribution (:func:`multivariate.effect_floor`).
     """
 
     alpha: float = 0.05
@@ -72,6 +79,8 @@ class Settings:
     correction: str = "bh"
     numeric_noise_coef: float = 4.8
     categorical_noise_p: float = 1e-5
+    multivariate_effect_floor: float = 0.02
+    multivariate_noise_p: float = 1e-5
 
 
 @dataclass
@@ -126,13 +135,14 @@ class Result:
 
 @dataclass
 class Evaluation:
-    """Every column's result plus the dataset-level verdict."""
+    """Every column's result, the joint test's (if any) and the dataset-level verdict."""
 
     results: list[Result]
     share_drifted: float
     dataset_drift: bool
     n_features: int
     n_drifted: int
+    multivariate: multivariate.JointResult | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -141,6 +151,7 @@ class Evaluation:
             "dataset_drift": self.dataset_drift,
             "n_features": self.n_features,
             "n_drifted": self.n_drifted,
+            "multivariate": self.multivariate.to_json() if self.multivariate is not None else None,
         }
 
 
@@ -215,10 +226,16 @@ def score(ref: Column, cur: Summary, settings: Settings) -> Result:
     return res
 
 
-def decide(results: list[Result], settings: Settings) -> Evaluation:
-    """Apply multiple-testing control and effect-size floors; fill ``drifted`` in place."""
+def decide(results: list[Result], settings: Settings, joint: multivariate.JointResult | None = None) -> Evaluation:
+    """Apply multiple-testing control and effect-size floors; fill ``drifted`` in place.
+
+    ``joint``, the window's joint test, is one more test in the Benjamini-Hochberg family; when it
+    drifts, the dataset drifted whatever the share of drifted columns.
+    """
     pvals: list[float] = []
     slots: list[tuple[Result, str]] = []
+    if joint is not None and joint.p_value is not None:
+        pvals.append(joint.p_value)
     for r in results:
         if r.p_value is not None:
             pvals.append(r.p_value)
@@ -230,6 +247,8 @@ def decide(results: list[Result], settings: Settings) -> Evaluation:
         adj = stats.benjamini_hochberg(np.array(pvals)) if pvals else np.empty(0)
     else:
         adj = np.array(pvals)
+    if joint is not None and joint.p_value is not None:
+        joint.p_adjusted, adj = float(adj[0]), adj[1:]
     for (r, which), a in zip(slots, adj, strict=True):
         if which == "main":
             r.p_adjusted = float(a)
@@ -241,14 +260,20 @@ def decide(results: list[Result], settings: Settings) -> Evaluation:
         main = r.p_adjusted is not None and r.p_adjusted <= settings.alpha and r.effect >= floor
         r.missing_drifted = bool(
             r.missing_p_adjusted is not None and r.missing_p_adjusted <= settings.alpha
-            and abs(r.missing_current - r.missing_reference) >= settings.missing_floor
+            and abs(r.missing_current - r.missing_reference) >= missing_floor(r, settings)
         )
         r.drifted = bool(main or r.missing_drifted)
+    if joint is not None:
+        joint.effect_floor = multivariate.effect_floor(joint.n_current, joint.n_reference, settings)
+        joint.alpha = settings.alpha
+        joint.drifted = bool(joint.p_adjusted is not None and joint.p_adjusted <= settings.alpha
+                             and joint.effect >= joint.effect_floor)
     feats = [r for r in results if r.role == "feature"]
     n_drift = sum(r.drifted for r in feats)
     share = n_drift / len(feats) if feats else 0.0
-    return Evaluation(results=results, share_drifted=share, dataset_drift=bool(feats) and share >= settings.drift_share,
-                      n_features=len(feats), n_drifted=n_drift)
+    dataset = (bool(feats) and share >= settings.drift_share) or (joint is not None and joint.drifted)
+    return Evaluation(results=results, share_drifted=share, dataset_drift=dataset, n_features=len(feats),
+                      n_drifted=n_drift, multivariate=joint)
 
 
 def effect_floor(r: Result, settings: Settings) -> float:
@@ -271,10 +296,27 @@ def effect_floor(r: Result, settings: Settings) -> float:
     return max(settings.categorical_effect_floor, noise)
 
 
-def evaluate(profile: Profile, summaries: dict[str, Summary], settings: Settings) -> Evaluation:
-    """Score every profile column that has a summary, then :func:`decide`."""
+def missing_floor(r: Result, settings: Settings) -> float:
+    """The change of the missing rate a column must reach: ``missing_floor`` or its noise level.
+
+    The noise level is ``z * sqrt(q (1 - q) (1/n + 1/m))`` with ``q`` the pooled missing rate and ``z``
+    the two-sided ``categorical_noise_p`` quantile: without it a 30% missing rate flagged about 1 in
+    200 stationary windows of a few thousand rows, the 0.02 floor being 2 standard errors there.
+    """
+    n = r.n_current / (1.0 - r.missing_current) if r.missing_current < 1.0 else 0.0
+    m = r.n_reference / (1.0 - r.missing_reference) if r.missing_reference < 1.0 else 0.0
+    if n <= 0 or m <= 0:
+        return settings.missing_floor
+    q = (r.missing_current * n + r.missing_reference * m) / (n + m)
+    z = float(special.ndtri(1.0 - settings.categorical_noise_p / 2.0))
+    return max(settings.missing_floor, z * math.sqrt(q * (1.0 - q) * (1.0 / n + 1.0 / m)))
+
+
+def evaluate(profile: Profile, summaries: dict[str, Summary], settings: Settings,
+             joint: multivariate.JointResult | None = None) -> Evaluation:
+    """Score every profile column that has a summary, then :func:`decide` (with the joint test, if given)."""
     results = [score(col, summaries[name], settings) for name, col in profile.columns.items() if name in summaries]
-    return decide(results, settings)
+    return decide(results, settings, joint)
 
 
 def compare_columns(profile: Profile, numeric: dict[str, np.ndarray], categorical: dict[str, list[Any]],
@@ -283,6 +325,8 @@ def compare_columns(profile: Profile, numeric: dict[str, np.ndarray], categorica
 
     A profile column absent from the current data is skipped; a numeric
     profile column given as categorical data (or the reverse) is converted.
+    The joint test runs when the profile has a joint model and the current
+    data has every column it reads (status ``missing_columns`` otherwise).
     """
     sums: dict[str, Summary] = {}
     for name, col in profile.columns.items():
@@ -297,5 +341,22 @@ def compare_columns(profile: Profile, numeric: dict[str, np.ndarray], categorica
                 sums[name] = summarize_categorical(col, categorical[name])
             elif name in numeric:
                 sums[name] = summarize_categorical(col, [canon(v) for v in numeric[name]])
-    return evaluate(profile, sums, settings)
+    return evaluate(profile, sums, settings, joint_of_columns(profile, numeric, categorical, settings))
+
+
+def joint_of_columns(profile: Profile, numeric: dict[str, np.ndarray], categorical: dict[str, list[Any]],
+                     settings: Settings) -> multivariate.JointResult | None:
+    """The raw joint test of current data given as columns, or None when the profile has no joint model."""
+    model = profile.multivariate
+    if model is None:
+        return None
+    cols = model.columns
+    present = [c for c in cols if c in numeric or c in categorical]
+    rows = len(numeric[present[0]]) if present and present[0] in numeric else \
+        len(categorical[present[0]]) if present else 0
+    if len(present) < len(cols):
+        return multivariate.score(model, model.errors, summarize_numeric(model.errors, np.empty(0)), settings,
+                                  status="missing_columns")
+    errors = model.errors_of(numeric, categorical, rows)
+    return multivariate.score(model, model.errors, summarize_numeric(model.errors, errors), settings)
 

@@ -3,7 +3,8 @@
 A :class:`Monitor` owns one :class:`~inferwatch_sidecar.components.drift.window.ColumnWindow`
 per reference column, rotates them together (by event count or by time), routes
 each record's features, prediction and confidence to them, counts rows and
-label results per sub-window, and scores the window with the engine. Without a
+label results per sub-window, keeps the calibrated accuracy estimate when the
+reference had labels (:mod:`.performance`), and scores the window with the engine. Without a
 configured reference it first fills a :class:`~inferwatch_sidecar.components.drift.warmup.Warmup`.
 """
 
@@ -16,7 +17,10 @@ import numpy as np
 
 from inferwatch_sidecar.components.drift import engine
 from inferwatch_sidecar.components.drift.config import DriftConfig
+from inferwatch_sidecar.components.drift.multivariate_window import JointWindow
+from inferwatch_sidecar.components.drift.performance import PerformanceWindow
 from inferwatch_sidecar.components.drift.profile import Profile, to_float
+from inferwatch_sidecar.components.drift.rolling import History
 from inferwatch_sidecar.components.drift.warmup import Warmup
 from inferwatch_sidecar.components.drift.window import ColumnWindow, state_array
 
@@ -49,6 +53,8 @@ class Monitor:
         self.columns: dict[str, ColumnWindow] = {}
         self.pred_col: str | None = None
         self.conf_col: str | None = None
+        #: the calibrated accuracy estimate, when the reference had labels
+        self.perf: PerformanceWindow | None = None
         self._rows = np.zeros(self.S, dtype=np.int64)
         self._labeled = np.zeros(self.S, dtype=np.int64)
         self._correct = np.zeros(self.S, dtype=np.int64)
@@ -59,6 +65,10 @@ class Monitor:
         #: the comparison with the model's most-used version, set by :mod:`.canary`
         self.canary: dict[str, Any] | None = None
         self._warmup: Warmup | None = None
+        #: the joint (multivariate) drift window, when the profile has a joint model
+        self.joint: JointWindow | None = None
+        #: in rolling mode, the history one period back (:mod:`.rolling`)
+        self.history: History | None = None
         if profile is not None:
             self._set_profile(profile, source)
         else:
@@ -70,6 +80,12 @@ class Monitor:
         self.columns = {n: ColumnWindow(c, self.S) for n, c in p.columns.items()}
         self.pred_col = p.prediction.name if p.prediction is not None else None
         self.conf_col = p.confidence.name if p.confidence is not None else None
+        self.perf = PerformanceWindow(p.performance, self.S) if p.performance is not None else None
+        self.joint = JointWindow(p.multivariate, self.S) if p.multivariate is not None and self.cfg.multivariate \
+            else None
+        self.history = History(self.columns, self.joint, self.cfg.rolling_period_s, self.cfg.rolling_slots,
+                              self.cfg.window_seconds) \
+            if self.cfg.reference_mode == "rolling" else None
         self._warmup = None
 
     # -- windows --------------------------------------------------------------------------------------------------
@@ -85,6 +101,8 @@ class Monitor:
         if self._slot_id < 0:
             self._slot_id = sid
         elif sid > self._slot_id:
+            if self.history is not None:
+                self.history.fold(self._slot_id * (cfg.window_seconds / self.S), self.columns, self.joint, self._slot)
             self._rotate(min(sid - self._slot_id, self.S))
             self._slot_id = sid
 
@@ -93,6 +111,10 @@ class Monitor:
             self._slot = (self._slot + 1) % self.S
             for c in self.columns.values():
                 c.rotate()
+            if self.perf is not None:
+                self.perf.rotate()
+            if self.joint is not None:
+                self.joint.rotate()
             self._rows[self._slot] = 0
             self._labeled[self._slot] = 0
             self._correct[self._slot] = 0
@@ -161,10 +183,15 @@ class Monitor:
             for name, cw in cols.items():
                 if name not in seen and name not in special:
                     cw.add_missing(n)
+            if self.joint is not None:
+                self.joint.update(num_names, mat if num_names else None, cat_names, cats)
         if self.pred_col is not None and preds:
             cols[self.pred_col].update(preds)
+        conf_arr = np.array(confs, dtype=np.float64)
         if self.conf_col is not None and confs:
-            cols[self.conf_col].update(np.array(confs, dtype=np.float64))
+            cols[self.conf_col].update(conf_arr)
+        if self.perf is not None and preds:
+            self.perf.update(preds, conf_arr)
 
     # -- labels ---------------------------------------------------------------------------------------------------
 
@@ -200,15 +227,44 @@ class Monitor:
 
     @property
     def nbytes(self) -> int:
-        return sum(c.nbytes for c in self.columns.values()) + 3 * self._rows.nbytes
+        perf = self.perf.nbytes if self.perf is not None else 0
+        extra = (self.joint.nbytes if self.joint is not None else 0) + (
+            self.history.nbytes if self.history is not None else 0)
+        return sum(c.nbytes for c in self.columns.values()) + 3 * self._rows.nbytes + perf + extra
 
     def evaluate(self, settings: engine.Settings) -> engine.Evaluation | None:
         if self.profile is None:
             return None
-        self.last = engine.decide([c.score(settings) for c in self.columns.values()], settings)
+        if self.history is not None:
+            end = (self._slot_id + 1) * (self.cfg.window_seconds / self.S)
+            self.last = self.history.evaluate(self.columns, self.joint, end - self.cfg.window_seconds, end, settings)
+        else:
+            joint = self.joint.score(settings) if self.joint is not None else None
+            self.last = engine.decide([c.score(settings) for c in self.columns.values()], settings, joint)
         return self.last
 
     # -- state ----------------------------------------------------------------------------------------------------
+
+    def _restore_joint_and_history(self, state: dict[str, Any]) -> None:
+        """Resume the joint window and the rolling history saved in ``state`` where they fit this monitor."""
+        saved = state.get("joint")
+        if self.joint is not None and saved is not None:
+            joint = JointWindow.from_state(saved)
+            if joint.model.to_json() == self.joint.model.to_json() and joint.window.slot == self._slot \
+                    and joint.window.subwindows == self.S:
+                self.joint = joint
+            else:
+                log.warning("drift: %s/%s: the saved joint window does not fit the reference; it starts over",
+                            *self.key)
+        hist = state.get("rolling")
+        if self.history is not None:
+            self.history = History(self.columns, self.joint, self.cfg.rolling_period_s, self.cfg.rolling_slots,
+                              self.cfg.window_seconds)
+            if hist is not None:
+                try:
+                    self.history.restore(hist)
+                except ValueError as e:
+                    log.warning("drift: %s/%s: %s; the rolling history starts over", self.key[0], self.key[1], e)
 
     def to_state(self) -> dict[str, Any]:
         """Plain-JSON state of a monitor whose reference is built (a warm-up in progress is not kept)."""
@@ -220,6 +276,9 @@ class Monitor:
             "correct": self._correct.tolist(), "labels": dict(self.label_counts),
             "reference_rows": self.profile.rows, "reference_created_unix": self.profile.created_unix,
             "columns": [c.to_state() for c in self.columns.values()],
+            "performance": self.perf.to_state() if self.perf is not None else None,
+            "joint": self.joint.to_state() if self.joint is not None else None,
+            "rolling": self.history.to_state() if self.history is not None else None,
         }
 
     @classmethod
@@ -248,9 +307,11 @@ class Monitor:
                 raise ReferenceChanged(f"the saved windows of {key[0]}/{key[1]} were built against another reference")
             profile = reference
         elif source == "warmup":
+            saved_joint = JointWindow.from_state(state["joint"]) if state.get("joint") is not None else None
             profile = Profile(columns={c.ref.name: c.ref for c in columns}, rows=int(state["reference_rows"]),
                               source=f"warm-up of {key[0]}/{key[1]} (checkpoint)",
-                              created_unix=float(state["reference_created_unix"]))
+                              created_unix=float(state["reference_created_unix"]),
+                              multivariate=saved_joint.model if saved_joint is not None else None)
         else:
             raise ValueError(f"unknown reference source {source!r}")
         mon = cls(key, cfg, profile, source)
@@ -262,4 +323,12 @@ class Monitor:
             raise ValueError("ring position out of range")
         mon.columns = dict(zip(names, columns, strict=True))
         mon.label_counts.update({k: int(v) for k, v in state["labels"].items() if k in mon.label_counts})
+        mon._restore_joint_and_history(state)
+        saved = state.get("performance")
+        if mon.perf is not None and saved is not None:
+            try:
+                mon.perf = PerformanceWindow.from_state(saved, mon.perf.performance)
+            except ValueError as e:
+                # The columns match but the calibration was refitted: the estimate restarts, the drift windows stay.
+                log.warning("drift: %s/%s: %s; the accuracy estimate starts over", key[0], key[1], e)
         return mon

@@ -13,6 +13,10 @@ column (input features, the prediction and the confidence):
   one trailing "other" count for everything else;
 - both: ``count`` (present values) and ``missing`` (NaN/inf/empty).
 
+A reference built with its labels also has a ``performance`` entry: its
+realized accuracy and a bounded calibration of P(correct | confidence)
+(:mod:`.performance`), for the label-free accuracy estimate.
+
 Everything is bounded by ``bins`` and ``top_k``, not by the reference size.
 Loading validates every field; a bad profile raises :class:`ProfileError`
 with a message that says what to fix.
@@ -25,9 +29,13 @@ import math
 import os
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from inferwatch_sidecar.components.drift.multivariate import JointModel
+    from inferwatch_sidecar.components.drift.performance import Performance
 
 FORMAT = "inferwatch-drift-profile"
 VERSION = 1
@@ -180,6 +188,10 @@ class Profile:
     rows: int
     source: str = ""
     created_unix: float = 0.0
+    #: the joint (multivariate) drift model of the features (:mod:`.multivariate`), if fitted
+    multivariate: JointModel | None = None
+    #: the calibration of a labelled reference (:mod:`.performance`), if it had labels
+    performance: Performance | None = None
 
     @property
     def prediction(self) -> Column | None:
@@ -197,6 +209,8 @@ class Profile:
         return {
             "format": FORMAT, "version": VERSION, "created_unix": self.created_unix, "source": self.source,
             "rows": self.rows, "columns": [c.to_json() for c in self.columns.values()],
+            "multivariate": self.multivariate.to_json() if self.multivariate is not None else None,
+            "performance": self.performance.to_json() if self.performance is not None else None,
         }
 
     def save(self, path: str) -> None:
@@ -435,8 +449,19 @@ def from_json(doc: Any, source: str = "") -> Profile:
     if conf is not None and conf.kind != "numeric":
         raise ProfileError(f"column {conf.name!r}: the confidence column must be numeric")
     rows = doc.get("rows", 0)
+    joint = None
+    if doc.get("multivariate") is not None:
+        from inferwatch_sidecar.components.drift import multivariate  # it builds on this module
+
+        joint = multivariate.from_json(doc["multivariate"], [c.name for c in cols.values() if c.role == "feature"])
+    perf = None
+    if doc.get("performance") is not None:
+        from inferwatch_sidecar.components.drift import performance  # it builds on this module
+
+        perf = performance.Performance.from_json(doc["performance"])
     return Profile(columns=cols, rows=int(rows) if isinstance(rows, (int, float)) else 0,
-                   source=source or str(doc.get("source", "")), created_unix=float(doc.get("created_unix", 0) or 0))
+                   source=source or str(doc.get("source", "")), created_unix=float(doc.get("created_unix", 0) or 0),
+                   multivariate=joint, performance=perf)
 
 
 def load(path: str) -> Profile:
@@ -461,7 +486,8 @@ def load(path: str) -> Profile:
 
 def build(numeric: dict[str, np.ndarray], categorical: dict[str, list[Any]], *, prediction: str | None = None,
           confidence: str | None = None, bins: int = DEFAULT_BINS, psi_bins: int = DEFAULT_PSI_BINS,
-          top_k: int = DEFAULT_TOP_K, source: str = "", order: list[str] | None = None) -> Profile:
+          top_k: int = DEFAULT_TOP_K, source: str = "", order: list[str] | None = None,
+          joint: bool = True) -> Profile:
     """Build a profile from column data.
 
     Args:
@@ -474,6 +500,7 @@ def build(numeric: dict[str, np.ndarray], categorical: dict[str, list[Any]], *, 
         top_k: categories kept per categorical column.
         source: where the data came from (recorded in the profile).
         order: column order in the profile (default: numeric then categorical).
+        joint: also fit the joint (multivariate) drift model of the features (:mod:`.multivariate`).
     """
     names = order or [*numeric, *categorical]
     if confidence is not None and confidence not in numeric:
@@ -491,4 +518,9 @@ def build(numeric: dict[str, np.ndarray], categorical: dict[str, list[Any]], *, 
         else:
             cols[n] = categorical_column(n, categorical[n], role, top_k)
             rows = max(rows, len(categorical[n]))
-    return Profile(columns=cols, rows=rows, source=source, created_unix=time.time())
+    mv = None
+    if joint:
+        from inferwatch_sidecar.components.drift import multivariate  # it builds on this module
+
+        mv = multivariate.fit(numeric, categorical, [n for n, c in cols.items() if c.role == "feature"], rows)
+    return Profile(columns=cols, rows=rows, source=source, created_unix=time.time(), multivariate=mv)

@@ -12,10 +12,22 @@ Two sources:
   to at most ``RECON_ROWS`` rows. The report's per-column charts and tests are
   therefore computed on binned data; the sidecar's own metrics remain the
   authoritative numbers.
+
+Evidently's per-column verdicts are not ours, and the page says so: a section
+at its top (:func:`comparison_html`) renders, for every column, our verdict and
+why (adjusted p-value against alpha, effect against the floor that applied)
+next to Evidently's (its method, score and threshold), with what differs:
+Evidently tests each column on its own at its threshold (a p-value below 0.05,
+or a distance of at least 0.1 for references above 1000 rows), with no
+correction for testing many columns and no allowance for the noise of a
+small window; we use Benjamini-Hochberg across every test of the window and a
+floor that grows as the window shrinks. So Evidently flags more columns; a
+column both flag has changed by more than noise explains.
 """
 
 from __future__ import annotations
 
+import html
 import os
 import tempfile
 import urllib.error
@@ -27,6 +39,8 @@ from typing import Any
 
 import numpy as np
 
+from inferwatch_sidecar.components.drift import engine, explain
+from inferwatch_sidecar.components.drift import profile as prof
 from inferwatch_sidecar.components.drift.dataio import DataError, read_table
 from inferwatch_sidecar.components.drift.monitor import Monitor
 from inferwatch_sidecar.components.drift.profile import CategoricalColumn, NumericColumn, to_float
@@ -52,8 +66,70 @@ def _evidently() -> tuple[Any, Any, Any]:
     return pd, Report, DataDriftPreset
 
 
-def render(reference: dict[str, Any], current: dict[str, Any], categorical: list[str]) -> bytes:
-    """Render an Evidently DataDriftPreset report of two column dicts as HTML bytes."""
+def evidently_verdicts(snapshot_dict: dict[str, Any]) -> dict[str, tuple[str, float, float, bool]]:
+    """Evidently's per-column ``(method, score, threshold, drifted)`` from a snapshot's ``dict()``.
+
+    A method named "... p_value" drifts when the score is below the threshold; a distance when it is
+    at least the threshold (Evidently's rule).
+    """
+    out = {}
+    for m in snapshot_dict.get("metrics", []):
+        cfg = m.get("config") or {}
+        if not str(cfg.get("type", "")).endswith("ValueDrift"):
+            continue
+        method, score, thr = str(cfg.get("method", "")), float(m.get("value")), float(cfg.get("threshold"))
+        out[str(cfg.get("column"))] = (method, score, thr, score < thr if "p_value" in method else score >= thr)
+    return out
+
+
+def comparison_html(ours: engine.Evaluation, theirs: dict[str, tuple[str, float, float, bool]],
+                    alpha: float) -> str:
+    """The section that puts our verdict and why next to Evidently's for every column (module docstring)."""
+    rows = []
+    for r in ours.results:
+        t = theirs.get(r.feature)
+        ev = "-" if t is None else f"{'drifted' if t[3] else 'no'}: {t[0]} {t[1]:.3g} vs {t[2]:g}"
+        rows.append(f"<tr><td>{html.escape(r.feature)}</td><td><b>{explain.verdict(r)}</b>: "
+                    f"{html.escape(explain.why(r, alpha))}</td><td>{html.escape(ev)}</td></tr>")
+    j = ours.multivariate
+    joint = "" if j is None else (
+        f"<p>Joint drift (ours only; per-column tests cannot see it): <b>{explain.verdict(j)}</b>: "
+        f"{html.escape(explain.why_joint(j))}.</p>")
+    n_theirs = sum(1 for t in theirs.values() if t[3])
+    return (
+        '<section id="inferwatch-verdicts" style="font-family:sans-serif;margin:1em;padding:1em;'
+        'border:1px solid #888">'
+        "<h2>inferwatch's verdicts next to Evidently's</h2>"
+        f"<p>inferwatch: {ours.n_drifted} of {ours.n_features} features drifted, dataset drift "
+        f"{'yes' if ours.dataset_drift else 'no'}. Evidently: {n_theirs} of {len(theirs)} columns drifted.</p>"
+        "<p>They differ by design. Evidently tests each column on its own: a p-value below 0.05 (Kolmogorov-"
+        "Smirnov, chi-square) for references of at most 1000 rows, else a distance of at least 0.1 "
+        "(normalized Wasserstein, Jensen-Shannon), with no correction for testing many columns and no "
+        "allowance for the noise of a small window. inferwatch flags a column when its Benjamini-Hochberg "
+        f"adjusted p-value across every test of the window is at most {alpha:g} <em>and</em> its effect "
+        "(W: normalized Wasserstein; PSI) reaches a floor: the larger of 0.1 and the effect's noise level at "
+        "this sample size. So Evidently flags more columns; a column both flag changed by more than noise "
+        "explains. inferwatch's numbers are the ones its metrics and alerts use.</p>"
+        f"{joint}"
+        "<table border=1 cellpadding=4 style=\"border-collapse:collapse\"><tr><th>column</th>"
+        "<th>inferwatch (p_adj vs alpha; effect vs floor)</th><th>Evidently (method score vs threshold)</th></tr>"
+        + "".join(rows) + "</table></section>"
+    )
+
+
+def _inject(page: bytes, section: str) -> bytes:
+    """Put ``section`` at the top of the page's body."""
+    i = page.find(b"<body")
+    end = page.find(b">", i) + 1 if i >= 0 else 0
+    return page[:end] + section.encode() + page[end:]
+
+
+def render(reference: dict[str, Any], current: dict[str, Any], categorical: list[str],
+           ours: engine.Evaluation | None = None, alpha: float = 0.05) -> bytes:
+    """Render an Evidently DataDriftPreset report of two column dicts as HTML bytes.
+
+    With ``ours``, our evaluation of the same data, the page starts with :func:`comparison_html`.
+    """
     pd, Report, DataDriftPreset = _evidently()
     from evidently import DataDefinition, Dataset
 
@@ -69,7 +145,10 @@ def render(reference: dict[str, Any], current: dict[str, Any], categorical: list
             out = os.path.join(d, "report.html")
             snap.save_html(out)
             with open(out, "rb") as f:
-                return f.read()
+                page = f.read()
+        if ours is not None:
+            page = _inject(page, comparison_html(ours, evidently_verdicts(snap.dict()), alpha))
+        return page
 
 
 def report_for_files(reference: str, current: str, *, categorical: list[str] | None = None,
@@ -102,7 +181,13 @@ def report_for_files(reference: str, current: str, *, categorical: list[str] | N
                 out[c] = src[idx]
         return out
 
-    return render(pick(rt), pick(ct), cats)
+    ref_cols, cur_cols = pick(rt), pick(ct)
+    # Our verdicts on exactly the rows Evidently sees.
+    p = prof.build({c: np.asarray(v, dtype=np.float64) for c, v in ref_cols.items() if c not in cats},
+                   {c: ref_cols[c] for c in cats}, order=cols)
+    ours = engine.compare_columns(p, {c: np.asarray(v, dtype=np.float64) for c, v in cur_cols.items() if c not in cats},
+                                  {c: cur_cols[c] for c in cats}, engine.Settings())
+    return render(ref_cols, cur_cols, cats, ours)
 
 
 def _reconstruct(ref: Any, counts: np.ndarray, sums: np.ndarray | None, rows: int) -> list[Any]:
@@ -140,7 +225,7 @@ def window_report(monitors: Iterable[Monitor], model: str | None, version: str |
         cur_cols[name] = _reconstruct(cw.ref, s.counts, s.sums, RECON_ROWS)
         if isinstance(cw.ref, CategoricalColumn):
             cats.append(name)
-    return render(ref_cols, cur_cols, cats)
+    return render(ref_cols, cur_cols, cats, mon.last)
 
 
 def admin_report(query: dict[str, str], window: Callable[[str | None, str | None], bytes]) -> tuple[int, str, bytes]:

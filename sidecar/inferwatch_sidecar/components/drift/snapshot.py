@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterable, Mapping
 import numpy as np
 
 from inferwatch_sidecar.aggregate.labels import LabelLimiter
-from inferwatch_sidecar.components.drift import engine
+from inferwatch_sidecar.components.drift import engine, performance
 from inferwatch_sidecar.components.drift.monitor import Monitor
 from inferwatch_sidecar.components.drift.profile import CategoricalColumn, NumericColumn
 
@@ -68,6 +68,14 @@ def build_snapshot(monitors: Iterable[Monitor], dropped: Mapping[str, int],
         if ev is not None:
             put("inferwatch_drift_dataset_drifted_ratio", mv, ev.share_drifted)
             put("inferwatch_drift_dataset_drifted", mv, float(ev.dataset_drift))
+            j = ev.multivariate
+            if j is not None:
+                put("inferwatch_drift_multivariate_drifted", mv, float(j.drifted))
+                put("inferwatch_drift_multivariate_statistic", mv, j.statistic)
+                put("inferwatch_drift_multivariate_threshold", mv, j.threshold)
+                put("inferwatch_drift_multivariate_adjusted_p_value", mv, j.p_adjusted)
+                put("inferwatch_drift_multivariate_reconstruction_error", (*mv, "current"), j.error_mean_current)
+                put("inferwatch_drift_multivariate_reconstruction_error", (*mv, "reference"), j.error_mean_reference)
             for r in ev.results:
                 fl = (*mv, lim_f.get(r.feature))
                 put("inferwatch_drift_feature_statistic", (*fl, r.test), r.statistic)
@@ -85,8 +93,12 @@ def build_snapshot(monitors: Iterable[Monitor], dropped: Mapping[str, int],
                 if r.role == "confidence":
                     put("inferwatch_drift_confidence_mean", (*mv, "current"), r.mean_current)
                     put("inferwatch_drift_confidence_mean", (*mv, "reference"), r.mean_reference)
-                    # CBPE: with calibrated confidences, E[accuracy] = E[confidence of the predicted class].
-                    put("inferwatch_drift_estimated_accuracy_ratio", mv, r.mean_current)
+                    if mon.perf is None:
+                        # Uncalibrated fallback: E[accuracy] = E[confidence] only if the model is calibrated.
+                        put("inferwatch_drift_estimated_accuracy_ratio", mv, r.mean_current)
+                        put("inferwatch_drift_estimated_accuracy_calibrated", mv, 0.0)
+        if mon.perf is not None:
+            performance.export(mon.perf, put, mv)
         if mon.pred_col is not None:
             cw = mon.columns[mon.pred_col]
             if isinstance(cw.ref, CategoricalColumn):

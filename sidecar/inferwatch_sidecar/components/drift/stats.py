@@ -275,6 +275,46 @@ def two_proportion_z(k1: float, n1: float, k2: float, n2: float) -> tuple[float,
     return float(z), float(min(1.0, 2.0 * special.ndtr(-abs(z))))
 
 
+# -- rank test -------------------------------------------------------------------------------------------------------
+
+
+def mann_whitney_binned(ref_counts: np.ndarray, cur_counts: np.ndarray) -> tuple[float, float, float]:
+    """One-sided Mann-Whitney test that the current values are larger, from counts over the same ordered bins.
+
+    Values in one bin are ties and get mid-ranks, so the result equals
+    ``scipy.stats.mannwhitneyu(cur, ref, alternative="greater", method="asymptotic", use_continuity=True)``
+    on samples whose distinct values are the bins (pinned by a test).
+
+    Returns:
+        ``(auc, z, p_value)``: ``auc = U / (n m)``, the probability that a current value exceeds a reference
+        value (ties count one half; 0.5 under no change), the tie-corrected z of U and its upper-tail
+        p-value. ``(0.5, 0, 1)`` when either side is empty or every value is in one bin.
+    """
+    r = np.asarray(ref_counts, dtype=np.float64)
+    c = np.asarray(cur_counts, dtype=np.float64)
+    m, n = float(r.sum()), float(c.sum())
+    if n <= 0 or m <= 0:
+        return 0.5, 0.0, 1.0
+    below = np.concatenate([[0.0], np.cumsum(r)[:-1]])
+    u = float(np.dot(c, below + 0.5 * r))
+    t = r + c
+    big = n + m
+    tie = float(np.sum(t ** 3 - t)) / (big * (big - 1.0))
+    var = n * m / 12.0 * ((big + 1.0) - tie)
+    if var <= 0.0:
+        return 0.5, 0.0, 1.0
+    # Continuity correction toward the mean, as scipy's use_continuity=True.
+    z = (u - n * m / 2.0 - 0.5) / math.sqrt(var)
+    return u / (n * m), z, float(special.ndtr(-z))
+
+
+def auc_noise(n: float, m: float) -> float:
+    """Standard deviation of the Mann-Whitney AUC between two samples of one continuous distribution."""
+    if n <= 0 or m <= 0:
+        return math.inf
+    return math.sqrt((n + m + 1.0) / (12.0 * n * m))
+
+
 # -- multiple testing -------------------------------------------------------------------------------------------------
 
 

@@ -102,4 +102,5 @@ class Warmup:
             numeric[CONF] = conf
         order = [*self._num, *self._cat, *[n for n in (PRED, CONF) if n in numeric or n in categorical]]
         return prof.build(numeric, categorical, prediction=pred_name, confidence=conf_name, bins=cfg.bins,
-                          top_k=cfg.top_k, source=f"warm-up of {self.key[0]}/{self.key[1]}", order=order)
+                          top_k=cfg.top_k, source=f"warm-up of {self.key[0]}/{self.key[1]}", order=order,
+                          joint=cfg.multivariate)

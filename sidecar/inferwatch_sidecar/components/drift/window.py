@@ -171,6 +171,16 @@ class ColumnWindow:
         return _read_only(self._counts)
 
     @property
+    def sums(self) -> np.ndarray | None:
+        """Sums of the values per sub-window and reference bin (numeric columns; None otherwise)."""
+        return _read_only(self._sums) if self._sums is not None else None
+
+    @property
+    def missing(self) -> np.ndarray:
+        """Missing values per sub-window."""
+        return _read_only(self._missing)
+
+    @property
     def slot(self) -> int:
         """Position of the current sub-window in the ring."""
         return self._slot
