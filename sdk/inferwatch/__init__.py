@@ -33,7 +33,7 @@ from inferwatch._core import (
 )
 from inferwatch._env import DEFAULT_SOCKET
 from inferwatch._version import __version__
-from inferwatch._wire import WireError
+from inferwatch.wire import WireError
 
 if TYPE_CHECKING:
     from inferwatch._asgi import InferwatchMiddleware, instrument_fastapi

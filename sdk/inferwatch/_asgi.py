@@ -15,7 +15,7 @@ from typing import Any
 
 from inferwatch import _core
 from inferwatch._core import _NO_STAGE, _req_set, check_stage_name, request
-from inferwatch._wire import OUTCOME_ERROR, OUTCOME_OK
+from inferwatch.wire import OUTCOME_ERROR, OUTCOME_OK
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]

@@ -21,12 +21,14 @@ the variable, because configuration is where we are strict.
 | ``INFERWATCH_TORCH_PROBE_INTERVAL_S`` | ``10`` | seconds between allocator samples |
 
 The sidecar imports :data:`DEFAULT_SOCKET` so both sides agree on the default
-address.
+address, and :func:`socket_dir_problem` so both sides judge a socket's
+directory by the same rules.
 """
 
 from __future__ import annotations
 
 import os
+import stat
 from collections.abc import Mapping
 from typing import NamedTuple
 
@@ -36,6 +38,7 @@ __all__ = [
     "ENV_VARS",
     "Address",
     "parse_address",
+    "socket_dir_problem",
     "env_bool",
     "env_float",
     "env_int",
@@ -120,6 +123,75 @@ def parse_address(value: str, source: str = "sidecar") -> Address:
             host = host[1:-1]
         return Address("udp", (host, port))
     raise ValueError(hint)
+
+
+def _owner(uid: int) -> str:
+    try:
+        import pwd
+
+        return f"uid {uid} ({pwd.getpwuid(uid).pw_name})"
+    except (ImportError, KeyError):
+        return f"uid {uid}"
+
+
+def _others_can_write(st: os.stat_result) -> bool:
+    return bool(st.st_mode & (stat.S_IWGRP | stat.S_IWOTH))
+
+
+def socket_dir_problem(directory: str, *, shared: bool = False, uid: int | None = None) -> str | None:
+    """Why another user could replace a socket in ``directory``, or None when none could.
+
+    The rules are OpenSSH's ``StrictModes`` for every directory from
+    ``directory`` (symlinks resolved) up to ``/``:
+
+    - no directory may be writable by group or others unless it has the sticky
+      bit (as ``/tmp`` has: then nobody removes or renames what is not theirs).
+      ``shared=True`` waives this for ``directory`` itself: a Kubernetes emptyDir
+      is world-writable, and only the pod's containers can reach it;
+    - each directory belongs to root or to ``uid``, or else sits in a parent
+      that only its owner can write (root made it for that user, as systemd's
+      ``RuntimeDirectory=`` or a home directory). A directory of another user
+      inside ``/tmp`` is refused: whoever created it first owns the socket.
+
+    A directory that does not exist yet is no problem (nothing can be sent
+    there); its creator is checked once it exists.
+
+    Args:
+        directory: the directory the socket is (or will be) bound in.
+        shared: accept a group- or world-writable ``directory`` (see above).
+        uid: the trusted user besides root (default: this process's effective uid).
+
+    Returns:
+        One sentence naming the directory and what is wrong with it, or None.
+    """
+    me = os.geteuid() if uid is None else uid
+    try:
+        path = os.path.realpath(directory)
+        st = os.stat(path)
+    except OSError:
+        return None
+    if not stat.S_ISDIR(st.st_mode):
+        return f"{path} is not a directory"
+    leaf = True
+    while True:
+        parent = os.path.dirname(path)
+        try:
+            pst = os.stat(parent) if parent != path else None
+        except OSError as e:
+            return f"cannot check {parent}: {e.strerror}"
+        if _others_can_write(st) and not st.st_mode & stat.S_ISVTX and not (leaf and shared):
+            return (
+                f"{path} can be written by group or others without the sticky bit (mode {stat.S_IMODE(st.st_mode):04o}),"
+                " so another user could replace the socket"
+            )
+        if st.st_uid not in (0, me) and (pst is None or _others_can_write(pst)):
+            return (
+                f"{path} belongs to {_owner(st.st_uid)}, not to this user ({_owner(me)}) or root, in a directory other"
+                " users can write: whoever created it first controls the socket"
+            )
+        if pst is None:
+            return None
+        path, st, leaf = parent, pst, False
 
 
 def env_str(name: str, env: Mapping[str, str] | None = None) -> str | None:

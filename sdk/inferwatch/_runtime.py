@@ -3,7 +3,7 @@
 The hot path (``_core``) only appends event tuples to ``Runtime.buf``. The
 sender thread wakes every flush interval (50 ms by default, or early when the
 buffer passes its high-water mark), drains the buffer, encodes the events into
-frames with ``_wire.Encoder`` and sends each frame as one non-blocking
+frames with ``inferwatch.wire.Encoder`` and sends each frame as one non-blocking
 datagram. It shares the GIL with the serving code, so it wakes rarely and
 encodes big batches (each encode call has a fixed cost, each wake-up a thread
 switch), and it encodes a large batch in chunks, letting the GIL go between
@@ -34,10 +34,11 @@ from inferwatch._env import (
     env_int,
     env_str,
     parse_address,
+    socket_dir_problem,
 )
 from inferwatch._torch import AllocatorProbe, StatsSource
 from inferwatch._version import __version__
-from inferwatch._wire import EV_DROPS, EV_HELLO, Encoder
+from inferwatch.wire import EV_DROPS, EV_HELLO, Encoder
 
 logger = logging.getLogger("inferwatch")
 
@@ -140,7 +141,7 @@ class Runtime:
 
     __slots__ = (
         "settings", "ctx", "clock", "offset", "buf", "cap", "high_water", "wake", "buffer_full",
-        "internal_errors", "tracer", "sender",
+        "internal_errors", "bad_names", "tracer", "sender",
     )
 
     def __init__(self, settings: Settings, tracer: Any) -> None:
@@ -156,6 +157,8 @@ class Runtime:
         self.wake = threading.Event()
         self.buffer_full = 0
         self.internal_errors = 0
+        #: ``with stage(name)`` blocks entered with a bad name (reported as ``bad_name`` drops).
+        self.bad_names = 0
         self.tracer = tracer
         self.sender = Sender(self)
 
@@ -184,10 +187,13 @@ class Sender:
         self.stopping = threading.Event()
         self.log = _RateLimitedLog()
         #: Cumulative counts of events lost on the way out, by reason.
-        self.counts = {"socket_absent": 0, "send_failed": 0}
+        self.counts = {"socket_absent": 0, "send_failed": 0, "socket_untrusted": 0}
         self.sent_frames = 0
         self.sent_events = 0
         self.healthy = False
+        #: Set by the first events: until then the process sends nothing, not even HELLO, so a
+        #: process that configures and never records (a ``gunicorn --preload`` master) is no producer.
+        self.active = False
         self.need_hello = True
         self.recheck = False
         self.last_drops: dict[str, int] = {}
@@ -222,9 +228,13 @@ class Sender:
             self.lock.release()
         return True
 
+    def delivered(self) -> bool:
+        """True when everything this process produced has gone out (vacuously, before its first event)."""
+        return self.healthy or not self.active
+
     def drops(self) -> dict[str, int]:
         """Cumulative drop counts by reason: buffer, transport and encoder."""
-        d = {"buffer_full": self.rt.buffer_full, **self.counts}
+        d = {"buffer_full": self.rt.buffer_full, "bad_name": self.rt.bad_names, **self.counts}
         for k, v in self.encoder.drops.items():
             d[k] = d.get(k, 0) + v
         return {k: v for k, v in d.items() if v}
@@ -243,10 +253,14 @@ class Sender:
             events.extend(samples)
             if probe.last_error:
                 self.log.warn("probe", "inferwatch: torch allocator probe failed: %s", probe.last_error)
+        drops = self.drops()
+        if events or drops:
+            self.active = True
+        elif not self.active:
+            return
         # After a failed send, HELLO rides with the next events; with no traffic the
         # sidecar is probed again once the (shortened) hello interval has passed.
         hello_due = now >= self.next_hello or (self.need_hello and bool(events))
-        drops = self.drops()
         drops_changed = drops != self.last_drops
         if not events and not hello_due and not (drops_changed and self.healthy):
             return
@@ -299,6 +313,19 @@ class Sender:
             return False
         unix = self.address.kind == "unix"
         target = self.address.target
+        if unix and not self.healthy:
+            # Until a send succeeds (again), check that no other user can have put the socket there.
+            # Once healthy the directory cannot change hands, so the send path pays nothing.
+            assert isinstance(target, str)
+            problem = socket_dir_problem(os.path.dirname(target), shared=True)
+            if problem is not None:
+                self.counts["socket_untrusted"] += sum(n for _, n in frames)
+                self._failed(
+                    "untrusted", "inferwatch: not sending to %s: %s. Send to a socket in a directory only root or "
+                    "the sidecar's user can write (INFERWATCH_SIDECAR; docs/sdk.md, \"Where events go\")",
+                    self.address, problem,
+                )
+                return False
         ok = True
         for i, (frame, n) in enumerate(frames):
             try:
@@ -535,7 +562,7 @@ def flush(timeout: float = 2.0) -> bool:
         return False
     # Encoding may have found bad values: a second pass reports those drop counts now.
     s.cycle(timeout=timeout)
-    return not rt.buf and s.healthy
+    return not rt.buf and s.delivered()
 
 
 def shutdown(timeout: float = 2.0) -> bool:
@@ -560,7 +587,7 @@ def shutdown(timeout: float = 2.0) -> bool:
     ok = False
     if s.cycle(timeout=timeout):
         s.cycle(timeout=timeout)  # the drop counts the last encode found
-        ok = not rt.buf and s.healthy
+        ok = not rt.buf and s.delivered()
     s.close()
     return ok
 

@@ -14,7 +14,7 @@ import pytest
 
 import inferwatch
 from inferwatch import _core
-from inferwatch._wire import Decoder, Frame
+from inferwatch.wire import Decoder, Frame
 
 
 class FakeClock:

@@ -11,7 +11,7 @@ import pytest
 
 import inferwatch
 from inferwatch import _core, _env
-from inferwatch._wire import EV_BATCH, EV_QUEUE, EV_RECORD, EV_REQUEST, EV_STAGE
+from inferwatch.wire import EV_BATCH, EV_QUEUE, EV_RECORD, EV_REQUEST, EV_STAGE
 from tests.sdk.conftest import FakeClock, Receiver, buffered
 
 
@@ -180,13 +180,13 @@ def test_every_environment_variable_is_documented_in_env_module() -> None:
 @pytest.mark.parametrize("bad", ["", "has space", "1starts_with_digit", "x" * 65, "semi;colon", "é"])
 def test_bad_stage_name_raises_at_definition(bad: str) -> None:
     with pytest.raises(ValueError, match="invalid stage name"):
-        inferwatch.stage(bad)
+        inferwatch.stage(bad)(lambda: None)
 
 
 @pytest.mark.parametrize("bad", [None, 3, b"bytes", ["x"]])
 def test_non_string_stage_name_raises_type_error(bad: object) -> None:
     with pytest.raises(TypeError, match="stage name must be a str"):
-        inferwatch.stage(bad)  # type: ignore[arg-type]
+        inferwatch.stage(bad)(lambda: None)  # type: ignore[arg-type]
 
 
 def test_stage_decorating_a_non_callable_raises() -> None:

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 import inferwatch
-from inferwatch._wire import EV_RECORD
+from inferwatch.wire import EV_RECORD
 from tests.sdk.conftest import Receiver
 
 

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 import inferwatch
-from inferwatch._wire import EV_RECORD, EV_REQUEST, OUTCOME_CANCELLED, OUTCOME_ERROR, OUTCOME_OK
+from inferwatch.wire import EV_RECORD, EV_REQUEST, OUTCOME_CANCELLED, OUTCOME_ERROR, OUTCOME_OK
 from tests.sdk.conftest import FakeClock, Receiver, buffered
 
 

@@ -19,7 +19,7 @@ pytest.importorskip("fastapi")
 httpx = pytest.importorskip("httpx")
 
 import inferwatch  # noqa: E402
-from inferwatch._wire import EV_RECORD, EV_REQUEST  # noqa: E402
+from inferwatch.wire import EV_RECORD, EV_REQUEST  # noqa: E402
 from tests.conftest import free_port  # noqa: E402
 from tests.sdk.conftest import Receiver, wait_for  # noqa: E402
 

@@ -18,7 +18,7 @@ uvicorn = pytest.importorskip("uvicorn")
 import inferwatch  # noqa: E402
 from inferwatch import _core  # noqa: E402
 from inferwatch._asgi import request_id_from_headers  # noqa: E402
-from inferwatch._wire import EV_REQUEST, EV_STAGE, OUTCOME_ERROR, OUTCOME_OK  # noqa: E402
+from inferwatch.wire import EV_REQUEST, EV_STAGE, OUTCOME_ERROR, OUTCOME_OK  # noqa: E402
 from tests.conftest import free_port  # noqa: E402
 from tests.sdk.conftest import Receiver, buffered, wait_for  # noqa: E402
 

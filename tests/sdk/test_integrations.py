@@ -11,7 +11,7 @@ import pytest
 
 import inferwatch
 from inferwatch._torch import AllocatorProbe, expandable_segments_from_env
-from inferwatch._wire import EV_ALLOC
+from inferwatch.wire import EV_ALLOC
 from tests.sdk.conftest import Receiver, buffered
 
 # -- OpenTelemetry --------------------------------------------------------------------------

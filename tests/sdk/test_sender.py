@@ -9,7 +9,7 @@ from typing import Any
 
 import inferwatch
 from inferwatch import _core
-from inferwatch._wire import EV_DROPS, EV_HELLO, EV_RECORD, EV_REQUEST, Decoder
+from inferwatch.wire import EV_DROPS, EV_HELLO, EV_RECORD, EV_REQUEST, Decoder
 from tests.sdk.conftest import Receiver, wait_for
 
 

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 import inferwatch
-from inferwatch._wire import EV_REQUEST, EV_STAGE
+from inferwatch.wire import EV_REQUEST, EV_STAGE
 from tests.sdk.conftest import FakeClock, Receiver, buffered
 
 MS = 1_000_000

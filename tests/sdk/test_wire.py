@@ -12,7 +12,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from inferwatch._wire import (
+from inferwatch.wire import (
     EV_ALLOC,
     EV_BATCH,
     EV_DROPS,
@@ -155,7 +155,7 @@ def test_number_types_classify_the_same_on_the_fast_and_slow_feature_paths(
     slow = numeric(slow_enc, Decoder())
     fast_enc, fast_dec = Encoder(1, 2), Decoder()
     roundtrip([(EV_RECORD, CTX, 1, "r", None, None, None, {"a": 0.5, "b": 0.5})], fast_enc, fast_dec)
-    assert tuple(values) in fast_enc._fast  # the key set is known: the next record tries the fast path
+    assert tuple(values) in fast_enc._feature_keys  # the key set is known: the next record tries the fast path
     fast = numeric(fast_enc, fast_dec)
     for got, enc in ((slow, slow_enc), (fast, fast_enc)):
         assert got.keys() == expected.keys()

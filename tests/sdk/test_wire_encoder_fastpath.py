@@ -1,4 +1,4 @@
-"""The encoder's REQUEST fast path writes exactly the bytes of its general path."""
+"""The encoder's fast paths (generated encoders, runs) write exactly the bytes of its general path."""
 
 from __future__ import annotations
 
@@ -8,17 +8,17 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from inferwatch import _wire
-from inferwatch._wire import EV_BATCH, EV_REQUEST, EV_STAGE, MAX_FRAME, Decoder, Encoder
+from inferwatch.wire import EV_BATCH, EV_REQUEST, EV_STAGE, FAST_PATHS, MAX_FRAME, Decoder, Encoder, _codegen
 
 NOW = 1_700_000_000_123_456_789
 
 
 def _pair(**kw: Any) -> tuple[Encoder, Encoder]:
-    """A fast-path encoder and a general-path one with the same identity and clock."""
+    """A fast-path encoder and a general-path one (every fast path off) with the same identity and clock."""
     fast = Encoder(1234, 0xABCDEF, clock=lambda: NOW, **kw)
     slow = Encoder(1234, 0xABCDEF, clock=lambda: NOW, **kw)
-    slow._fast_request = False
+    for name in FAST_PATHS:
+        setattr(slow, f"_fast_{name}", False)
     return fast, slow
 
 
@@ -111,14 +111,15 @@ def _req(i: int, rid: str, stages: list[tuple[Any, ...]] | None = None) -> tuple
     return (EV_REQUEST, CTX, NOW + i, 50_000 + i, 0, None, rid, b"\x01" * 16, stages)
 
 
-def test_plain_requests_never_reach_the_general_stage_packer(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The fast path really runs: with the general stage packer broken, plain requests still encode."""
+def test_plain_requests_never_reach_the_general_path(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The fast path really runs: with the general path and stage packer broken, plain requests still encode."""
     events = [_req(i, f"r{i}") for i in range(50)]
     want = _pair()[1].encode_counted(events)
 
-    def broken(self: Encoder, fb: Any, stages: Any) -> list[bytes]:
+    def broken(*args: Any) -> Any:
         raise AssertionError("general path used")
 
+    monkeypatch.setattr(Encoder, "_general", broken)
     monkeypatch.setattr(Encoder, "_stages", broken)
     fast = Encoder(1234, 0xABCDEF, clock=lambda: NOW)
     assert fast.encode_counted(events) == want
@@ -237,7 +238,8 @@ def test_packer_cache_stays_bounded() -> None:
         for n in (0, 1, 3):
             ev = (EV_REQUEST, CTX, NOW, 1, 0, None, "r" * lr, None, [("a", 1, None)] * n)
             assert fast.encode([ev]) == slow.encode([ev])
-    assert len(_wire._FAST_REQUEST) <= 4096
+    assert len(_codegen._ENCODERS) <= 16 + _codegen.MAX_FAST_STAGES
+    assert all(len(fn.__globals__["cache"]) <= 4096 for fn in _codegen._ENCODERS.values())
 
 
 def test_malformed_contexts_and_events_fail_the_same_way() -> None:

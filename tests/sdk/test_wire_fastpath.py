@@ -8,7 +8,7 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from inferwatch._wire import EV_BATCH, EV_RECORD, EV_REQUEST, EV_STAGE, Decoder, Encoder, WireError
+from inferwatch.wire import EV_BATCH, EV_RECORD, EV_REQUEST, EV_STAGE, Decoder, Encoder, WireError
 
 CTX = ("svc", "model", "v1")
 
