@@ -42,7 +42,7 @@ def timeit(fn: Callable[[], Any], reps: int) -> list[float]:
 
 
 def state_bytes(features: int) -> dict[str, Any]:
-    from inferwatch._wire import EV_RECORD, Schema
+    from inferwatch.wire import EV_RECORD, Schema
     from inferwatch_sidecar.components.base import ComponentContext
     from inferwatch_sidecar.components.drift import profile as prof
     from inferwatch_sidecar.components.drift.component import DriftComponent

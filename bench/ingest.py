@@ -118,7 +118,7 @@ class StagingComponent:
     def __init__(self) -> None:
         import threading
 
-        from inferwatch._wire import EV_RECORD
+        from inferwatch.wire import EV_RECORD
 
         self.record_types = frozenset({EV_RECORD})
         self.lock = threading.Lock()
@@ -135,7 +135,7 @@ def in_process(repeats: int, n_req: int, baseline: str | None) -> dict[str, floa
 
     from prometheus_client import CollectorRegistry, Counter, Histogram
 
-    from inferwatch._wire import EV_RECORD, EV_REQUEST, Decoder, Encoder
+    from inferwatch.wire import EV_RECORD, EV_REQUEST, Decoder, Encoder
     from inferwatch_sidecar.components.base import ComponentContext
     from inferwatch_sidecar.metrics import core as core_metrics
 
@@ -384,7 +384,7 @@ def main() -> int:
             line += (f"{b:14.2f} " if unit == "us" else f"{b:14,.0f} ") + f"{ratio:8.2f}x"
         print(line + ("  us/event" if unit == "us" else "  events/s per core"))
 
-    row("decode (inferwatch._wire.Decoder)", "decode_us_per_event", "us", False)
+    row("decode (inferwatch.wire.Decoder)", "decode_us_per_event", "us", False)
     row("aggregate, inferwatch arrays", "aggregate_us_per_event", "us", False)
     row("aggregate, prometheus_client observe", "prometheus_client_us_per_event", "us", False)
     row("pipeline: decode, account, aggregate", "pipeline_ev_per_s", "ev", True)

@@ -29,8 +29,10 @@ from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, f
 
 # The SDK defines the default socket, so both sides agree on it.
 from inferwatch._env import DEFAULT_SOCKET
+from inferwatch_sidecar.components.canary.config import CanaryConfig
 from inferwatch_sidecar.components.drift.config import DriftConfig
 from inferwatch_sidecar.components.gpu.config import GpuConfig
+from inferwatch_sidecar.components.tail.config import TailConfig
 
 ENV_PREFIX = "INFERWATCH_"
 
@@ -232,6 +234,8 @@ class SidecarConfig(_Section):
     shutdown_timeout_s: float = Field(10.0, gt=0, le=300, description="Longest a graceful shutdown may take.")
     gpu: GpuConfig = Field(default_factory=GpuConfig)
     drift: DriftConfig = Field(default_factory=DriftConfig)
+    tail: TailConfig = Field(default_factory=TailConfig)
+    canary: CanaryConfig = Field(default_factory=CanaryConfig)
 
 
 # ---------------------------------------------------------------------------
@@ -396,7 +400,7 @@ def load_config(
         raise ConfigError(_format_errors(e, sources)) from None
 
 
-def reference_yaml(skip: tuple[str, ...] = ("gpu", "drift")) -> str:
+def reference_yaml(skip: tuple[str, ...] = ("gpu", "drift", "tail", "canary")) -> str:
     """Every field with its default and description, as commented YAML (docs/config.md).
 
     Args:

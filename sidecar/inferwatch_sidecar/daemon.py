@@ -29,6 +29,7 @@ import socket
 import sys
 import threading
 import time
+import urllib.parse
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from types import FrameType
@@ -40,7 +41,7 @@ from prometheus_client.process_collector import ProcessCollector
 
 from inferwatch_sidecar import __version__
 from inferwatch_sidecar.aggregate.aggregator import METRICS as AGGREGATOR_METRICS
-from inferwatch_sidecar.aggregate.aggregator import Aggregator
+from inferwatch_sidecar.aggregate.aggregator import Aggregator, LatencyStatus
 from inferwatch_sidecar.aggregate.labels import LabelLimiter
 from inferwatch_sidecar.components.base import Component, ComponentContext
 from inferwatch_sidecar.config import SidecarConfig
@@ -68,7 +69,33 @@ _FORCED_GRACE_S = 0.5
 COMPONENTS = (
     ("gpu", "inferwatch_sidecar.components.gpu.component"),
     ("drift", "inferwatch_sidecar.components.drift.component"),
+    ("tail", "inferwatch_sidecar.components.tail.component"),
+    ("canary", "inferwatch_sidecar.components.canary.component"),
 )
+
+
+def _without_credentials(fields: dict[str, Any], url: str) -> dict[str, Any]:
+    """``fields`` with ``url``'s user info, query and fragment taken out of every string (/v1/status needs no token).
+
+    The OTLP endpoint may carry a credential in them, and an error message may quote the URL.
+    """
+    parts = urllib.parse.urlsplit(url)
+    host = parts.hostname or ""
+    netloc = f"[{host}]" if ":" in host else host
+    if parts.port is not None:
+        netloc += f":{parts.port}"
+    public = urllib.parse.urlunsplit((parts.scheme, netloc, parts.path, "", ""))
+    secret = [(url, public), (parts.netloc, netloc)]
+    secret += [(sep + part, "") for sep, part in (("?", parts.query), ("#", parts.fragment)) if part]
+
+    def clean(v: Any) -> Any:
+        if not isinstance(v, str):
+            return v
+        for raw, shown in secret:
+            v = v.replace(raw, shown)
+        return v
+
+    return {k: clean(v) for k, v in fields.items()}
 
 
 class StartupError(Exception):
@@ -118,6 +145,7 @@ class Sidecar:
         for label, budget in cfg.labels.max_values.items():
             self.ctx.limiters[label] = LabelLimiter(label, budget, cfg.labels.max_length)
         self.aggregator = Aggregator(self.ctx, frozenset(cfg.ingest.queue_stages), cfg.labels.max_label_sets)
+        self.latency = LatencyStatus(self.aggregator)
         self.pipeline = Pipeline(
             self.aggregator, max_producers=cfg.ingest.max_producers, max_schemas=cfg.ingest.max_schemas, clock=clock
         )
@@ -193,6 +221,12 @@ class Sidecar:
             types = frozenset(getattr(comp, "record_types", frozenset()))
             if types:
                 self.pipeline.dispatch.append((name, types, comp.handle))
+        # A component that reads another's results (the canary judge reads the drift estimates) gets the others.
+        peers = {s.name: s.component for s in self.slots if s.component is not None}
+        for s in self.slots:
+            connect = getattr(s.component, "connect", None)
+            if connect is not None:
+                connect(peers)
 
     def admin_route(self, component: str, path: str) -> AdminHandler | None:
         """The running component's admin handler for ``path``, or None; what it raises is counted, then re-raised."""
@@ -251,6 +285,8 @@ class Sidecar:
                 otlp.update(self.otlp.status())
             except Exception as e:
                 otlp["status_error"] = str(e)
+            if isinstance(otlp.get("endpoint"), str):
+                otlp = _without_credentials(otlp, otlp["endpoint"])
         return {
             "service": "inferwatch-sidecar",
             "version": __version__,
@@ -266,6 +302,7 @@ class Sidecar:
                 "rcvbuf_bytes": dict(self.ingest.rcvbuf_effective) if self.ingest else {},
             },
             "ingest": {**totals, "rates": self._rate_summary()},
+            "latency": self.latency.status(),
             "producers": self.pipeline.producers_status(now, self.cfg.ingest.producer_timeout_s),
             "labels": {
                 name: {"values": len(lim), "budget": lim.max_values, "overflowed": lim.overflowed}
@@ -352,10 +389,26 @@ class Sidecar:
         self._sample_rates()
         self.ready = True
         log.info(
-            "inferwatch sidecar %s ready: socket=%s udp=%s http=%s:%d components=%s",
-            __version__, cfg.ingest.socket or "-", self.ingest.udp_port or "-", cfg.http.host, self.http.port,
+            "inferwatch sidecar %s ready: %s; components %s", __version__,
+            ", ".join(f"{what} {url}" for what, url in self.urls()),
             ",".join(f"{s.name}:{s.state}" for s in self.slots) or "-",
         )
+
+    def urls(self) -> list[tuple[str, str]]:
+        """What the started sidecar serves, as (what, URL), with the ports it really bound (0 picks one)."""
+        assert self.http is not None and self.ingest is not None
+        host = self.cfg.http.host
+        base = f"http://{f'[{host}]' if ':' in host else host}:{self.http.port}"
+        out = [("metrics", base + "/metrics"), ("status page", base + "/"), ("status JSON", base + "/v1/status")]
+        if self.cfg.ingest.socket:
+            out.append(("events", "unix://" + os.path.abspath(self.cfg.ingest.socket)))
+        if self.ingest.udp_port:
+            udp = self.cfg.ingest.udp_host
+            out.append(("events", f"udp://{f'[{udp}]' if ':' in udp else udp}:{self.ingest.udp_port}"))
+        out.append(("JSON events", base + "/v1/events"))
+        if self.cfg.traces.enabled:
+            out.append(("OTLP traces", base + "/v1/traces"))
+        return out
 
     def _routes(self) -> dict[str, Route]:
         """The HTTP route table, wired to this daemon through narrow callables only."""
@@ -420,6 +473,7 @@ class Sidecar:
     def tick(self) -> None:
         """Periodic housekeeping from the main loop."""
         self._sample_rates()
+        self.latency.sample()
         self.traces.expire()
         if self.ingest is not None and not self.ingest.is_alive() and not self.should_exit.is_set():
             log.error("the ingest thread stopped unexpectedly; shutting down so the supervisor restarts us")

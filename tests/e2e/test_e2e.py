@@ -190,6 +190,8 @@ def _check_panels(prom: PrometheusServer) -> tuple[set[tuple[str, str]], dict[tu
 
     panels: dict[tuple[str, str], list[str]] = {}
     for q in dash.panel_queries():
+        if q.dashboard in dash.DASHBOARD_NEEDS:  # the engines' own metrics: no Triton or vLLM in this scenario
+            continue
         panels.setdefault((q.dashboard, q.panel), []).append(dash.substitute(q.expr, rate_interval="10s", range_="1m"))
     pending = {k: v for k, v in panels.items() if k not in EMPTY_WHEN_HEALTHY}
     # Rates need two samples in their window, so a panel may need a few more scrapes: poll with a deadline.

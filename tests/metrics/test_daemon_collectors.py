@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from inferwatch._wire import EV_REQUEST
+from inferwatch.wire import EV_REQUEST
 from inferwatch_sidecar.config import load_config
 from inferwatch_sidecar.daemon import COMPONENT_METRICS, CORE_METRICS, Sidecar
 from inferwatch_sidecar.metrics import core, drift, gpu

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 from prometheus_client.metrics_core import GaugeMetricFamily
 
-from inferwatch._wire import EV_RECORD, EV_REQUEST, Encoder
+from inferwatch.wire import EV_RECORD, EV_REQUEST, Encoder
 from inferwatch_sidecar.config import load_config
 from inferwatch_sidecar.daemon import HANDLED_SIGNALS, ComponentSlot, Sidecar
 from tests.sidecar.conftest import parse_metrics, sample, total, wait_until

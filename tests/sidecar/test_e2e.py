@@ -179,7 +179,7 @@ def test_promtool_check_metrics_on_live_scrape(sidecar_factory: Any, promtool: s
     # The SDK's UDP transport, bound to loopback.
     import socket as so
 
-    from inferwatch._wire import EV_REQUEST, Encoder
+    from inferwatch.wire import EV_REQUEST, Encoder
 
     udp = sc.status()["listen"]["udp"]
     assert udp.startswith("127.0.0.1:")
@@ -280,7 +280,7 @@ def test_decoder_fuzz_through_live_socket_accounts_for_every_frame(sidecar_facto
     import random
     import socket as so
 
-    from inferwatch._wire import EV_RECORD, EV_REQUEST, Encoder
+    from inferwatch.wire import EV_RECORD, EV_REQUEST, Encoder
 
     sc = sidecar_factory()
     rng = random.Random(1234)

@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 
 import inferwatch
-from inferwatch._wire import EV_BATCH, EV_HELLO
+from inferwatch.wire import EV_BATCH, EV_HELLO
 from tests.conftest import IN_CI, free_port
 from tests.sdk.conftest import Receiver
 from tests.sidecar.conftest import REPO, parse_metrics, sample, wait_until

@@ -22,7 +22,7 @@ import pytest
 
 import inferwatch
 from inferwatch._env import socket_dir_problem
-from inferwatch._wire import EV_DROPS
+from inferwatch.wire import EV_DROPS
 from inferwatch_sidecar.ingest.sockets import IngestError, check_socket_path, open_unix_socket
 from tests.sdk.conftest import Receiver
 from tests.sidecar.conftest import REPO

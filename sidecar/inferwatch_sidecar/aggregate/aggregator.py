@@ -19,15 +19,17 @@ from __future__ import annotations
 import math
 import sys
 import threading
+import time
 from bisect import bisect_left
-from collections.abc import Iterator
+from collections import deque
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from prometheus_client.metrics_core import HistogramMetricFamily
 from prometheus_client.metrics_core import Metric as PromMetric
 from prometheus_client.samples import Exemplar
 
-from inferwatch._wire import (
+from inferwatch.wire import (
     DROP_REASONS,
     EV_BATCH,
     EV_DROPS,
@@ -286,7 +288,7 @@ class Aggregator:
         """Aggregate a list of event tuples. Call with :attr:`lock` held.
 
         Args:
-            records: decoded event tuples (``inferwatch._wire`` layouts).
+            records: decoded event tuples (``inferwatch.wire`` layouts).
             counts: per-event-type counters (indexed by ``EV_*``), incremented here.
             producer: the sender's ``Producer`` entry (HELLO and DROPS update it), or None.
             record_sink: when given, every RECORD event is also appended to it (the pipeline
@@ -524,6 +526,132 @@ def _add_hist(fam: HistogramMetricFamily, labels: list[str], snap: Any, les: lis
         e = _exemplar(exs[i]) if exs and exs[i] is not None else None
         buckets.append((les[i], acc, e) if e is not None else (les[i], acc))
     fam.add_metric(labels, buckets, total)
+
+
+def histogram_quantile(q: float, bounds: tuple[float, ...], counts: list[int]) -> float | None:
+    """Prometheus's ``histogram_quantile`` over per-bucket counts (the last one is ``+Inf``); None when empty.
+
+    The rank is found by linear interpolation inside its bucket (the first
+    bucket starts at 0); a rank in the ``+Inf`` bucket gives the largest
+    finite bound, as Prometheus does.
+    """
+    total = sum(counts)
+    if total <= 0:
+        return None
+    rank = q * total
+    acc = 0
+    for i, c in enumerate(counts):
+        if c and acc + c >= rank:
+            if i == len(bounds):
+                return bounds[-1]
+            lo = bounds[i - 1] if i else 0.0
+            return lo + (bounds[i] - lo) * (rank - acc) / c
+        acc += c
+    return bounds[-1]
+
+
+#: The quantiles ``/v1/status`` shows per latency series.
+STATUS_QUANTILES = (0.5, 0.9, 0.99)
+#: A latency series in the status: (service, model, model_version, stage or None for the end-to-end request).
+_SeriesKey = tuple[str, str, str, str | None]
+_Snapshot = dict[_SeriesKey, tuple[list[int], float]]
+
+
+class LatencyStatus:
+    """Request and stage latency quantiles for ``/v1/status``, over about the last ``window_s``.
+
+    :meth:`sample` (the daemon's main loop calls it) keeps a copy of the
+    latency histograms every ``every_s``, and only the copies that one at
+    least ``window_s`` old needs; :meth:`status` subtracts the oldest copy
+    from the current counts. Until the sidecar has run ``window_s``, that is
+    the empty copy taken at construction: the numbers are since start, and
+    ``window_s`` in the answer says so.
+
+    Args:
+        agg: the aggregator whose latency histograms are read.
+        window_s: the window the quantiles cover (up to ``every_s`` more).
+        every_s: the time between two copies.
+        max_label_sets: label sets shown, the busiest first (the section stays small
+            whatever ``labels.max_label_sets`` allows).
+        monotonic: seconds, for the copies' ages.
+    """
+
+    def __init__(
+        self, agg: Aggregator, window_s: float = 60.0, every_s: float = 10.0, max_label_sets: int = 50,
+        monotonic: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.agg = agg
+        self.window_s = window_s
+        self.every_s = every_s
+        self.max_label_sets = max_label_sets
+        self.monotonic = monotonic
+        self._lock = threading.Lock()
+        self._copies: deque[tuple[float, _Snapshot]] = deque([(monotonic(), {})])
+
+    def _snapshot(self) -> _Snapshot:
+        out: _Snapshot = {}
+        with self.agg.lock:
+            for lab, b in self.agg.bundles.items():
+                out[(*lab, None)] = (list(b.e2e.counts), b.e2e.sum)
+                for name, st in b.stages.items():
+                    out[(*lab, name)] = (list(st.hist.counts), st.hist.sum)
+        return out
+
+    def sample(self) -> None:
+        """Keep a copy when ``every_s`` has passed since the last one; forget those the window no longer needs."""
+        now = self.monotonic()
+        with self._lock:
+            if now - self._copies[-1][0] < self.every_s:
+                return
+        snap = self._snapshot()
+        with self._lock:
+            copies = self._copies
+            copies.append((now, snap))
+            while len(copies) > 1 and now - copies[1][0] >= self.window_s:
+                copies.popleft()
+
+    def status(self) -> dict[str, Any]:
+        """The ``latency`` section: per label set, the request's and each stage's calls, mean and quantiles.
+
+        ``count``, ``mean_s`` and the quantiles are over the window; ``total``
+        counts the calls since start. Series without a call since start are left out.
+        """
+        now = self.monotonic()
+        snap = self._snapshot()
+        with self._lock:
+            base_t, base = self._copies[0]
+        bounds = self.agg.lat_bounds
+        by_set: dict[tuple[str, str, str], dict[str, Any]] = {}
+        for key, (counts, total) in snap.items():
+            since_start = sum(counts)
+            if not since_start:
+                continue  # a label set that only sent records has no request latency
+            old_counts, old_total = base.get(key, (None, 0.0))
+            if old_counts is not None:
+                counts = [a - b for a, b in zip(counts, old_counts, strict=True)]
+                total -= old_total
+            n = sum(counts)
+            row: dict[str, Any] = {"count": n, "total": since_start, "mean_s": total / n if n else None}
+            for q in STATUS_QUANTILES:
+                row[f"p{q * 100:g}_s"] = histogram_quantile(q, bounds, counts)
+            entry = by_set.setdefault(key[:3], {"service": key[0], "model": key[1], "model_version": key[2],
+                                                "request": None, "stages": {}})
+            if key[3] is None:
+                entry["request"] = row
+            else:
+                entry["stages"][key[3]] = row
+        sets = sorted(by_set.values(), key=lambda e: (-_observed(e), e["service"], e["model"], e["model_version"]))
+        return {
+            "window_s": round(now - base_t, 3),
+            "quantiles": list(STATUS_QUANTILES),
+            "label_sets": len(sets),
+            "models": sets[: self.max_label_sets],
+        }
+
+
+def _observed(entry: dict[str, Any]) -> int:
+    rows = [entry["request"], *entry["stages"].values()]
+    return sum(r["count"] for r in rows if r is not None)
 
 
 def finite_or_none(x: Any) -> float | None:

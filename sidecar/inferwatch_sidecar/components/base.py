@@ -68,7 +68,7 @@ class Component(Protocol):
 
     #: Config section name and key in /v1/status.
     name: str
-    #: Wire record types (``inferwatch._wire.EV_*``) this component wants.
+    #: Wire record types (``inferwatch.wire.EV_*``) this component wants.
     record_types: frozenset[int]
 
     def start(self) -> None: ...

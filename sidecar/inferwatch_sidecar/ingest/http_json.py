@@ -2,9 +2,9 @@
 
 For servers that cannot import the SDK (other languages, Triton, vLLM).
 Each JSON event becomes the same tuple the wire decoder returns
-(``inferwatch._wire`` EV_* layouts), so aggregation and the components see
+(``inferwatch.wire`` EV_* layouts), so aggregation and the components see
 one format. Features are turned into the decoded form ``(Schema, numeric
-values, categorical values)`` with :class:`inferwatch._wire.Schema` objects
+values, categorical values)`` with :class:`inferwatch.wire.Schema` objects
 cached by feature-name tuple.
 
 A bad event is rejected alone and counted by reason; the rest of the body
@@ -31,7 +31,7 @@ import struct
 import time
 from typing import Any
 
-from inferwatch._wire import (
+from inferwatch.wire import (
     EV_BATCH,
     EV_QUEUE,
     EV_RECORD,

@@ -22,7 +22,7 @@ from typing import Any
 
 from prometheus_client.metrics_core import Metric as PromMetric
 
-from inferwatch._wire import (
+from inferwatch.wire import (
     EV_ALLOC,
     EV_BATCH,
     EV_DROPS,

@@ -54,7 +54,7 @@ STAGE_DURATION_SECONDS = Metric(
     name="inferwatch_stage_duration_seconds", type="histogram", unit="seconds", labels=(*_CTX, "stage"),
     buckets=LATENCY_BUCKETS, component="core",
     help=(
-        "Latency of one stage (access, queue, preprocess, inference, postprocess, ...); exemplars carry the "
+        "Latency of one stage (ingress, queue, preprocess, inference, postprocess, ...); exemplars carry the "
         "request or trace ID."
     ),
 )
