@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from inferwatch_sidecar.components.drift import profile as prof
+from inferwatch_sidecar.components.drift.columns import canon
 
 
 @pytest.mark.parametrize("kind", ["normal", "lognormal", "discrete", "cauchy", "tiny"])
@@ -42,8 +43,8 @@ def test_categorical_top_k_and_other() -> None:
     assert col.categories == ["a", "b", "c"]  # ties broken by name
     assert col.counts.tolist() == [5, 3, 3, 3]  # other: d, "1", "1"
     assert col.missing == 2 and col.count == 14
-    assert prof.canon(1.0) == prof.canon(1) == "1" and prof.canon(float("nan")) is None
-    assert prof.canon(True) == "true" and prof.canon(0.5) == "0.5"
+    assert canon(1.0) == canon(1) == "1" and canon(float("nan")) is None
+    assert canon(True) == "true" and canon(0.5) == "0.5"
 
 
 def _doc() -> dict:

@@ -12,6 +12,7 @@ import yaml
 
 from inferwatch_sidecar.components.drift import profile as prof
 from inferwatch_sidecar.components.drift import stats
+from inferwatch_sidecar.components.drift.columns import NumericColumn
 
 TO = 1e-9
 RULES = Path(__file__).resolve().parents[2] / "alerts" / "drift.rules.yml"
@@ -39,7 +40,7 @@ def test_recording_rules_equal_the_engine_on_fleet_counts(tmp_path, promtool: st
         for feat, inc in per.items():
             col = p.columns[feat]
             ref = np.bincount(col.psi_map, weights=col.counts, minlength=col.n_psi_bins) \
-                if isinstance(col, prof.NumericColumn) else col.counts
+                if isinstance(col, NumericColumn) else col.counts
             ref = ref / ref.sum()
             for b, n in enumerate(inc.tolist()):
                 lab = f'model="m", model_version="v1", feature="{feat}", bin="{b}", instance="{inst}"'
@@ -52,7 +53,7 @@ def test_recording_rules_equal_the_engine_on_fleet_counts(tmp_path, promtool: st
         counts = 10 * sum(per[feat] for per in replicas.values())  # increase over 10 minutes, all replicas
         col = p.columns[feat]
         ref = np.bincount(col.psi_map, weights=col.counts, minlength=col.n_psi_bins) \
-            if isinstance(col, prof.NumericColumn) else col.counts
+            if isinstance(col, NumericColumn) else col.counts
         rp = ref / ref.sum()
         lab = f'model="m", model_version="v1", feature="{feat}"'
         expected.append(("model_feature:inferwatch_drift_psi:10m", feat, lab,

@@ -249,8 +249,8 @@ def _performance(p: Any, ct: Any, path: str, required: bool) -> dict[str, Any] |
     import numpy as np
 
     from inferwatch_sidecar.components.drift import performance
+    from inferwatch_sidecar.components.drift.columns import to_float
     from inferwatch_sidecar.components.drift.dataio import DataError
-    from inferwatch_sidecar.components.drift.profile import to_float
 
     conf_col, pred_col = p.confidence, p.prediction
     if conf_col is None:

@@ -32,7 +32,7 @@ from inferwatch_sidecar.components.base import ComponentContext
 from inferwatch_sidecar.components.canary.config import CanaryConfig
 from inferwatch_sidecar.components.canary.judge import VERDICTS, Judgement, judge
 from inferwatch_sidecar.components.canary.window import VersionWindow
-from inferwatch_sidecar.components.drift.profile import canon
+from inferwatch_sidecar.components.drift.columns import canon
 from inferwatch_sidecar.components.worker import PeriodicWorker
 from inferwatch_sidecar.metrics import families
 from inferwatch_sidecar.metrics.canary import (

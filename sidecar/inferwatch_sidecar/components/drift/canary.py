@@ -15,8 +15,8 @@ from collections.abc import Iterable
 import numpy as np
 
 from inferwatch_sidecar.components.drift import engine
+from inferwatch_sidecar.components.drift.columns import CategoricalColumn, Column, NumericColumn
 from inferwatch_sidecar.components.drift.monitor import Monitor
-from inferwatch_sidecar.components.drift.profile import CategoricalColumn, Column, NumericColumn
 from inferwatch_sidecar.components.drift.window import ColumnWindow
 
 

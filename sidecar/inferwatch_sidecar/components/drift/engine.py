@@ -37,14 +37,8 @@ import numpy as np
 from scipy import special
 
 from inferwatch_sidecar.components.drift import multivariate, stats
-from inferwatch_sidecar.components.drift.profile import (
-    CategoricalColumn,
-    Column,
-    NumericColumn,
-    Profile,
-    canon,
-    to_float,
-)
+from inferwatch_sidecar.components.drift.columns import CategoricalColumn, Column, NumericColumn, canon, to_float
+from inferwatch_sidecar.components.drift.profile import Profile
 
 
 @dataclass(frozen=True)

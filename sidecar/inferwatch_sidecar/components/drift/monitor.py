@@ -16,13 +16,15 @@ from typing import Any
 import numpy as np
 
 from inferwatch_sidecar.components.drift import engine
+from inferwatch_sidecar.components.drift.columns import to_float
 from inferwatch_sidecar.components.drift.config import DriftConfig
 from inferwatch_sidecar.components.drift.multivariate_window import JointWindow
 from inferwatch_sidecar.components.drift.performance import PerformanceWindow
-from inferwatch_sidecar.components.drift.profile import Profile, to_float
+from inferwatch_sidecar.components.drift.profile import Profile
 from inferwatch_sidecar.components.drift.rolling import History
+from inferwatch_sidecar.components.drift.state import state_array
 from inferwatch_sidecar.components.drift.warmup import Warmup
-from inferwatch_sidecar.components.drift.window import ColumnWindow, state_array
+from inferwatch_sidecar.components.drift.window import ColumnWindow
 
 #: How a label reached its prediction (the ``result`` label of ``inferwatch_drift_labels_total``).
 LABEL_RESULTS = ("joined", "inline", "unmatched", "expired")

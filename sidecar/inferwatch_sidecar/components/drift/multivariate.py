@@ -58,7 +58,7 @@ import numpy as np
 from scipy import special
 
 from inferwatch_sidecar.components.drift import stats
-from inferwatch_sidecar.components.drift.profile import (
+from inferwatch_sidecar.components.drift.columns import (
     NumericColumn,
     ProfileError,
     canon,

@@ -19,8 +19,8 @@ from typing import Any, Self
 import numpy as np
 
 from inferwatch_sidecar.components.drift import engine, multivariate
+from inferwatch_sidecar.components.drift.columns import NumericColumn
 from inferwatch_sidecar.components.drift.multivariate import JointModel
-from inferwatch_sidecar.components.drift.profile import NumericColumn
 from inferwatch_sidecar.components.drift.window import ColumnWindow
 
 

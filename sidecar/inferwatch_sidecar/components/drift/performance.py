@@ -55,7 +55,8 @@ from typing import Any, Self
 
 import numpy as np
 
-from inferwatch_sidecar.components.drift.profile import ProfileError, canon
+from inferwatch_sidecar.components.drift.columns import ProfileError, canon
+from inferwatch_sidecar.components.drift.state import state_array
 
 #: ``identity`` keeps the model's own score (per bin, its mean): chosen when no fit beats it, as CBPE skips
 #: calibration when it does not lower the cross-validated calibration error.
@@ -489,8 +490,6 @@ class PerformanceWindow:
         Raises:
             ValueError: the state was built with another calibration, or is malformed.
         """
-        from inferwatch_sidecar.components.drift.window import state_array
-
         if state.get("calibration") != perf.digest:
             raise ValueError("the performance window was built with another calibration")
         n = state.get("n")

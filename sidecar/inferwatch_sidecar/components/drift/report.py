@@ -41,9 +41,9 @@ import numpy as np
 
 from inferwatch_sidecar.components.drift import engine, explain
 from inferwatch_sidecar.components.drift import profile as prof
+from inferwatch_sidecar.components.drift.columns import CategoricalColumn, NumericColumn, to_float
 from inferwatch_sidecar.components.drift.dataio import DataError, read_table
 from inferwatch_sidecar.components.drift.monitor import Monitor
-from inferwatch_sidecar.components.drift.profile import CategoricalColumn, NumericColumn, to_float
 
 INSTALL = 'the drift report needs Evidently: pip install "inferwatch[report]"'
 RECON_ROWS = 5000

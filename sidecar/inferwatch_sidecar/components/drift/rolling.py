@@ -38,13 +38,9 @@ from typing import TYPE_CHECKING, Any, Self
 import numpy as np
 
 from inferwatch_sidecar.components.drift import engine, multivariate
-from inferwatch_sidecar.components.drift.profile import (
-    CategoricalColumn,
-    Column,
-    NumericColumn,
-    column_from_json,
-)
-from inferwatch_sidecar.components.drift.window import ColumnWindow, state_array
+from inferwatch_sidecar.components.drift.columns import CategoricalColumn, Column, NumericColumn, column_from_json
+from inferwatch_sidecar.components.drift.state import state_array
+from inferwatch_sidecar.components.drift.window import ColumnWindow
 
 if TYPE_CHECKING:
     from inferwatch_sidecar.components.drift.multivariate_window import JointWindow

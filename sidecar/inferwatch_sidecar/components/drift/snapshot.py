@@ -15,8 +15,8 @@ import numpy as np
 
 from inferwatch_sidecar.aggregate.labels import LabelLimiter
 from inferwatch_sidecar.components.drift import engine, performance
+from inferwatch_sidecar.components.drift.columns import CategoricalColumn, NumericColumn
 from inferwatch_sidecar.components.drift.monitor import Monitor
-from inferwatch_sidecar.components.drift.profile import CategoricalColumn, NumericColumn
 
 #: metric name -> samples of (label values, value)
 Snapshot = dict[str, list[tuple[tuple[str, ...], float]]]

@@ -23,7 +23,8 @@ from typing import Any, Self
 import numpy as np
 
 from inferwatch_sidecar.components.drift import engine
-from inferwatch_sidecar.components.drift.profile import Column, NumericColumn, canon, column_from_json, to_float
+from inferwatch_sidecar.components.drift.columns import Column, NumericColumn, canon, column_from_json, to_float
+from inferwatch_sidecar.components.drift.state import state_array
 
 #: Unseen categories kept per column (the first ones seen since the ring wrapped).
 MAX_UNSEEN = 16
@@ -33,32 +34,6 @@ def _read_only(a: np.ndarray) -> np.ndarray:
     v = a.view()
     v.flags.writeable = False
     return v
-
-
-def state_array(state: dict[str, Any], key: str, dtype: Any, shape: tuple[int, ...]) -> np.ndarray:
-    """The array ``state[key]`` as ``dtype``, checked: it must have ``shape`` and valid values.
-
-    Integer arrays hold non-negative integers that fit ``dtype``; float arrays
-    hold finite numbers. A checkpoint is read back through this check.
-
-    Raises:
-        ValueError: the entry is missing, has another shape, or holds invalid values.
-    """
-    raw = state.get(key)
-    if raw is None:
-        raise ValueError(f"array {key} is missing")
-    try:
-        a = np.asarray(raw)
-    except ValueError:
-        raise ValueError(f"array {key} is not a regular array") from None
-    if a.shape != shape:
-        raise ValueError(f"array {key} has shape {a.shape}, expected {shape}")
-    want = np.dtype(dtype)
-    if a.size and (a.dtype.kind not in "iuf" or not np.all(np.isfinite(a))):
-        raise ValueError(f"array {key} holds invalid values")
-    if a.size and want.kind in "iu" and (a.dtype.kind == "f" or a.min() < 0 or a.max() > np.iinfo(want).max):
-        raise ValueError(f"array {key} holds invalid values")
-    return a.astype(want)
 
 
 class ColumnWindow:

@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 
 from inferwatch_sidecar.components.drift import engine
-from inferwatch_sidecar.components.drift.profile import (
+from inferwatch_sidecar.components.drift.columns import (
     CategoricalColumn,
     Column,
     canon,
