@@ -10,7 +10,10 @@ entry and never from a second copy:
   bug to catch at the first scrape, not a series to export).
 - :func:`family` returns the empty family of whatever type the entry has.
 - :func:`bucket_les` gives a histogram entry's ``le`` label values, ``+Inf``
-  last, in the order that per-bucket counts are kept.
+  last, in the order that per-bucket counts are kept; configured bounds
+  (``aggregate.buckets``) override the entry's for the series they cover.
+- :func:`from_snapshot` builds the families a component's last evaluation
+  left in a snapshot (``{name: [(label values, value), ...]}``).
 - :func:`describe` returns one empty family per entry: what a collector's
   ``describe()`` returns, so ``CollectorRegistry.register`` sees every name
   it will export and refuses a second collector that exports one of them.
@@ -32,7 +35,7 @@ family with no labels of its own: ``fam.add_metric([], {"gpu": "0", ...})``.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 
 from prometheus_client.metrics_core import (
     CounterMetricFamily,
@@ -89,11 +92,39 @@ def family(m: Metric) -> PromMetric:
     return _BUILDERS[m.type](m)
 
 
-def bucket_les(m: Metric) -> list[str]:
-    """The ``le`` values of a histogram entry's buckets, ``+Inf`` last."""
+def bucket_les(m: Metric, bounds: Sequence[float] | None = None) -> list[str]:
+    """The ``le`` values of a histogram entry's buckets, ``+Inf`` last.
+
+    Args:
+        m: the histogram entry.
+        bounds: configured bounds that replace the entry's default buckets for some series
+            (``aggregate.buckets``); None for the entry's own.
+    """
     _require(m, "histogram")
-    assert m.buckets is not None  # every histogram entry has buckets (checked by Metric)
-    return [repr(float(b)) for b in m.buckets] + ["+Inf"]
+    if bounds is None:
+        bounds = m.buckets
+    assert bounds is not None  # every histogram entry has buckets (checked by Metric)
+    return [repr(float(b)) for b in bounds] + ["+Inf"]
+
+
+#: Values of gauges and counters by family name: ``{entry.name: [(label values, value), ...]}``.
+Snapshot = Mapping[str, Sequence[tuple[Sequence[str], float]]]
+
+
+def from_snapshot(metrics: Iterable[Metric], snapshot: Snapshot) -> Iterator[PromMetric]:
+    """The families of ``metrics`` that ``snapshot`` holds samples for, in catalog order.
+
+    Components that compute their numbers on their own thread keep the last
+    result as a snapshot and export it at scrape time with this.
+    """
+    for m in metrics:
+        samples = snapshot.get(m.name)
+        if not samples:
+            continue
+        fam = family(m)
+        for labels, v in samples:
+            fam.add_metric(list(labels), v)  # type: ignore[attr-defined]
+        yield fam
 
 
 def describe(metrics: Iterable[Metric]) -> list[PromMetric]:

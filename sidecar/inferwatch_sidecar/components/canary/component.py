@@ -33,6 +33,7 @@ from inferwatch_sidecar.components.canary.config import CanaryConfig
 from inferwatch_sidecar.components.canary.judge import VERDICTS, Judgement, judge
 from inferwatch_sidecar.components.canary.window import VersionWindow
 from inferwatch_sidecar.components.drift.columns import canon
+from inferwatch_sidecar.components.staging import Staging
 from inferwatch_sidecar.components.worker import PeriodicWorker
 from inferwatch_sidecar.metrics import families
 from inferwatch_sidecar.metrics.canary import (
@@ -65,7 +66,7 @@ class CanaryComponent:
         self.ctx = ctx
         self.sub_s = config.window_seconds / config.subwindows
         self._lock = threading.Lock()
-        self._staged: list[tuple[Any, ...]] = []
+        self._staging = Staging(config.max_staged)
         self._state_lock = threading.Lock()
         self.windows: dict[Key, VersionWindow] = {}
         self._slot: int | None = None  # absolute sub-window number (time // sub_s) of the ring's current slot
@@ -87,14 +88,9 @@ class CanaryComponent:
 
     def handle(self, pid: int, producer_id: int, records: list[tuple[Any, ...]]) -> None:
         """Stage events for the judge's thread. Cheap, bounded, never raises."""
-        with self._lock:
-            room = self.cfg.max_staged - len(self._staged)
-            if room >= len(records):
-                self._staged.extend(records)
-            else:
-                if room > 0:
-                    self._staged.extend(records[:room])
-                self.dropped["staging_full"] += len(records) - max(room, 0)
+        refused = self._staging.put(records)
+        if refused:
+            self.dropped["staging_full"] += refused
 
     # -- judge thread ---------------------------------------------------------------------------------------------
 
@@ -129,8 +125,7 @@ class CanaryComponent:
 
     def drain(self, now: float | None = None) -> int:
         """Move staged events into the windows; returns how many were taken."""
-        with self._lock:
-            batch, self._staged = self._staged, []
+        batch = self._staging.take()
         now = self.ctx.clock() if now is None else now
         with self._state_lock:
             slot = self._advance(now)
@@ -260,19 +255,12 @@ class CanaryComponent:
         """Metric families from the last evaluation (no statistics at scrape time)."""
         with self._lock:
             snap = dict(self._snapshot)
-        for m in METRICS:
-            samples = snap.get(m.name)
-            if not samples:
-                continue
-            fam = families.family(m)
-            for labels, v in samples:
-                fam.add_metric(list(labels), v)
-            yield fam
+        yield from families.from_snapshot(METRICS, snap)
 
     def status(self) -> dict[str, Any]:
         with self._lock:
             judgements = list(self.judgements)
-            staged = len(self._staged)
+            staged = len(self._staging)
         with self._state_lock:
             versions = [{"service": k[0], "model": k[1], "version": k[2], "requests": w.requests,
                          "state_bytes": w.nbytes} for k, w in sorted(self.windows.items())]

@@ -36,7 +36,7 @@ import time
 from collections.abc import Iterable
 from typing import Any
 
-from inferwatch.wire import EV_RECORD
+from inferwatch.wire import EV_RECORD, Schema
 from inferwatch_sidecar.components.base import AdminHandler, ComponentContext
 from inferwatch_sidecar.components.drift import checkpoint, engine, performance, report
 from inferwatch_sidecar.components.drift import profile as prof
@@ -47,6 +47,7 @@ from inferwatch_sidecar.components.drift.monitor import Monitor
 from inferwatch_sidecar.components.drift.profile import Profile
 from inferwatch_sidecar.components.drift.snapshot import Snapshot, build_snapshot
 from inferwatch_sidecar.components.drift.warmup import CONF, PRED
+from inferwatch_sidecar.components.staging import Staging
 from inferwatch_sidecar.components.worker import PeriodicWorker
 from inferwatch_sidecar.metrics import families
 from inferwatch_sidecar.metrics.drift import DRIFT_CHECKPOINT_FAILURES_TOTAL, METRICS
@@ -71,7 +72,7 @@ class DriftComponent:
             multivariate_effect_floor=config.multivariate_effect_floor,
         )
         self._lock = threading.Lock()
-        self._staged: list[tuple[Any, ...]] = []
+        self._staging = Staging(config.max_staged)
         self._state_lock = threading.Lock()
         self.monitors: dict[tuple[str, str], Monitor] = {}
         self._labels = LabelJoiner(config.max_pending_labels, config.label_ttl_s, ctx.monotonic)
@@ -91,14 +92,9 @@ class DriftComponent:
     def handle(self, pid: int, producer_id: int, records: list[tuple[Any, ...]]) -> None:
         """Stage records for the evaluator thread. Cheap, bounded, never raises."""
         try:
-            with self._lock:
-                room = self.cfg.max_staged - len(self._staged)
-                if room >= len(records):
-                    self._staged.extend(records)
-                else:
-                    if room > 0:
-                        self._staged.extend(records[:room])
-                    self.dropped["staging_full"] += len(records) - max(room, 0)
+            refused = self._staging.put(records)
+            if refused:
+                self.dropped["staging_full"] += refused
         except Exception:  # pragma: no cover - defensive: the ingest thread must survive
             self.dropped["error"] += 1
 
@@ -106,8 +102,7 @@ class DriftComponent:
 
     def drain(self, now: float | None = None) -> int:
         """Move staged records into the windows; returns how many were processed."""
-        with self._lock:
-            batch, self._staged = self._staged, []
+        batch = self._staging.take()
         if not batch:
             with self._state_lock:
                 self._labels.expire(self.monitors)
@@ -123,9 +118,14 @@ class DriftComponent:
                         continue
                     ctx = r[1]
                     key = (ctx[1] or "", ctx[2] or "")
-                    if r[4] is None and r[7] is None:
+                    feats = r[7]
+                    if r[4] is None and feats is None:
                         if r[6] is not None:
                             labels.append(r)
+                        continue
+                    if feats is not None and not _well_formed(feats):
+                        # One record the windows cannot read is dropped alone, never its batch.
+                        self.dropped["bad_record"] = self.dropped.get("bad_record", 0) + 1
                         continue
                     lst = by_key.get(key)
                     if lst is None:
@@ -181,14 +181,7 @@ class DriftComponent:
             snap = dict(self._snapshot)
         if self.cfg.checkpoint_path:
             snap[DRIFT_CHECKPOINT_FAILURES_TOTAL.name] = list(self.checkpoint_failures.counts.items())
-        for m in METRICS:
-            samples = snap.get(m.name)
-            if not samples:
-                continue
-            fam = families.family(m)
-            for labels, v in samples:
-                fam.add_metric(list(labels), v)
-            yield fam
+        yield from families.from_snapshot(METRICS, snap)
 
     # -- status -------------------------------------------------------------------------------------------------------
 
@@ -239,7 +232,7 @@ class DriftComponent:
             "restored_from_checkpoint": self.restored_from,
             "checkpoint_failures": {f"{op}/{reason}": n for (op, reason), n in self.checkpoint_failures.counts.items()
                                     if n},
-            "staged": len(self._staged),
+            "staged": len(self._staging),
             "pending_labels": pending,
             "dropped": dict(self.dropped),
             "models": models,
@@ -325,3 +318,13 @@ def build(config: DriftConfig, ctx: ComponentContext) -> DriftComponent:
 
 
 __all__ = ["DriftComponent", "build", "PRED", "CONF"]
+
+
+def _well_formed(feats: Any) -> bool:
+    """Whether a RECORD's features are a schema with one value per feature (what ``Monitor.ingest`` reads)."""
+    schema = feats[0]
+    return (
+        isinstance(schema, Schema)
+        and len(feats[1]) == len(schema.numeric)
+        and len(feats[2]) == len(schema.categorical)
+    )

@@ -29,6 +29,7 @@ from typing import Any
 
 from inferwatch.wire import EV_RECORD, EV_REQUEST
 from inferwatch_sidecar.components.base import ComponentContext
+from inferwatch_sidecar.components.staging import Staging
 from inferwatch_sidecar.components.tail.analysis import analyse
 from inferwatch_sidecar.components.tail.config import TailConfig
 from inferwatch_sidecar.components.tail.window import Row, TailWindow
@@ -67,7 +68,7 @@ class TailComponent:
         self.cfg = config
         self.ctx = ctx
         self._lock = threading.Lock()
-        self._staged: list[tuple[Any, ...]] = []
+        self._staging = Staging(config.max_staged)
         self._state_lock = threading.Lock()
         self.windows: dict[Key, TailWindow] = {}
         #: request ID -> a record's features waiting for its request
@@ -89,14 +90,9 @@ class TailComponent:
 
     def handle(self, pid: int, producer_id: int, records: list[tuple[Any, ...]]) -> None:
         """Stage events for the component's thread. Cheap, bounded, never raises."""
-        with self._lock:
-            room = self.cfg.max_staged - len(self._staged)
-            if room >= len(records):
-                self._staged.extend(records)
-            else:
-                if room > 0:
-                    self._staged.extend(records[:room])
-                self.dropped["staging_full"] += len(records) - max(room, 0)
+        refused = self._staging.put(records)
+        if refused:
+            self.dropped["staging_full"] += refused
 
     # -- the component's thread -----------------------------------------------------------------------------------
 
@@ -115,8 +111,7 @@ class TailComponent:
 
     def drain(self, now: float | None = None) -> int:
         """Take the staged events into the windows, then close the window if ``now`` is past its end."""
-        with self._lock:
-            batch, self._staged = self._staged, []
+        batch = self._staging.take()
         now = self.ctx.clock() if now is None else now
         W = self.cfg.window_seconds
         with self._state_lock:
@@ -209,19 +204,12 @@ class TailComponent:
         with self._lock:
             snap = dict(self._snapshot)
         snap[TAIL_DROPPED_EVENTS_TOTAL.name] = [((reason,), float(n)) for reason, n in self.dropped.items()]
-        for m in METRICS:
-            samples = snap.get(m.name)
-            if not samples:
-                continue
-            fam = families.family(m)
-            for labels, v in samples:
-                fam.add_metric(list(labels), v)
-            yield fam
+        yield from families.from_snapshot(METRICS, snap)
 
     def status(self) -> dict[str, Any]:
         with self._lock:
             reports = dict(self.reports)
-            staged = len(self._staged)
+            staged = len(self._staging)
             last_end = self.last_window_end
         with self._state_lock:
             current = [{"service": k[0], "model": k[1], "version": k[2], "requests": w.n}
