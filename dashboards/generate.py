@@ -8,8 +8,9 @@ Usage::
 
 The dashboards are built with grafana-foundation-sdk's typed builders (a test-only dependency: the JSON is
 committed). Every query is checked while generating (``alerts/catalog_check.py``): each series it names must
-be in the metric catalog or be a recording rule of ``alerts/source.py``, and each label it matches must belong
-to that series, so a renamed metric fails generation instead of leaving a panel empty.
+be in the metric catalog, be a recording rule of ``alerts/source.py`` or be one of Triton's and vLLM's own
+metrics (``ENGINE_FAMILIES``, for the engines' dashboards), and each label it matches must belong to that
+series, so a renamed metric fails generation instead of leaving a panel empty.
 
 Conventions (for Grafana file provisioning): a ``datasource``-type template variable instead of ``__inputs``;
 ``service``, ``model`` and ``version`` variables (``version`` holds the ``model_version`` label's values);
@@ -35,11 +36,11 @@ from grafana_foundation_sdk.models.dashboard import Dashboard, Panel  # noqa: E4
 from grafana_foundation_sdk.models.prometheus import Dataquery  # noqa: E402
 
 from alerts import promql  # noqa: E402
-from dashboards.src import drift, gpu, llm, overview, queue, sidecar, stages  # noqa: E402
+from dashboards.src import drift, gpu, llm, overview, queue, sidecar, stages, triton, vllm  # noqa: E402
 
 OUT_DIR = ROOT / "dashboards"
 #: The dashboard modules, in menu order.
-BOARDS = (overview, stages, queue, llm, gpu, drift, sidecar)
+BOARDS = (overview, stages, queue, llm, gpu, drift, sidecar, triton, vllm)
 UID_PREFIX = "inferwatch-"
 
 #: What makes a panel show data beyond plain request traffic with recorded features. A healthy service
@@ -58,7 +59,13 @@ NEEDS: dict[str, str] = {
     "component_errors": "an exception inside a component",
     "drops": "data the sidecar dropped (oversized bodies, full allocator table, ...)",
     "decode_errors": "malformed frames or JSON events",
+    "triton": "Triton's own /metrics scraped beside the sidecar (docs/triton.md)",
+    "vllm": "vLLM's own /metrics scraped beside the sidecar (docs/vllm.md)",
+    "tail_p999": "a tail-attribution window with enough requests to name the slowest 0.1% (docs/tail.md)",
+    "binary": "a binary model whose reference was built with its labels (reference build --label)",
 }
+#: ``dashboard uid -> need`` for every panel of a dashboard (the engines' dashboards).
+DASHBOARD_NEEDS: dict[str, str] = {triton.UID: "triton", vllm.UID: "vllm"}
 
 #: ``(dashboard uid, panel title) -> need`` or ``(uid, title, refId) -> need`` for one query of a panel.
 PANEL_NEEDS: dict[tuple[str, ...], str] = {
@@ -85,6 +92,10 @@ PANEL_NEEDS: dict[tuple[str, ...], str] = {
     ("inferwatch-sidecar", "Sidecar drops by reason", "A"): "drops",
     ("inferwatch-sidecar", "Sidecar drops by reason", "E"): "drops",
     ("inferwatch-sidecar", "Decode errors by reason"): "decode_errors",
+    **{("inferwatch-overview", t): "tail_p999" for t in (
+        "Why is P99.9 slow: time of the slowest 0.1% by stage", "Stage time: slowest 0.1% vs median requests",
+        "What slow requests have: feature vs the rest (x median)")},
+    ("inferwatch-drift", "Estimated binary metrics"): "binary",
 }
 
 
@@ -128,7 +139,8 @@ def panel_queries() -> list[PanelQuery]:
         for p in _panels(d):
             for t in p.targets or []:
                 assert isinstance(t, Dataquery)
-                needs = PANEL_NEEDS.get((uid, p.title or "", t.ref_id), PANEL_NEEDS.get((uid, p.title or "")))
+                needs = PANEL_NEEDS.get((uid, p.title or "", t.ref_id),
+                                        PANEL_NEEDS.get((uid, p.title or ""), DASHBOARD_NEEDS.get(uid)))
                 out.append(PanelQuery(dashboard=uid, panel=p.title or "", ref=t.ref_id, expr=t.expr,
                                       instant=bool(t.instant), needs=needs))
     return out
@@ -165,7 +177,7 @@ def substitute(expr: str, rate_interval: str = "1m", range_: str = "5m", variabl
         rate_interval: value of ``$__rate_interval`` (and ``$__interval``).
         range_: value of ``$__range``.
         variables: values for template variables; every other ``$name`` becomes its default when the variable
-            holds one value (``$measure``), else ``.*`` (Grafana's "All").
+            holds one value (``$measure``), else ``.*`` (Grafana's "All"); ``$1`` (a capture group) stays.
 
     Returns:
         The query as Grafana would send it.
@@ -175,6 +187,8 @@ def substitute(expr: str, rate_interval: str = "1m", range_: str = "5m", variabl
 
     def sub(m: re.Match[str]) -> str:
         name = m.group(1) or m.group(2)
+        if name.isdigit():  # a label_replace capture group ("$1"), which Grafana leaves alone too
+            return m.group(0)
         return values.get(name, ".*")
 
     return _VAR.sub(sub, expr)

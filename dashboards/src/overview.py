@@ -1,12 +1,33 @@
-"""Service overview and SLO: QPS, errors by type, end-to-end latency and the latency budget."""
+"""Service overview and SLO: QPS, errors, latency and its budget, why P99.9 is slow, and the canary verdict."""
 
 from __future__ import annotations
 
+from grafana_foundation_sdk.models import dashboard as d
 from grafana_foundation_sdk.models.dashboard import Dashboard
 
-from dashboards.src.common import CORE, RATE, Row, core_vars, dashboard, quantiles, stat, target, threshold, timeseries
+from dashboards.src.common import (
+    CORE,
+    RATE,
+    Row,
+    bargauge,
+    core_vars,
+    dashboard,
+    quantiles,
+    stat,
+    state_timeline,
+    target,
+    threshold,
+    timeseries,
+)
+from inferwatch_sidecar.components.canary.config import CanaryConfig
 
 UID = "inferwatch-overview"
+#: The canary verdict panel's values: 1 pass, 2 marginal, 3 fail.
+VERDICT_MAP = [d.ValueMap(options={
+    "1": d.ValueMappingResult(text="pass", color="green", index=0),
+    "2": d.ValueMappingResult(text="marginal", color="yellow", index=1),
+    "3": d.ValueMappingResult(text="fail", color="red", index=2),
+})]
 
 
 def build() -> Dashboard:
@@ -14,6 +35,7 @@ def build() -> Dashboard:
     p99_target = threshold("InferwatchStageLatencyP99BudgetBurn", "target_seconds")
     burn = threshold("InferwatchStageLatencyP99BudgetBurn", "burn_rate")
     objective = threshold("InferwatchStageLatencyP99BudgetBurn", "objective")
+    passing, marginal = CanaryConfig().pass_score, CanaryConfig().marginal_score
     return dashboard(
         uid=UID, title="inferwatch / Service overview and SLO",
         description="QPS, errors by type, end-to-end latency and the latency SLO of an inference service.",
@@ -65,5 +87,52 @@ def build() -> Dashboard:
                        description="Per-stage P99 over 5 minutes from the recording rules.",
                        targets=[target("max by (stage) (service_model_version_stage:inferwatch_stage_duration_"
                                        f"seconds:p99_5m{{{CORE}}})", "{{stage}}")]),
+            Row("Why is P99.9 slow"),
+            bargauge(title="Why is P99.9 slow: time of the slowest 0.1% by stage", unit="percentunit", w=8,
+                     minimum=0, maximum=1,
+                     description="Share of the slowest 0.1% requests' latency spent in each stage, over the last "
+                                 "tail-attribution window (tail.window_seconds); /v1/status has the whole report.",
+                     targets=[target("max by (model_version, stage) "
+                                     f'(inferwatch_tail_stage_share_ratio{{{CORE}, tail="p999"}})',
+                                     "{{model_version}} {{stage}}")]),
+            bargauge(title="Stage time: slowest 0.1% vs median requests", unit="s", w=8, minimum=0,
+                     description="Mean time per stage of the slowest 0.1% and of the median requests (40th to "
+                                 "60th percentile): the stage whose bar grows most is where the tail comes from.",
+                     targets=[target("max by (model_version, stage, group) "
+                                     f'(inferwatch_tail_stage_seconds{{{CORE}, group=~"median|p999"}})',
+                                     "{{model_version}} {{stage}} {{group}}")]),
+            bargauge(title="What slow requests have: feature vs the rest (x median)", w=8, minimum=0,
+                     description="For features the drift engine's tests single out (slowest 0.1% against the rest, "
+                                 "Benjamini-Hochberg across features), the tail's median over the rest's.",
+                     targets=[target(f'max by (model_version, feature) (inferwatch_tail_feature_ratio{{{CORE}, '
+                                     'tail="p999"}\n  and on (service, model, model_version, feature, tail)\n  '
+                                     f'inferwatch_tail_feature_distinguishes{{{CORE}, tail="p999"}} == 1)',
+                                     "{{model_version}} {{feature}}")]),
+            Row("Canary judgement"),
+            timeseries(title="Canary score", minimum=0, maximum=100, w=8,
+                       thresholds=[(marginal, "yellow"), (passing, "green")],
+                       description="The canary judge's score of each version against the stable one over the same "
+                                   f"window (0-100); pass from {passing:g}, marginal from {marginal:g}, and a failed "
+                                   "critical metric fails it whatever the score.",
+                       targets=[target(f"max by (model, model_version, baseline_version) (inferwatch_canary_score{{{CORE}}})",
+                                       "{{model}} {{model_version}} vs {{baseline_version}}")]),
+            state_timeline(title="Canary verdict", w=8, mappings=VERDICT_MAP,
+                           description="The judge's verdict per canary version: pass, marginal or fail "
+                                       "(InferwatchCanaryFailing pages on fail).",
+                           targets=[target(" + ".join(
+                               f'{k} * max by (model, model_version) (inferwatch_canary_verdict{{{CORE}, verdict="{v}"}})'
+                               for k, v in ((1, "pass"), (2, "marginal"), (3, "fail"))),
+                               "{{model}} {{model_version}}")]),
+            timeseries(title="Traffic share by version", unit="percentunit", minimum=0, maximum=1, w=8, stack=True,
+                       description="Each version's share of its model's requests in the judge's window: the "
+                                   "gateway's split as served (95/5 during a canary, 100/0 after a rollback).",
+                       targets=[target(f"max by (model, model_version) (inferwatch_canary_traffic_ratio{{{CORE}}})",
+                                       "{{model}} {{model_version}}")]),
+            bargauge(title="Canary metrics failing", w=24, h=6, minimum=0, maximum=1,
+                     description="Metrics of the judgement that are significantly worse than the stable version's "
+                                 "beyond their tolerance (1 = failing); `inferwatch canary --sidecar URL` prints why.",
+                     targets=[target("max by (model_version, metric, stage) "
+                                     f"(inferwatch_canary_metric_failed{{{CORE}}})",
+                                     "{{model_version}} {{metric}} {{stage}}")]),
         ],
     )

@@ -25,6 +25,8 @@ UIDS = {
     "gpu.json": "inferwatch-gpu",
     "drift.json": "inferwatch-drift",
     "sidecar.json": "inferwatch-sidecar",
+    "triton.json": "inferwatch-triton",
+    "vllm.json": "inferwatch-vllm",
 }
 
 #: What each dashboard must show, as the series its queries must read.
@@ -48,6 +50,13 @@ REQUIRED_SERIES = {
                          "inferwatch_drift_canary_drifted_ratio"},
     "inferwatch-sidecar": {"inferwatch_ingest_events_total", "inferwatch_ingest_dropped_total",
                            "inferwatch_sdk_dropped_events_total", "inferwatch_label_overflow_total", "up"},
+    "inferwatch-triton": {"nv_inference_request_success", "nv_inference_request_failure",
+                          "nv_inference_queue_duration_us", "nv_inference_compute_infer_duration_us",
+                          "nv_inference_pending_request_count", "inferwatch_stage_duration_seconds_sum",
+                          "inferwatch_requests_total"},
+    "inferwatch-vllm": {"vllm:kv_cache_usage_perc", "vllm:num_requests_waiting", "vllm:num_preemptions_total",
+                        "vllm:time_to_first_token_seconds_bucket", "vllm:inter_token_latency_seconds_bucket",
+                        "inferwatch_time_to_first_token_seconds_bucket", "inferwatch_requests_total"},
 }
 
 

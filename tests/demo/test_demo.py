@@ -2,8 +2,10 @@
 
 The scenario itself (servers, sidecar, faults, detection) is shared with tests/e2e; here we check the
 command: it runs on its embedded defaults with no config and no GPU, prints the URLs, detects every
-injected fault, exits 0, and leaves no child process behind. Plus the cheap pieces of the scenario
-(model, fault file, histogram quantiles, argument checks) without starting anything.
+injected fault, lists the notifications Alertmanager delivered for them, exits 0, and leaves no child
+process behind; with ``--engine triton`` Triton does the serving and the same faults are detected.
+Plus the cheap pieces of the scenario (model, fault file, histogram quantiles, argument checks)
+without starting anything.
 """
 
 from __future__ import annotations
@@ -23,6 +25,8 @@ import pytest
 from inferwatch_sidecar.demo import faults as fl
 from inferwatch_sidecar.demo import model as mdl
 from inferwatch_sidecar.demo import promtext
+from inferwatch_sidecar.demo.alertmanager import alertmanager_binary
+from tests.conftest import IN_CI
 
 CMD = [sys.executable, "-c", "import sys; from inferwatch._cli import main; sys.exit(main())"]
 
@@ -54,21 +58,23 @@ def _alive(pid: int) -> bool:
     return stat.rsplit(")", 1)[1].split()[0] != "Z"
 
 
-@pytest.mark.slow
-def test_demo_detects_every_injected_fault_and_exits_0() -> None:
-    p = subprocess.Popen([*CMD, "demo", "--duration", "38", "--inject-at", "12", "--no-ui"],
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+def _run_demo(*args: str, timeout: float = 150) -> tuple[str, str]:
+    """Run ``inferwatch demo ARGS`` to the end; returns stdout and stderr (exit status 0 asserted)."""
+    p = subprocess.Popen([*CMD, "demo", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                         start_new_session=True)
     try:
-        out, err = p.communicate(timeout=150)
+        out, err = p.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
         os.killpg(p.pid, signal.SIGKILL)
         out, err = p.communicate()
         pytest.fail(f"demo did not finish in time:\n{out}\n{err}")
     assert p.returncode == 0, f"exit {p.returncode}\nstdout:\n{out}\nstderr:\n{err}"
-    # The URLs a user opens.
-    assert re.search(r"metrics\s+http://127\.0\.0\.1:\d+/metrics", out), out
-    assert re.search(r"status\s+http://127\.0\.0\.1:\d+/v1/status", out), out
-    # The summary: every fault injected and detected, with the evidence.
+    assert "did not stop cleanly" not in err, err
+    return out, err
+
+
+def _assert_every_fault_detected(out: str) -> dict[str, re.Match[str]]:
+    """The summary says PASS with all five faults injected at 12 s and detected after it; returns the rows."""
     assert "PASS: 5 of 5 injected faults detected" in out, out
     rows = {m.group(1).strip(): m for m in re.finditer(
         r"^(.{46}) +(\d+\.\d)s +(\d+\.\d)s +(\d+\.\d)s  (.*)$", out, re.M)}
@@ -79,7 +85,76 @@ def test_demo_detects_every_injected_fault_and_exits_0() -> None:
     leak = next(m for t, m in rows.items() if t.startswith("GPU memory leak"))
     rate = float(re.search(r"(\d+\.\d) MiB/s", leak.group(5)).group(1))  # type: ignore[union-attr]
     assert 55 <= rate <= 75  # the scripted 64 MiB/s
-    assert "did not stop cleanly" not in err, err
+    return rows
+
+
+#: The demo's alerts without a model label: alerts/alertmanager.yml sends them to the platform's tickets.
+PLATFORM_ALERTS = {"InferwatchGPUMemoryLeak"}
+
+
+@pytest.mark.slow
+def test_demo_detects_every_injected_fault_lists_their_notifications_and_exits_0() -> None:
+    from alerts import source
+    from inferwatch_sidecar.demo.config import FAULTS
+    from inferwatch_sidecar.demo.judge import expected_alert_names
+
+    am_on_path = alertmanager_binary() is not None
+    assert am_on_path or not IN_CI, "CI installs prometheus-alertmanager"
+    # 55 s: the confidence alerts' `for:` ends about 30 s after the injection, then Alertmanager groups.
+    out, err = _run_demo("--duration", "55", "--inject-at", "12", "--no-ui")
+    # The URLs a user opens.
+    assert re.search(r"metrics\s+http://127\.0\.0\.1:\d+/metrics", out), out
+    assert re.search(r"status\s+http://127\.0\.0\.1:\d+/v1/status", out), out
+    # The summary: every fault injected and detected, with the evidence.
+    _assert_every_fault_detected(out)
+    if not am_on_path:
+        assert "alertmanager is not on PATH" in err, err
+        return
+    assert re.search(r"alertmanager\s+http://127\.0\.0\.1:\d+$", out, re.M), out
+    # Every alert the faults must fire arrived, as firing, at the receiver its route names, with its runbook.
+    section = out[out.index("notifications (Alertmanager):"):]
+    got = {(m.group(2), m.group(1)): (m.group(3), m.group(4)) for m in re.finditer(
+        r"^  (\S+) +(Inferwatch\w+) +([\w/]+) +runbook (\S+)$", section, re.M)}
+    runbooks = {a.name: a.runbook_url for a in source.ALERTS}
+    want = {(name, "ml-platform-tickets" if name in PLATFORM_ALERTS else "credit-risk-team")
+            for name in expected_alert_names(FAULTS)}
+    assert want <= set(got), f"missing {want - set(got)}\n{out}"
+    # Nothing else was delivered: no other alert, and no page (no fault of the demo is critical).
+    assert set(got) == want, f"unexpected {set(got) - want}\n{out}"
+    for (name, _), (status, runbook) in got.items():
+        # A drift alert may resolve before the end (its window moves on): it arrived firing first.
+        assert status in ("firing", "firing/resolved") and runbook == runbooks[name], (name, status, runbook)
+
+
+#: PyTriton pins numpy<2: scripts/test builds its venv from tests/traces/triton-requirements.txt.
+TRITON_PYTHON = Path(__file__).resolve().parents[2] / ".venv-triton" / "bin" / "python"
+
+
+@pytest.mark.slow
+def test_demo_with_triton_serving_detects_every_injected_fault() -> None:
+    if not TRITON_PYTHON.is_file():
+        msg = f"{TRITON_PYTHON} missing: scripts/test builds it from tests/traces/triton-requirements.txt"
+        if IN_CI:
+            pytest.fail(msg)
+        pytest.skip(msg)
+    # Without Prometheus: detection comes from the sidecar's own signals (the run takes about a minute).
+    out, err = _run_demo("--engine", "triton", "--triton-python", str(TRITON_PYTHON), "--duration", "32",
+                         "--inject-at", "12", "--no-ui", "--no-prometheus", timeout=120)
+    assert re.search(r"model server\s+http://127\.0\.0\.1:\d+/v2/models/credit-risk/infer$", out, re.M), out
+    assert re.search(r"triton metrics\s+http://127\.0\.0\.1:\d+/metrics$", out, re.M), out
+    assert "starting Triton" in err, err
+    rows = _assert_every_fault_detected(out)
+    # The latency spike is seen in Triton's own compute time (its spans' inference stage).
+    latency = next(m for t, m in rows.items() if t.startswith("latency spike"))
+    assert float(re.search(r"P99\.9 (\d+\.\d+)s", latency.group(5)).group(1)) > 2.5  # type: ignore[union-attr]
+
+
+def test_demo_with_triton_says_what_to_install_when_pytriton_is_missing() -> None:
+    r = subprocess.run([*CMD, "demo", "--engine", "triton", "--triton-python", sys.executable],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2, r.stdout + r.stderr
+    assert f"{sys.executable} cannot import PyTriton" in r.stderr, r.stderr
+    assert "-m pip install" in r.stderr and "nvidia-pytriton" in r.stderr, r.stderr
 
 
 @pytest.mark.slow
@@ -269,6 +344,7 @@ def test_server_predicts_and_applies_the_faults_it_is_given(tmp_path: Path, monk
 def test_live_view_renders_latency_gpu_drift_faults_and_alerts(tmp_path: Path) -> None:
     from rich.console import Console
 
+    from inferwatch_sidecar.demo.alertmanager import Notification, WebhookReceiver
     from inferwatch_sidecar.demo.config import ScenarioConfig
     from inferwatch_sidecar.demo.inject import FaultState
     from inferwatch_sidecar.demo.model import NAME as MODEL
@@ -279,6 +355,9 @@ def test_live_view_renders_latency_gpu_drift_faults_and_alerts(tmp_path: Path) -
     sc = Scenario(ScenarioConfig(duration_s=60, inject_at_s=20, workdir=str(tmp_path)))
     sc.worker_pids = {"stable": [101, 102], "canary": [103]}
     sc.prometheus_url = "http://127.0.0.1:9"
+    runbook = "https://example.test/runbooks.md#inferwatchgpumemoryleak"
+    note = {"alerts": [{"status": "firing", "labels": {"alertname": "InferwatchGPUMemoryLeak"},
+                        "annotations": {"runbook_url": runbook}}]}
     leak = {"verdict": "leak", "rate_bytes_per_s": 64 * 2**20, "time_to_oom_s": 1000.0}
     snap = Snapshot(
         t=42.0, phase="faults",
@@ -290,14 +369,22 @@ def test_live_view_renders_latency_gpu_drift_faults_and_alerts(tmp_path: Path) -
         faults={"gpu_leak": FaultState("gpu_leak", injected_at=20.0, detected_at=29.0, detail="pid 101: leak")},
         alerts={"InferwatchGPUMemoryLeak": "firing"},
         load={"predict_stable": 900, "predict_canary": 300, "generate": 100, "labels": 500},
+        notifications=[Notification("ml-platform-tickets", note)] * 2,
     )
     import io
 
-    con = Console(width=160, record=True, file=io.StringIO())
+    con = Console(width=200, record=True, file=io.StringIO())
     con.print(render(snap, sc))
+    assert "Alertmanager notifications" not in con.export_text()  # no receiver attached: no panel
+    with WebhookReceiver() as hook:
+        sc.attach_alertmanager(hook)
+        con.print(render(snap, sc))
     text = con.export_text()
     for want in ("inference", "4.97s", "LEAK", "64.0 MiB/s", "16.7min", "1.23 *", "0.650 (0.840)", "67.0%",
-                 "GPU memory leak in one worker", "29s (+9s)", "InferwatchGPUMemoryLeak (firing)", "pid 101 v1"):
+                 "GPU memory leak in one worker", "29s (+9s)", "InferwatchGPUMemoryLeak (firing)", "pid 101 v1",
+                 "Alertmanager notifications", runbook):
         assert want in text, want
+    assert re.search(r"ml-platform-tickets +│ InferwatchGPUMemoryLeak +│ firing", text), text
     line = progress_line(snap)
     assert "gpu_leak+" in line and "firing: InferwatchGPUMemoryLeak" in line and "p99.9=4.97s" in line
+    assert line.endswith("notifications: 2")

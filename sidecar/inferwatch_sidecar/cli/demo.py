@@ -2,7 +2,9 @@
 
 It starts a real model server (FastAPI under uvicorn, instrumented with the
 SDK), a canary version of it, the sidecar with a fake GPU, a load generator
-and, when ``prometheus`` is on PATH, Prometheus with our alert rules. Part way
+and, when ``prometheus`` is on PATH, Prometheus with our alert rules (and, when
+Alertmanager is on PATH too, Alertmanager running alerts/alertmanager.yml with
+its webhooks sent to a receiver in this process). Part way
 through it injects faults, shows what inferwatch sees in a live view, and
 ends with a summary. Exit status 0 means every injected fault was detected.
 """
@@ -27,10 +29,15 @@ faults injected part way through (all at once):
   gpu_leak    one worker leaks 64 MiB/s of (fake) GPU memory
   canary      40% of predictions go to version v2, which predicts a different class mix
 
+with --engine triton, Triton (PyTriton) serves both models and traces every request to the
+sidecar (OTLP, POST /v1/traces); the callable only calls inferwatch.record(). Every fault
+above applies; the streamed /generate requests of the FastAPI server are not sent.
+
 examples:
   inferwatch demo                       # 90 s with the live view
   inferwatch demo --duration 45 --no-ui # CI: progress lines and the summary
   inferwatch demo --faults drift,gpu_leak
+  inferwatch demo --engine triton       # needs a Python with PyTriton (see --triton-python)
 """
 
 
@@ -51,11 +58,18 @@ def register(sub: Any) -> None:
                    help="when to inject the faults (default: 30%% of the duration, at least 12 s)")
     p.add_argument("--no-ui", action="store_true", help="no live view: a progress line every 5 s, then the summary")
     p.add_argument("--no-prometheus", action="store_true", help="do not start prometheus even when it is on PATH")
+    p.add_argument("--no-alertmanager", action="store_true",
+                   help="do not start Alertmanager even when it is on PATH (it needs prometheus)")
     p.add_argument("--faults", default=None, metavar="LIST",
                    help="comma-separated faults to inject: latency, drift, confidence, gpu_leak, canary "
                         "(the default: all five) and bad_events (a client posting malformed events)")
     p.add_argument("--rate", type=float, default=50.0, metavar="RPS", help="requests per second (default 50)")
     p.add_argument("--seed", type=int, default=0, help="dataset and model seed (default 0)")
+    p.add_argument("--engine", choices=("fastapi", "triton"), default="fastapi",
+                   help="what serves the model: the SDK-instrumented FastAPI server (default) or Triton")
+    p.add_argument("--triton-python", default=None, metavar="PATH",
+                   help="the Python that runs Triton, with nvidia-pytriton installed (default: .venv-triton/bin/python "
+                        "of the source checkout when it exists, else this Python)")
     p.set_defaults(func=run)
 
 
@@ -91,6 +105,8 @@ def run(args: argparse.Namespace) -> int:
     from rich.live import Live
 
     from inferwatch_sidecar.demo import view
+    from inferwatch_sidecar.demo.alertmanager import CONFIG as AM_CONFIG
+    from inferwatch_sidecar.demo.alertmanager import DemoAlertmanager, WebhookReceiver, alertmanager_binary, fast_config
     from inferwatch_sidecar.demo.config import ALL_FAULTS, FAULTS, ScenarioConfig
     from inferwatch_sidecar.demo.observe import Snapshot
     from inferwatch_sidecar.demo.prom import DemoPrometheus, fast_rules
@@ -99,7 +115,9 @@ def run(args: argparse.Namespace) -> int:
 
     out = Console(stderr=False, highlight=False)
     err = Console(stderr=True, highlight=False)
-    missing = [m for m in ("fastapi", "uvicorn") if importlib.util.find_spec(m) is None]
+    from inferwatch_sidecar.demo.supervise import default_triton_python, triton_python_problem
+
+    missing = [m for m in ("fastapi", "uvicorn") if args.engine == "fastapi" and importlib.util.find_spec(m) is None]
     if missing:
         err.print(f"inferwatch demo: the demo model server needs {' and '.join(missing)}: "
                   'pip install "inferwatch[demo]"')
@@ -115,8 +133,15 @@ def run(args: argparse.Namespace) -> int:
     if args.duration < 30:
         err.print("inferwatch demo: --duration must be at least 30 seconds (detection needs the windows to fill)")
         return 2
+    triton_python = None
+    if args.engine == "triton":
+        triton_python = args.triton_python or default_triton_python()
+        problem = triton_python_problem(triton_python)
+        if problem:
+            err.print(f"inferwatch demo --engine triton: {problem}", markup=False, soft_wrap=True)
+            return 2
     cfg = ScenarioConfig(duration_s=args.duration, inject_at_s=args.inject_at, rate_per_s=args.rate,
-                         faults=faults, seed=args.seed)
+                         faults=faults, seed=args.seed, engine=args.engine, triton_python=triton_python)
     inj = cfg.injection_time()
     if not 5 <= inj <= args.duration - 15:
         err.print(f"inferwatch demo: --inject-at {inj:g} must be between 5 and duration - 15 seconds")
@@ -128,6 +153,8 @@ def run(args: argparse.Namespace) -> int:
     signals = _Signals()
     sc = Scenario(cfg)
     prom: DemoPrometheus | None = None
+    am: DemoAlertmanager | None = None
+    hook: WebhookReceiver | None = None
     # Live.stop() does nothing on a view that is not showing, so every exit path can call it.
     live = Live(console=out, refresh_per_second=4, transient=False)
     status = 1
@@ -138,14 +165,27 @@ def run(args: argparse.Namespace) -> int:
             rules = fast_rules(Path(tempfile.mkdtemp(prefix="iw-demo-rules-", dir=sc.workdir)))
             if not rules:
                 say("alert rules not found (alerts/ is in the source checkout): Prometheus runs without alerts")
+            am_bin = None if args.no_alertmanager else alertmanager_binary()
+            if am_bin and rules and AM_CONFIG.is_file():
+                say(f"starting alertmanager with {AM_CONFIG.name} (timings in seconds), webhooks to this process")
+                hook = WebhookReceiver().start()
+                am = DemoAlertmanager(am_bin, fast_config(hook.url)).start()
+            elif not args.no_alertmanager:
+                say("alertmanager is not on PATH: no notifications are shown (install 'prometheus-alertmanager')"
+                    if not am_bin else "alerts/ is not here (it is in the source checkout): Alertmanager not started")
             say(f"starting prometheus with {len(rules)} rule file(s), scraping every second")
-            prom = DemoPrometheus(prom_bin, [sc.sidecar_target], rules)
+            prom = DemoPrometheus(prom_bin, [sc.sidecar_target], rules, alertmanagers=[am.target] if am else None)
             prom.start()
             sc.attach_prometheus(prom.url)
+            if hook is not None:
+                sc.attach_alertmanager(hook)
         elif not args.no_prometheus:
             say("prometheus is not on PATH: alert states are not shown (the sidecar's own signals still are)")
         signals.running = True
-        for name, url in sc.urls().items():
+        urls = sc.urls()
+        if am is not None:
+            urls["alertmanager"] = am.url
+        for name, url in urls.items():
             print(f"  {name:<13} {url}")
         print(f"  faults at t={inj:.0f}s: {', '.join(faults)}; running for {args.duration:.0f}s "
               f"(Ctrl-C stops early)")
@@ -186,6 +226,10 @@ def run(args: argparse.Namespace) -> int:
         live.stop()
         if prom is not None:
             prom.stop()
+        if am is not None:
+            am.stop()
+        if hook is not None:
+            hook.stop()
         codes = sc.stop()
         signals.restore()
         # uvicorn re-raises the SIGTERM it handled after a graceful shutdown: -15 is a clean stop.

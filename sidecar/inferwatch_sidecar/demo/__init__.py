@@ -7,13 +7,17 @@ What runs in the model servers:
 - :mod:`.faults`: the fault switches, a small JSON file every model-server
   process reads;
 - :mod:`.allocator`: the simulated caching allocator behind the SDK's allocator probe;
-- :mod:`.server`: the SDK-instrumented FastAPI model server (run under uvicorn).
+- :mod:`.server`: the SDK-instrumented FastAPI model server (run under uvicorn);
+- :mod:`.triton_server`: the PyTriton model server of ``--engine triton``
+  (traced to the sidecar; run with PyTriton's own Python).
 
 What runs in the demo process, in the order of a run:
 
 - :mod:`.config`: the scenario's knobs and the faults it knows;
 - :mod:`.supervise`: starting, awaiting and stopping the model servers and the sidecar;
 - :mod:`.prom`: Prometheus with the fast alert rules (optional);
+- :mod:`.alertmanager`: Alertmanager behind it with a fast copy of
+  ``alerts/alertmanager.yml``, and the webhook receiver (optional);
 - :mod:`.loadgen`: a bounded, loopback-only load generator that also posts
   ground-truth labels to the sidecar;
 - :mod:`.inject`: switching the faults on, and each fault's record;

@@ -8,6 +8,8 @@ from dataclasses import dataclass
 FAULTS = ("latency", "drift", "confidence", "gpu_leak", "canary")
 #: Every fault the scenario knows; ``bad_events`` (a client posting malformed JSON events) is opt-in.
 ALL_FAULTS = (*FAULTS, "bad_events")
+#: The engines that can serve the demo model: the SDK-instrumented FastAPI server, or Triton (PyTriton).
+ENGINES = ("fastapi", "triton")
 
 
 @dataclass
@@ -28,9 +30,12 @@ class ScenarioConfig:
         seed: dataset seed.
         workdir: where configs and logs go (a fresh temporary directory by default, removed at stop).
         tick_s: how often the runner polls.
+        engine: what serves the model (one of :data:`ENGINES`).
+        triton_python: the Python that runs the Triton server (None: see
+            :func:`~inferwatch_sidecar.demo.supervise.default_triton_python`).
 
     Raises:
-        ValueError: ``faults`` names a fault the scenario does not know.
+        ValueError: ``faults`` names a fault the scenario does not know, or ``engine`` an unknown engine.
     """
 
     duration_s: float = 90.0
@@ -46,8 +51,12 @@ class ScenarioConfig:
     seed: int = 0
     workdir: str | None = None
     tick_s: float = 0.5
+    engine: str = "fastapi"
+    triton_python: str | None = None
 
     def __post_init__(self) -> None:
+        if self.engine not in ENGINES:
+            raise ValueError(f"unknown engine {self.engine!r}; known: {', '.join(ENGINES)}")
         for f in self.faults:
             if f not in ALL_FAULTS:
                 raise ValueError(f"unknown fault {f!r}; known: {', '.join(ALL_FAULTS)}")

@@ -22,7 +22,7 @@ from typing import Any
 
 from inferwatch_sidecar.demo import allocator
 from inferwatch_sidecar.demo.config import ScenarioConfig
-from inferwatch_sidecar.demo.faults import Faults
+from inferwatch_sidecar.demo.faults import Faults, write
 from inferwatch_sidecar.demo.loadgen import LoadGenerator
 
 MiB = 2**20
@@ -80,14 +80,32 @@ def server_faults(cfg: ScenarioConfig, leak_pid: int | None) -> Faults:
     return f
 
 
-def switch_on(cfg: ScenarioConfig, *, server_url: str, token: str, loadgen: LoadGenerator,
-              leak_pid: int | None) -> None:
-    """Switch every fault of ``cfg`` on: the model servers' through ``server_url``, then the load generator's."""
+def switch_on(cfg: ScenarioConfig, *, server_url: str | None, token: str, loadgen: LoadGenerator,
+              leak_pid: int | None, fault_file: str | None = None) -> None:
+    """Switch every fault of ``cfg`` on: the model servers', then the load generator's.
+
+    Args:
+        cfg: the scenario.
+        server_url: the FastAPI model server, whose ``PUT /admin/faults`` writes the fault file.
+        token: its admin token.
+        loadgen: the load generator.
+        leak_pid: the worker that leaks.
+        fault_file: write the fault file here instead (the Triton server has no admin route: it reads the
+            file the scenario gave it).
+    """
     f = server_faults(cfg, leak_pid)
+    if fault_file is not None:
+        write(fault_file, f)
+    else:
+        assert server_url is not None, "a server URL or a fault file"
+        _put_faults(server_url, token, f)
+    loadgen.drift = "drift" in cfg.faults
+    loadgen.canary_share = f.canary_share
+    loadgen.bad_events = "bad_events" in cfg.faults
+
+
+def _put_faults(server_url: str, token: str, f: Faults) -> None:
     req = urllib.request.Request(f"{server_url}/admin/faults", data=json.dumps(f.to_json()).encode(), method="PUT",
                                  headers={"Content-Type": "application/json", "Authorization": f"Bearer {token}"})
     with urllib.request.urlopen(req, timeout=10) as r:
         r.read()
-    loadgen.drift = "drift" in cfg.faults
-    loadgen.canary_share = f.canary_share
-    loadgen.bad_events = "bad_events" in cfg.faults

@@ -7,6 +7,12 @@ shifted while ``drift`` is on. While ``canary_share`` > 0 that share of the
 predictions goes to the canary server. The true labels of a share of the
 predictions are posted to the sidecar's ``/v1/labels`` a moment later, joined
 there by the request ID the generator sets in ``X-Request-ID``.
+
+With ``engine="triton"`` the predictions are KServe v2 ``POST
+/v2/models/<model>/infer`` calls to the Triton demo server
+(:mod:`.triton_server`), with a W3C ``traceparent`` whose trace ID is the
+request ID, and there are no streamed generations and no labels (the
+callable's records have no request ID to join them by).
 """
 
 from __future__ import annotations
@@ -23,6 +29,7 @@ from typing import Any
 import numpy as np
 
 from inferwatch_sidecar.demo import model as mdl
+from inferwatch_sidecar.demo.config import ENGINES
 
 
 def _loopback(url: str) -> tuple[str, int]:
@@ -99,10 +106,18 @@ class LoadGenerator:
         plan: the bounds.
         model: the model name the labels are for.
         timeout_s: per-request timeout.
+        engine: ``fastapi`` (the demo server's ``/predict`` and ``/generate``) or ``triton`` (KServe v2 infer
+            calls to two Tritons).
+
+    Raises:
+        ValueError: a URL is not a loopback ``host:port``, or the engine is unknown.
     """
 
     def __init__(self, stable_url: str, canary_url: str | None, sidecar_url: str | None, plan: LoadPlan,
-                 model: str = mdl.NAME, timeout_s: float = 10.0) -> None:
+                 model: str = mdl.NAME, timeout_s: float = 10.0, engine: str = "fastapi") -> None:
+        if engine not in ENGINES:
+            raise ValueError(f"unknown engine {engine!r}; known: {', '.join(ENGINES)}")
+        self.engine = engine
         self.stable_url = stable_url
         self.canary_url = canary_url
         self.sidecar_url = sidecar_url
@@ -189,8 +204,10 @@ class LoadGenerator:
                 if not self._take():
                     break
                 seq += 1
-                rid = f"lg{plan.seed}-{i}-{seq}"
-                if rng.random() < plan.generate_share:
+                # Triton's request ID is the trace ID the callable sees: 32 hex digits, never all zero.
+                rid = (f"{plan.seed + 1:08x}{i:08x}{seq:016x}" if self.engine == "triton"
+                       else f"lg{plan.seed}-{i}-{seq}")
+                if self.engine == "fastapi" and rng.random() < plan.generate_share:
                     self._generate(stable, rid, rng)
                     continue
                 drift = self.drift
@@ -211,7 +228,11 @@ class LoadGenerator:
 
     def _predict(self, conn: _Conn, rid: str, rows: mdl.Batch, k: int, target: str, rng: np.random.Generator) -> None:
         try:
-            status, body = conn.post("/predict", {"features": rows.row(k)}, {"X-Request-ID": rid})
+            if self.engine == "triton":
+                status, body = conn.post(f"/v2/models/{mdl.NAME}/infer", triton_body(rows, k),
+                                         {"traceparent": f"00-{rid}-{rid[16:]}-01"})
+            else:
+                status, body = conn.post("/predict", {"features": rows.row(k)}, {"X-Request-ID": rid})
         except (OSError, http.client.HTTPException):
             self._count("connection_errors")
             return
@@ -219,7 +240,7 @@ class LoadGenerator:
             self._count(f"http_{status}")
             return
         self._count(f"predict_{target}")
-        if self.sidecar_url is not None and rng.random() < self.plan.label_share:
+        if self.sidecar_url is not None and self.engine == "fastapi" and rng.random() < self.plan.label_share:
             version = json.loads(body).get("model_version")
             with self._lock:
                 self._labels.append({"request_id": rid, "label": rows.label[k], "model": self.model,
@@ -264,3 +285,12 @@ class LoadGenerator:
                     return
         finally:
             conn.close()
+
+
+def triton_body(rows: mdl.Batch, k: int) -> dict[str, Any]:
+    """Row ``k`` as a KServe v2 infer request for :mod:`.triton_server` (a batch of one)."""
+    return {"inputs": [
+        {"name": "numeric", "shape": [1, len(mdl.NUMERIC_NAMES)], "datatype": "FP32",
+         "data": [float(v) for v in rows.numeric[k]]},
+        {"name": "region", "shape": [1, 1], "datatype": "BYTES", "data": [rows.region[k]]},
+    ]}

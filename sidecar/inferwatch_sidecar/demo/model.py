@@ -18,8 +18,6 @@ from typing import Any
 
 import numpy as np
 
-from inferwatch_sidecar.components.drift import profile as prof
-
 #: The model's name, and the versions the stable and canary servers serve.
 NAME = "credit-risk"
 STABLE, CANARY = "v1", "v2"
@@ -194,6 +192,10 @@ def build_reference(path: str, seed: int = 0) -> dict[str, Any]:
     Returns:
         A short description: rows, columns and the training accuracy.
     """
+    # Imported here: the model servers (the Triton one runs in PyTriton's own Python, without scipy) need
+    # only numpy.
+    from inferwatch_sidecar.components.drift import profile as prof
+
     model, data = train(seed)
     numeric, categorical = reference_columns(model, data)
     order = [*NUMERIC_NAMES, CATEGORICAL_NAME, "prediction", "confidence"]

@@ -1,4 +1,5 @@
-"""What the runner sees at each poll: the sidecar's ``/metrics`` and ``/v1/status``, and Prometheus's alerts.
+"""What the runner sees at each poll: the sidecar's ``/metrics`` and ``/v1/status``, Prometheus's alerts, and
+the notifications Alertmanager delivered.
 
 :class:`Observer` turns each poll into a :class:`Snapshot`, which the judge,
 the live view and the progress line read. Stage quantiles are over the last
@@ -11,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from inferwatch_sidecar.demo import promtext
+from inferwatch_sidecar.demo.alertmanager import Notification, WebhookReceiver
 from inferwatch_sidecar.demo.inject import FaultState
 from inferwatch_sidecar.demo.loadgen import LoadGenerator
 
@@ -33,6 +35,7 @@ class Snapshot:
         faults: fault name -> FaultState.
         alerts: alert name -> state ("pending"/"firing"), from Prometheus.
         alert_items: Prometheus's alerts, with their labels.
+        notifications: every notification Alertmanager delivered so far (with an Alertmanager).
         load: the load generator's counters, and the sidecar's count of producers.
         phase: "baseline", "faults" or "done".
         errors: what could not be read at this poll.
@@ -45,6 +48,7 @@ class Snapshot:
     faults: dict[str, FaultState] = field(default_factory=dict)
     alerts: dict[str, str] = field(default_factory=dict)
     alert_items: list[dict[str, Any]] = field(default_factory=list)
+    notifications: list[Notification] = field(default_factory=list)
     load: dict[str, int] = field(default_factory=dict)
     phase: str = "baseline"
     errors: list[str] = field(default_factory=list)
@@ -67,7 +71,8 @@ class Observer:
         self._prom_scraped_at: float | None = None
 
     def poll(self, t: float, faults: dict[str, FaultState], loadgen: LoadGenerator | None,
-             prometheus_url: str | None) -> tuple[Snapshot, promtext.Scrape | None]:
+             prometheus_url: str | None,
+             receiver: WebhookReceiver | None = None) -> tuple[Snapshot, promtext.Scrape | None]:
         """Read everything at ``t`` (seconds since the sidecar started).
 
         Args:
@@ -75,12 +80,15 @@ class Observer:
             faults: the faults' records, shown in the snapshot.
             loadgen: the load generator, for its counters (None before the load starts).
             prometheus_url: Prometheus's address, for alert states (None: no alert states).
+            receiver: the webhook receiver Alertmanager delivers to (None: no notifications).
 
         Returns:
             The snapshot, and the sidecar's scrape (None when the sidecar did not answer: the snapshot's
             ``errors`` say why).
         """
         snap = Snapshot(t, faults=faults)
+        if receiver is not None:
+            snap.notifications = receiver.notifications()
         try:
             scrape = promtext.Scrape(promtext.fetch(f"{self.sidecar_url}/metrics"), t)
             status = promtext.fetch_json(f"{self.sidecar_url}/v1/status")

@@ -3,21 +3,24 @@
 The rules come from ``alerts/generate.py --fast`` (the same alerts as
 production with windows and ``for:`` durations divided by 60), which lives in
 a source checkout of inferwatch. Without it Prometheus still runs and shows
-the metrics, with no alerts.
+the metrics, with no alerts. With ``alertmanagers`` it sends its alerts there
+(:mod:`.alertmanager`).
 """
 
 from __future__ import annotations
 
+import json
 import shutil
 import subprocess
 import sys
 import tempfile
 import time
+import urllib.request
 from pathlib import Path
 
 import yaml
 
-from inferwatch_sidecar.demo.supervise import Process, free_port, wait_ready
+from inferwatch_sidecar.demo.supervise import Process, ProcessError, free_port, wait_ready
 
 #: The repository root, when inferwatch runs from a source checkout (editable install).
 REPO_ROOT = Path(__file__).resolve().parents[3]
@@ -53,11 +56,14 @@ class DemoPrometheus:
         targets: ``host:port`` of each /metrics to scrape (job ``inferwatch``, as the rules expect).
         rule_files: rule files to load.
         interval: scrape and evaluation interval.
+        alertmanagers: ``host:port`` of each Alertmanager to send alerts to (none: alerts stay in Prometheus).
     """
 
-    def __init__(self, binary: str, targets: list[str], rule_files: list[Path], interval: str = "1s") -> None:
+    def __init__(self, binary: str, targets: list[str], rule_files: list[Path], interval: str = "1s",
+                 alertmanagers: list[str] | None = None) -> None:
         self.binary = binary
         self.targets = targets
+        self.alertmanagers = list(alertmanagers or [])
         self.rule_files = rule_files
         self.interval = interval
         self.port = free_port()
@@ -66,24 +72,38 @@ class DemoPrometheus:
         self.proc: Process | None = None
 
     def start(self, timeout: float = 30.0) -> DemoPrometheus:
-        """Start Prometheus and wait until it is ready.
+        """Start Prometheus and wait until it is ready (and has discovered every Alertmanager).
 
         Raises:
             supervise.ProcessError: it exited, or was not ready within ``timeout`` seconds.
         """
-        cfg = {
+        cfg: dict[str, object] = {
             "global": {"scrape_interval": self.interval, "evaluation_interval": self.interval},
             "rule_files": [str(p) for p in self.rule_files],
             "scrape_configs": [{"job_name": "inferwatch", "static_configs": [{"targets": self.targets}]}],
         }
+        if self.alertmanagers:
+            cfg["alerting"] = {"alertmanagers": [{"static_configs": [{"targets": self.alertmanagers}]}]}
         cfg_path = self.dir / "prometheus.yml"
         cfg_path.write_text(yaml.safe_dump(cfg))
         argv = [self.binary, f"--config.file={cfg_path}", f"--storage.tsdb.path={self.dir / 'data'}",
                 f"--web.listen-address=127.0.0.1:{self.port}", "--storage.tsdb.retention.time=1h",
                 "--enable-feature=exemplar-storage"]
         self.proc = Process("prometheus", argv, None, self.dir / "prometheus.log")
-        wait_ready(self.proc, f"{self.url}/-/ready", time.monotonic() + timeout)
+        deadline = time.monotonic() + timeout
+        wait_ready(self.proc, f"{self.url}/-/ready", deadline)
+        want = {f"http://{t}/api/v2/alerts" for t in self.alertmanagers}
+        while not want <= self.active_alertmanagers():
+            self.proc.check()
+            if time.monotonic() > deadline:
+                raise ProcessError(f"prometheus did not discover Alertmanager(s) {sorted(want)}:\n{self.log_tail()}")
+            time.sleep(0.2)
         return self
+
+    def active_alertmanagers(self) -> set[str]:
+        """The URLs Prometheus sends alerts to now."""
+        with urllib.request.urlopen(f"{self.url}/api/v1/alertmanagers", timeout=10) as r:
+            return {a["url"] for a in json.loads(r.read())["data"]["activeAlertmanagers"]}
 
     def log_tail(self, n: int = 3000) -> str:
         """The end of Prometheus's log."""

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
+from inferwatch_sidecar.demo.alertmanager import Notification
 from inferwatch_sidecar.demo.config import ALL_FAULTS
 from inferwatch_sidecar.demo.inject import FaultState
 
@@ -41,8 +43,51 @@ def duration(v: float | None) -> str:
     return f"{v:.0f}s"
 
 
+@dataclass(frozen=True)
+class Delivered:
+    """The notifications of one alert to one receiver: the statuses they carried, in order, and how many alerts."""
+
+    receiver: str
+    alertname: str
+    runbook_url: str
+    statuses: tuple[str, ...]
+    alerts: int
+
+    @property
+    def status(self) -> str:
+        """``firing``, ``resolved``, or ``firing/resolved`` for an alert that fired and then resolved."""
+        return "/".join(self.statuses)
+
+
+def delivered(notifications: list[Notification]) -> list[Delivered]:
+    """One row per (receiver, alertname), in order of first arrival."""
+    rows: dict[tuple[str, str], Delivered] = {}
+    for n in notifications:
+        for a in n.alerts:
+            name = a.get("labels", {}).get("alertname", "?")
+            status = str(a.get("status", "?"))
+            old = rows.get((n.receiver, name))
+            statuses = old.statuses if old is not None else ()
+            if status not in statuses:
+                statuses = (*statuses, status)
+            rows[(n.receiver, name)] = Delivered(n.receiver, name, a.get("annotations", {}).get("runbook_url", "-"),
+                                                 statuses, (old.alerts if old is not None else 0) + 1)
+    return list(rows.values())
+
+
+def notification_lines(notifications: list[Notification]) -> list[str]:
+    """The summary's Alertmanager section: receiver, alertname, the statuses delivered and the runbook link."""
+    rows = delivered(notifications)
+    if not rows:
+        return ["notifications (Alertmanager): none arrived"]
+    lines = [f"notifications (Alertmanager): {len(notifications)} webhook calls"]
+    lines += [f"  {d.receiver:<20} {d.alertname:<38} {d.status:<15} runbook {d.runbook_url}" for d in rows]
+    return lines
+
+
 def summary_lines(faults: dict[str, FaultState], injection_time: float,
-                  unexpected_alerts: dict[str, set[str]] | None) -> list[str]:
+                  unexpected_alerts: dict[str, set[str]] | None,
+                  notifications: list[Notification] | None = None) -> list[str]:
     """The end-of-run summary, one fault per line, then the verdict.
 
     Args:
@@ -50,6 +95,7 @@ def summary_lines(faults: dict[str, FaultState], injection_time: float,
         injection_time: when the faults were due (for a run stopped before).
         unexpected_alerts: alerts no injected fault explains, with the states they were seen in; None
             without Prometheus (no alert lines).
+        notifications: what Alertmanager delivered; None without Alertmanager (no notification lines).
     """
     lines = ["fault                                          injected  detected  after   evidence"]
     for name in ALL_FAULTS:
@@ -66,6 +112,8 @@ def summary_lines(faults: dict[str, FaultState], injection_time: float,
     if unexpected_alerts is not None:
         lines.append("other alerts: " + (", ".join(f"{n} ({'/'.join(sorted(s))})" for n, s in
                                                   sorted(unexpected_alerts.items())) or "none (all quiet)"))
+    if notifications is not None:
+        lines += notification_lines(notifications)
     injected = [st for st in faults.values() if st.injected_at is not None]
     if not injected:
         lines.append(f"NOT RUN: stopped before the faults were injected (t={injection_time:.0f}s)")

@@ -7,8 +7,11 @@ One :class:`Scenario` is shared by ``inferwatch demo`` and the end-to-end test:
    server (one worker), waits for their worker PIDs, writes the sidecar's
    config (short drift windows, the fake NVML backend scripting a leak in one
    stable worker, an admin token) and starts ``inferwatch sidecar``
-   (:mod:`.supervise`);
-2. a Prometheus can be attached (:meth:`Scenario.attach_prometheus`), for alert states;
+   (:mod:`.supervise`). With ``engine="triton"`` one PyTriton process
+   (:mod:`.triton_server`) serves both models instead, tracing to the sidecar;
+2. a Prometheus can be attached (:meth:`Scenario.attach_prometheus`), for alert states, and the
+   webhook receiver of an Alertmanager behind it (:meth:`Scenario.attach_alertmanager`), for the
+   notifications;
 3. :meth:`Scenario.run` starts the bounded load (:mod:`.loadgen`), injects
    every fault at the injection time (:mod:`.inject`) and polls ``/metrics``,
    ``/v1/status`` and Prometheus (:mod:`.observe`) until the duration ends
@@ -33,6 +36,7 @@ from inferwatch_sidecar.demo import faults as fl
 from inferwatch_sidecar.demo import inject, judge, report
 from inferwatch_sidecar.demo import model as mdl
 from inferwatch_sidecar.demo import supervise as sv
+from inferwatch_sidecar.demo.alertmanager import WebhookReceiver
 from inferwatch_sidecar.demo.config import ScenarioConfig
 from inferwatch_sidecar.demo.inject import FaultState
 from inferwatch_sidecar.demo.loadgen import LoadGenerator, LoadPlan
@@ -63,8 +67,12 @@ class Scenario:
         self.sidecar_url = f"http://127.0.0.1:{self.sidecar_port}"
         self.stable_url = f"http://127.0.0.1:{self.stable_port}"
         self.canary_url = f"http://127.0.0.1:{self.canary_port}"
+        #: Role -> Triton's gRPC and metrics ports (the engine ``triton`` only).
+        self.triton_ports = ({r: (sv.free_port(), sv.free_port()) for r in ("stable", "canary")}
+                             if self.cfg.engine == "triton" else {})
         self.procs: dict[str, sv.Process] = {}
         self.prometheus_url: str | None = None
+        self.receiver: WebhookReceiver | None = None
         self.loadgen: LoadGenerator | None = None
         self.t0: float | None = None
         self.worker_pids: dict[str, list[int]] = {}
@@ -78,9 +86,20 @@ class Scenario:
         """``host:port`` of the sidecar's /metrics, for a Prometheus scrape config."""
         return f"127.0.0.1:{self.sidecar_port}"
 
+    @property
+    def fault_file(self) -> str:
+        """The fault switches every model server reads."""
+        return str(self.state_dir / "faults.json")
+
     def urls(self) -> dict[str, str]:
-        out = {"metrics": f"{self.sidecar_url}/metrics", "status": f"{self.sidecar_url}/v1/status",
-               "model server": f"{self.stable_url}/predict", "canary": f"{self.canary_url}/predict"}
+        out = {"metrics": f"{self.sidecar_url}/metrics", "status": f"{self.sidecar_url}/v1/status"}
+        if self.cfg.engine == "triton":
+            out["model server"] = f"{self.stable_url}/v2/models/{mdl.NAME}/infer"
+            out["canary"] = f"{self.canary_url}/v2/models/{mdl.NAME}/infer"
+            out["triton metrics"] = f"http://127.0.0.1:{self.triton_ports['stable'][1]}/metrics"
+        else:
+            out["model server"] = f"{self.stable_url}/predict"
+            out["canary"] = f"{self.canary_url}/predict"
         if self.prometheus_url:
             out["prometheus"] = self.prometheus_url
         return out
@@ -97,23 +116,41 @@ class Scenario:
         say("training the model and building its reference profile")
         ref_path = str(self.workdir / "reference.json")
         mdl.build_reference(ref_path, self.cfg.seed)
-        fl.write(str(self.state_dir / "faults.json"), fl.Faults())
-        say("starting the model servers (uvicorn: v1 with 2 workers, canary v2 with 1)")
-        for role, version, port, workers in (("stable", mdl.STABLE, self.stable_port, 2),
-                                             ("canary", mdl.CANARY, self.canary_port, 1)):
-            self.procs[role] = sv.start_model_server(role, version, port, workers, socket_path=self.socket_path,
-                                                     state_dir=self.state_dir, seed=self.cfg.seed,
-                                                     token=self.token, log_dir=self.workdir)
-        self.worker_pids = sv.wait_worker_pids(self.state_dir / "pids", {"stable": 2, "canary": 1}, self.procs,
-                                               deadline)
+        fl.write(self.fault_file, fl.Faults())
+        if self.cfg.engine == "triton":
+            python = self.cfg.triton_python or sv.default_triton_python()
+            say(f"starting Triton (PyTriton, with {python}): {mdl.NAME} version 1, and the canary's version 2")
+            # One after the other, each ready before the sidecar starts: Triton takes seconds to load (the
+            # scenario's clock and the fake NVML's leak script start with the sidecar), and PyTriton's model
+            # instances give up on their first instance's handshake after a second when starved of CPU.
+            for role, port, url in (("stable", self.stable_port, self.stable_url),
+                                    ("canary", self.canary_port, self.canary_url)):
+                grpc, metrics = self.triton_ports[role]
+                self.procs[role] = sv.start_triton_server(
+                    python, role, http_port=port, grpc_port=grpc, metrics_port=metrics, sidecar_url=self.sidecar_url,
+                    socket_path=self.socket_path, state_dir=self.state_dir, seed=self.cfg.seed, log_dir=self.workdir)
+                sv.wait_ready(self.procs[role], f"{url}/v2/models/{mdl.NAME}/ready", deadline, watch=self.procs.values())
+            self.worker_pids = sv.wait_worker_pids(self.state_dir / "pids", {"stable": 1, "canary": 1}, self.procs,
+                                                   deadline)
+        else:
+            say("starting the model servers (uvicorn: v1 with 2 workers, canary v2 with 1)")
+            for role, version, port, workers in (("stable", mdl.STABLE, self.stable_port, 2),
+                                                 ("canary", mdl.CANARY, self.canary_port, 1)):
+                self.procs[role] = sv.start_model_server(role, version, port, workers, socket_path=self.socket_path,
+                                                         state_dir=self.state_dir, seed=self.cfg.seed,
+                                                         token=self.token, log_dir=self.workdir)
+            self.worker_pids = sv.wait_worker_pids(self.state_dir / "pids", {"stable": 2, "canary": 1}, self.procs,
+                                                   deadline)
         self.leak_pid = self.worker_pids["stable"][0]
         cfg_path = self.workdir / "sidecar.yaml"
         cfg_path.write_text(yaml.safe_dump(self.sidecar_config(ref_path)))
         say("starting the sidecar")
         self.t0 = time.monotonic()
         self.procs["sidecar"] = sv.start_sidecar(cfg_path, self.workdir)
-        for name, url in (("sidecar", f"{self.sidecar_url}/readyz"), ("stable", f"{self.stable_url}/healthz"),
-                          ("canary", f"{self.canary_url}/healthz")):
+        ready = [("sidecar", f"{self.sidecar_url}/readyz")]
+        if self.cfg.engine == "fastapi":
+            ready += [("stable", f"{self.stable_url}/healthz"), ("canary", f"{self.canary_url}/healthz")]
+        for name, url in ready:
             sv.wait_ready(self.procs[name], url, deadline, watch=self.procs.values())
         say("all processes are ready")
 
@@ -126,6 +163,10 @@ class Scenario:
     def attach_prometheus(self, url: str) -> None:
         """Read alert states from this Prometheus (which scrapes :attr:`sidecar_target`)."""
         self.prometheus_url = url.rstrip("/")
+
+    def attach_alertmanager(self, receiver: WebhookReceiver) -> None:
+        """Show the notifications ``receiver`` gets (from an Alertmanager behind the attached Prometheus)."""
+        self.receiver = receiver
 
     # -- run ------------------------------------------------------------------------------------
     def now(self) -> float:
@@ -153,7 +194,8 @@ class Scenario:
         plan = LoadPlan(rate_per_s=c.rate_per_s, max_requests=c.max_requests,
                         max_seconds=c.duration_s + (5 if stop_load else linger_s), threads=32, seed=c.seed + 1)
         canary = self.canary_url if "canary" in c.faults else None
-        self.loadgen = LoadGenerator(self.stable_url, canary, self.sidecar_url, plan, model=mdl.NAME).start()
+        self.loadgen = LoadGenerator(self.stable_url, canary, self.sidecar_url, plan, model=mdl.NAME,
+                                     engine=c.engine).start()
         inject_at = c.injection_time()
         injected = False
         while True:
@@ -189,14 +231,16 @@ class Scenario:
         """Switch every configured fault on."""
         assert self.loadgen is not None, "run() starts the load first"
         t = self.now()
-        inject.switch_on(self.cfg, server_url=self.stable_url, token=self.token, loadgen=self.loadgen,
-                         leak_pid=self.leak_pid)
+        triton = self.cfg.engine == "triton"
+        inject.switch_on(self.cfg, server_url=None if triton else self.stable_url, token=self.token,
+                         loadgen=self.loadgen, leak_pid=self.leak_pid, fault_file=self.fault_file if triton else None)
         for st in self.faults.values():
             st.injected_at = t
 
     def poll(self) -> Snapshot:
         """Scrape the sidecar (and Prometheus), update detection, and return a snapshot."""
-        snap, scrape = self.observer.poll(self.now(), self.faults, self.loadgen, self.prometheus_url)
+        snap, scrape = self.observer.poll(self.now(), self.faults, self.loadgen, self.prometheus_url,
+                                           self.receiver)
         if scrape is not None:
             judge.judge(self.faults, snap, scrape, self.leak_pid)
         return snap
@@ -216,7 +260,8 @@ class Scenario:
     def summary_lines(self) -> list[str]:
         """The end-of-run summary, one fault per line, then the verdict."""
         return report.summary_lines(self.faults, self.cfg.injection_time(),
-                                    self.unexpected_alerts() if self.prometheus_url else None)
+                                    self.unexpected_alerts() if self.prometheus_url else None,
+                                    self.receiver.notifications() if self.receiver is not None else None)
 
     # -- stop -----------------------------------------------------------------------------------
     def stop(self) -> dict[str, int | None]:

@@ -28,6 +28,8 @@ from inferwatch_sidecar.demo import model as mdl
 SERVICE = "demo-credit"
 #: The order :func:`stop_all` stops children in: the servers before the sidecar, so their last events arrive.
 STOP_ORDER = ("stable", "canary", "sidecar")
+#: What the Triton demo server's Python needs (PyTriton pins numpy<2: a virtualenv of its own).
+TRITON_REQUIREMENTS = ('"nvidia-pytriton>=0.7,<0.8" opentelemetry-sdk opentelemetry-exporter-otlp-proto-http')
 
 
 class ProcessError(RuntimeError):
@@ -49,11 +51,18 @@ class Process:
         argv: the command.
         env: its environment (None: this process's).
         log_path: where its stdout and stderr go.
+        signal_group: :meth:`stop` sends SIGTERM to the whole process group; False sends it to the process
+            alone, which stops its own children (PyTriton must stop tritonserver itself), and what is left of
+            the group is killed once it exits.
+        stop_timeout: how long :meth:`stop` waits before SIGKILL.
     """
 
-    def __init__(self, name: str, argv: list[str], env: dict[str, str] | None, log_path: Path) -> None:
+    def __init__(self, name: str, argv: list[str], env: dict[str, str] | None, log_path: Path,
+                 signal_group: bool = True, stop_timeout: float = 10.0) -> None:
         self.name = name
         self.log_path = log_path
+        self.signal_group = signal_group
+        self.stop_timeout = stop_timeout
         self._log = open(log_path, "wb")  # noqa: SIM115 - closed in stop()
         self.p = subprocess.Popen(argv, env=env, stdout=self._log, stderr=subprocess.STDOUT, start_new_session=True)
 
@@ -68,21 +77,32 @@ class Process:
         if self.p.poll() is not None:
             raise ProcessError(f"{self.name} exited with status {self.p.returncode}:\n{self.log_tail()}")
 
-    def stop(self, timeout: float = 10.0) -> int | None:
-        """SIGTERM the process group, SIGKILL it after ``timeout``; returns the exit status."""
+    def terminate(self) -> None:
+        """Send SIGTERM to the process group (or to the process alone); :meth:`stop` waits for the exit."""
         if self.p.poll() is None:
             with contextlib.suppress(ProcessLookupError):
-                os.killpg(self.p.pid, signal.SIGTERM)
+                if self.signal_group:
+                    os.killpg(self.p.pid, signal.SIGTERM)
+                else:
+                    self.p.send_signal(signal.SIGTERM)
+
+    def stop(self, timeout: float | None = None) -> int | None:
+        """SIGTERM (see :meth:`terminate`), SIGKILL the group after ``timeout``; returns the exit status.
+
+        Args:
+            timeout: seconds to wait for the exit (None: ``stop_timeout``).
+        """
+        self.terminate()
+        if self.p.poll() is None:
             try:
-                self.p.wait(timeout)
+                self.p.wait(self.stop_timeout if timeout is None else timeout)
             except subprocess.TimeoutExpired:
                 with contextlib.suppress(ProcessLookupError):
                     os.killpg(self.p.pid, signal.SIGKILL)
                 self.p.wait()
-        else:
-            # The leader exited; make sure no worker it left behind survives.
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(self.p.pid, signal.SIGKILL)
+        # The leader has exited: nothing it left behind in its group may survive.
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.p.pid, signal.SIGKILL)
         self._log.close()
         return self.p.returncode
 
@@ -157,6 +177,67 @@ def start_model_server(role: str, version: str, port: int, workers: int, *, sock
     return Process(role, argv, env, log_dir / f"{role}.log")
 
 
+def default_triton_python() -> str:
+    """``.venv-triton/bin/python`` of the source checkout when it exists (scripts/test builds it), else this Python."""
+    venv = Path(__file__).resolve().parents[3] / ".venv-triton" / "bin" / "python"
+    return str(venv) if venv.is_file() else sys.executable
+
+
+def triton_python_problem(python: str) -> str | None:
+    """Why ``python`` cannot run the Triton demo server (None: it can): what to install there."""
+    try:
+        r = subprocess.run([python, "-c", "import pytriton.triton, opentelemetry.sdk, numpy"], capture_output=True,
+                           text=True, timeout=60, env=child_env())
+    except OSError as e:
+        return f"{python} cannot be run ({e.strerror}): pass --triton-python with a Python that has PyTriton"
+    if r.returncode == 0:
+        return None
+    missing = r.stderr.strip().splitlines()[-1] if r.stderr.strip() else f"exit status {r.returncode}"
+    return (f"{python} cannot import PyTriton ({missing}); install it there with\n"
+            f"  {python} -m pip install {TRITON_REQUIREMENTS}\n"
+            "(PyTriton pins numpy<2, so use a virtualenv of its own and pass --triton-python; in a checkout, "
+            "scripts/test builds .venv-triton)")
+
+
+def _package_dirs() -> list[str]:
+    """The directories that hold ``inferwatch`` and ``inferwatch_sidecar``, for another interpreter's path."""
+    import inferwatch
+    import inferwatch_sidecar
+
+    dirs = [str(Path(m.__file__ or "").resolve().parents[1]) for m in (inferwatch, inferwatch_sidecar)]
+    return list(dict.fromkeys(dirs))
+
+
+def start_triton_server(python: str, role: str, *, http_port: int, grpc_port: int, metrics_port: int, sidecar_url: str,
+                        socket_path: str, state_dir: Path, seed: int, log_dir: Path) -> Process:
+    """PyTriton serving :mod:`inferwatch_sidecar.demo.triton_server` on 127.0.0.1, with ``python``.
+
+    ``python`` imports the SDK and the demo's model from this installation's directories (on its
+    ``PYTHONPATH``), and PyTriton from its own site-packages.
+
+    Args:
+        python: an interpreter with PyTriton (:func:`triton_python_problem` says whether it has).
+        role: ``stable`` or ``canary``: the process's name, and the model it serves.
+        http_port / grpc_port / metrics_port: Triton's ports.
+        sidecar_url: where Triton sends its traces (``/v1/traces``).
+        socket_path: the sidecar's ingest socket (the callable's records).
+        state_dir: the fault file and the PID file.
+        seed: dataset and model seed.
+        log_dir: where ``triton-<role>.log`` goes.
+    """
+    env = {k: v for k, v in child_env().items() if not k.startswith("OTEL_")}
+    env.update({
+        "INFERWATCH_SIDECAR": f"unix://{socket_path}",
+        "INFERWATCH_DEMO_STATE_DIR": str(state_dir),
+        "INFERWATCH_DEMO_SEED": str(seed),
+        "PYTHONPATH": os.pathsep.join(_package_dirs()),
+    })
+    argv = [python, "-m", "inferwatch_sidecar.demo.triton_server", "--role", role, "--sidecar-url", sidecar_url,
+            "--http-port", str(http_port), "--grpc-port", str(grpc_port), "--metrics-port", str(metrics_port)]
+    # SIGTERM to the leader only: triton.stop() stops tritonserver and its python-backend stubs in order.
+    return Process(role, argv, env, log_dir / f"triton-{role}.log", signal_group=False, stop_timeout=30.0)
+
+
 def start_sidecar(config_path: Path, log_dir: Path) -> Process:
     """``inferwatch sidecar --config config_path``, logging to ``sidecar.log``."""
     argv = [sys.executable, "-m", "inferwatch_sidecar.cli", "sidecar", "--config", str(config_path)]
@@ -222,6 +303,13 @@ def wait_worker_pids(pid_dir: Path, want: dict[str, int], procs: dict[str, Proce
 
 
 def stop_all(procs: dict[str, Process]) -> dict[str, int | None]:
-    """Stop and remove every process in ``procs`` (:data:`STOP_ORDER` first); returns their exit statuses."""
-    order = [n for n in STOP_ORDER if n in procs] + [n for n in procs if n not in STOP_ORDER]
+    """Stop and remove every process in ``procs``; returns their exit statuses.
+
+    The model servers get SIGTERM together (a Triton takes seconds to unload its model) and are awaited
+    before the sidecar is stopped, so their last events arrive; then the sidecar, then anything else.
+    """
+    servers = [n for n in STOP_ORDER if n in procs and n != "sidecar"]
+    for name in servers:
+        procs[name].terminate()
+    order = servers + [n for n in STOP_ORDER if n in procs and n == "sidecar"] + [n for n in procs if n not in STOP_ORDER]
     return {name: procs.pop(name).stop() for name in order}

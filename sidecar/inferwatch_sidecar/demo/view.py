@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from rich.console import Group
+from rich.console import Group, RenderableType
 from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
@@ -127,6 +127,20 @@ def _alerts_text(snap: Snapshot, sc: Scenario) -> Text:
     return out
 
 
+def _notifications_table(snap: Snapshot) -> Table:
+    t = Table(title="Alertmanager notifications (alerts/alertmanager.yml, timings in seconds)", expand=True,
+              title_justify="left")
+    for h in ("receiver", "alert", "status", "runbook"):
+        t.add_column(h)
+    rows = report.delivered(snap.notifications)
+    for d in rows:
+        t.add_row(d.receiver, d.alertname, Text(d.status, style="bold red" if d.statuses[-1] == "firing" else "green"),
+                  d.runbook_url)
+    if not rows:
+        t.add_row(Text("(none yet)", style="dim"), "", "", "")
+    return t
+
+
 def render(snap: Snapshot, sc: Scenario) -> Group:
     """The whole screen for one snapshot."""
     c = sc.cfg
@@ -145,7 +159,10 @@ def render(snap: Snapshot, sc: Scenario) -> Group:
     top.add_column(ratio=1)
     top.add_column(ratio=1)
     top.add_row(_stage_table(snap), _gpu_table(snap, sc))
-    return Group(Panel(head), top, _drift_table(snap), _fault_table(snap), _alerts_text(snap, sc))
+    parts: list[RenderableType] = [Panel(head), top, _drift_table(snap), _fault_table(snap), _alerts_text(snap, sc)]
+    if sc.receiver is not None:
+        parts.append(_notifications_table(snap))
+    return Group(*parts)
 
 
 def progress_line(snap: Snapshot) -> str:
@@ -156,4 +173,5 @@ def progress_line(snap: Snapshot) -> str:
     return (f"t={snap.t:5.1f}s {snap.phase:<8} requests={snap.load.get('predict_stable', 0)}+"
             f"{snap.load.get('predict_canary', 0)}+{snap.load.get('generate', 0)} "
             f"inference p99.9={report.seconds(inf.get(0.999))} detected: {det}"
-            + (f" firing: {', '.join(firing)}" if firing else ""))
+            + (f" firing: {', '.join(firing)}" if firing else "")
+            + (f" notifications: {len(snap.notifications)}" if snap.notifications else ""))

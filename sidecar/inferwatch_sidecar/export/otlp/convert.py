@@ -108,7 +108,8 @@ class ConversionStats:
 
 
 def _ns(seconds: float) -> int:
-    return int(round(seconds * 1e9))
+    # A u64 nanosecond time (2**64 - 1) read back from float seconds rounds to 2**64, past the fixed64 field.
+    return min(int(round(seconds * 1e9)), 0xFFFFFFFFFFFFFFFF)
 
 
 def _ts_ns(ts: Any, default_ns: int) -> int:

@@ -24,7 +24,8 @@ alone, by reason; a body that cannot be read at all gets a 4xx answer with a
 from __future__ import annotations
 
 import json
-import math
+import re
+import sys
 import zlib
 from typing import Any
 
@@ -56,6 +57,11 @@ _ZERO_SPAN = bytes(8)
 MAX_STRING = 255
 #: Elements kept from an array attribute.
 MAX_ARRAY = 16
+#: Largest integer that converts to a finite double.
+_MAX_DOUBLE_INT = int(sys.float_info.max)
+#: Longest duration taken from an attribute: what fits in the wire format's 64-bit nanoseconds.
+_MAX_SECONDS = (2**64 - 1) / 1e9
+_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 class BodyError(Exception):
@@ -137,6 +143,10 @@ class Decoded:
 
 class SpanError(Exception):
     """One span that cannot be used; ``args[0]`` is the bounded reason."""
+
+
+class BadText(SpanError):
+    """A string that is not exportable text; in resource attributes it rejects the resource's spans."""
 
 
 def media_type(content_type: str) -> str | None:
@@ -267,20 +277,33 @@ def _get(obj: dict[str, Any], camel: str, snake: str) -> Any:
     return obj.get(snake) if v is None else v
 
 
-def _int64(v: Any, what: str) -> int:
-    """An OTLP/JSON 64-bit integer: a JSON number or a decimal string."""
+def _int64(v: Any, what: str, lo: int = -(2**63), hi: int = 2**63 - 1) -> int:
+    """An OTLP/JSON 64-bit integer from ``lo`` to ``hi``: a JSON number or a decimal string.
+
+    The range is the protobuf field's (int64, or fixed64 for times): JSON has no
+    limit, and a time past 2**64 ns would overflow the float conversions downstream.
+    """
     if isinstance(v, bool):
         raise SpanError(what)
     if isinstance(v, int):
-        return v
-    if isinstance(v, str):
+        n = v
+    elif isinstance(v, str):
         try:
-            return int(v, 10)
+            n = int(v, 10)
         except ValueError:
             raise SpanError(what) from None
-    if isinstance(v, float) and v.is_integer():
-        return int(v)
-    raise SpanError(what)
+    elif isinstance(v, float) and v.is_integer():
+        n = int(v)
+    else:
+        raise SpanError(what)
+    if not lo <= n <= hi:
+        raise SpanError(what)
+    return n
+
+
+def _time(v: Any) -> int:
+    """A fixed64 Unix-nanosecond time."""
+    return _int64(v or 0, "bad_time", 0, 2**64 - 1)
 
 
 def _hex_id(v: Any, n: int, reason: str, required: bool) -> bytes:
@@ -314,7 +337,13 @@ def _json_value(v: Any) -> Any:
         return None
     if "stringValue" in v or "string_value" in v:
         s = _get(v, "stringValue", "string_value")
-        return s[:MAX_STRING] if isinstance(s, str) else None
+        if not isinstance(s, str):
+            return None
+        s = s[:MAX_STRING]
+        # JSON can carry a lone UTF-16 surrogate; no UTF-8 encoder takes one, so as a label it would break /metrics.
+        if not s.isascii() and _SURROGATE.search(s):
+            raise BadText("bad_attribute")
+        return s
     if "intValue" in v or "int_value" in v:
         try:
             return _int64(_get(v, "intValue", "int_value"), "bad_attribute")
@@ -322,8 +351,11 @@ def _json_value(v: Any) -> Any:
             return None
     if "doubleValue" in v or "double_value" in v:
         d = _get(v, "doubleValue", "double_value")
-        if isinstance(d, (int, float)) and not isinstance(d, bool):
-            return float(d)
+        if isinstance(d, float):
+            return d
+        if isinstance(d, int) and not isinstance(d, bool):
+            # A JSON integer past the float range (1e309 written out) is not a usable double.
+            return float(d) if abs(d) <= _MAX_DOUBLE_INT else None
         # OTLP/JSON writes NaN and the infinities as strings, as protobuf's JSON mapping does.
         if d in ("NaN", "Infinity", "-Infinity"):
             return float(d)
@@ -362,8 +394,8 @@ def _json_span(s: Any, res: Resource) -> Span:
     trace = _hex_id(_get(s, "traceId", "trace_id"), 16, "bad_trace_id", True)
     sid = _hex_id(_get(s, "spanId", "span_id"), 8, "bad_span_id", True)
     parent = _hex_id(_get(s, "parentSpanId", "parent_span_id"), 8, "bad_span_id", False)
-    start = _int64(_get(s, "startTimeUnixNano", "start_time_unix_nano") or 0, "bad_time")
-    end = _int64(_get(s, "endTimeUnixNano", "end_time_unix_nano") or 0, "bad_time")
+    start = _time(_get(s, "startTimeUnixNano", "start_time_unix_nano"))
+    end = _time(_get(s, "endTimeUnixNano", "end_time_unix_nano"))
     if start <= 0 or end < start:
         raise SpanError("bad_time")
     name = s.get("name", "")
@@ -380,8 +412,8 @@ def _json_span(s: Any, res: Resource) -> Span:
         if not isinstance(e, dict):
             raise SpanError("bad_span")
         en = e.get("name", "")
-        events.append((en if isinstance(en, str) else "", _int64(_get(e, "timeUnixNano", "time_unix_nano") or 0,
-                                                                 "bad_time"), _json_attrs(e.get("attributes"))))
+        events.append((en if isinstance(en, str) else "", _time(_get(e, "timeUnixNano", "time_unix_nano")),
+                       _json_attrs(e.get("attributes"))))
     return Span(trace, sid, parent, name[:MAX_STRING], kind, start, end, _json_attrs(s.get("attributes")), events,
                 code, res)
 
@@ -391,6 +423,8 @@ def _decode_json(body: bytes, max_spans: int, out: Decoded) -> None:
         doc = json.loads(body)
     except (ValueError, UnicodeDecodeError) as e:
         raise BodyError(400, "bad_json", f"body is not JSON: {e}") from None
+    except RecursionError:
+        raise BodyError(400, "too_deep", "body is nested too deeply to parse") from None
     if not isinstance(doc, dict):
         raise BodyError(400, "bad_json", "body must be an ExportTraceServiceRequest object")
     groups = _get(doc, "resourceSpans", "resource_spans") or []
@@ -402,7 +436,9 @@ def _decode_json(body: bytes, max_spans: int, out: Decoded) -> None:
             raise BodyError(400, "bad_json", "each resourceSpans entry must be an object")
         resource = rs.get("resource") or {}
         try:
-            rattrs = _json_attrs(resource.get("attributes") if isinstance(resource, dict) else None)
+            rattrs: dict[str, Any] | None = _json_attrs(resource.get("attributes") if isinstance(resource, dict) else None)
+        except BadText:
+            rattrs = None
         except SpanError:
             raise BodyError(400, "bad_json", "resource attributes must be a list of {key, value}") from None
         scopes = _get(rs, "scopeSpans", "scope_spans") or []
@@ -413,13 +449,17 @@ def _decode_json(body: bytes, max_spans: int, out: Decoded) -> None:
                 raise BodyError(400, "bad_json", "each scopeSpans entry must be an object")
             scope = ss.get("scope")
             sname = scope.get("name", "") if isinstance(scope, dict) else ""
-            res = Resource(rattrs, sname if isinstance(sname, str) else "")
             spans = ss.get("spans") or []
             if not isinstance(spans, list):
                 raise BodyError(400, "bad_json", "spans must be a list")
             if left <= 0:
                 out.reject("too_many_spans", len(spans))
                 continue
+            if rattrs is None:
+                out.reject("bad_attribute", len(spans))
+                left -= len(spans)
+                continue
+            res = Resource(rattrs, sname if isinstance(sname, str) else "")
             for s in spans[:left]:
                 try:
                     out.spans.append(_json_span(s, res))
@@ -471,8 +511,8 @@ def status_body(encoding: str, code: int, message: str) -> bytes:
 
 
 def finite_seconds(v: Any) -> float | None:
-    """An attribute holding seconds, as a finite float >= 0, else None."""
+    """An attribute holding seconds, as a float from 0 to 2**64 ns, else None."""
     if isinstance(v, bool) or not isinstance(v, (int, float)):
         return None
     f = float(v)
-    return f if math.isfinite(f) and f >= 0 else None
+    return f if 0 <= f <= _MAX_SECONDS else None
