@@ -49,13 +49,13 @@ def main() -> int:
         print("gpu_real_check: torch is not installed (pip install torch with CUDA); nothing was run",
               file=sys.stderr)
         return 2
-    from inferwatch._wire import EV_ALLOC
+    from inferwatch.wire import EV_ALLOC
     from inferwatch_sidecar.components.base import ComponentContext
     from inferwatch_sidecar.components.gpu.component import build
     from inferwatch_sidecar.components.gpu.config import GpuConfig
 
     cfg = GpuConfig(backend="nvml", interval_s=1.0, detector={
-        "scales": [[64, 4]], "warmup_s": 20, "confirm_s": 8, "sub_windows": 4})
+        "scales": [[64, 4]], "confirm_s": 8})
     comp = build(cfg, ComponentContext())
     comp.tick()
     first = comp.status()
@@ -87,7 +87,7 @@ def main() -> int:
     with open(os.path.join(args.out, "gpu_real_check.json"), "w") as f:
         json.dump({"status": st, "series": series}, f, indent=1, default=str)
     print(json.dumps({k: st[k] for k in ("backend", "driver_version", "nvml_version", "memory_info_version",
-                                         "leaks", "faults")}, indent=1, default=str))
+                                         "leaks", "episodes", "faults")}, indent=1, default=str))
     ok = any(x["pid"] == child.pid and x["kind"] == "tensor" for x in st["leaks"]) or any(
         s[2] == "leak" for s in series)
     print("RESULT:", "leak detected" if ok else "NO LEAK DETECTED")

@@ -147,7 +147,7 @@ def _rolling_feed(h: RollingColumn, steps: list[Any]) -> None:
 
 
 CASES = [
-    Case("leak_detector", lambda: LeakDetector(LEAK_CFG), _leak_stream, _leak_feed, 800),
+    Case("leak_detector", lambda: LeakDetector(LEAK_CFG), _leak_stream, _leak_feed, 4400),
     Case("column_window_numeric", lambda: ColumnWindow(NUMERIC_REF, 6), _numeric_stream, _window_feed, 200),
     Case("column_window_categorical", lambda: ColumnWindow(CATEGORICAL_REF, 6), _categorical_stream, _window_feed,
          200),

@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from inferwatch._wire import EV_ALLOC
+from inferwatch.wire import EV_ALLOC
 from inferwatch_sidecar.components.base import Component, ComponentContext
 from inferwatch_sidecar.components.gpu.component import GpuComponent, build
 from inferwatch_sidecar.components.gpu.config import GpuConfig
@@ -177,3 +177,34 @@ def test_replay_config_with_a_missing_file_fails_start_up(tmp_path: object) -> N
         GpuConfig(backend="cuda")
     with pytest.raises(ValueError):
         GpuConfig(intervl_s=1)  # type: ignore[call-arg]
+
+
+def test_status_keeps_the_episode_of_a_process_that_exited() -> None:
+    """A leak that ends because its process goes away stays in /v1/status's bounded episode history."""
+    clock = Clock()
+    dev = FakeDevice(processes=[FakeProcess(60, lambda t: 10 * GiB + 4 * MiB * max(0.0, t - 200.0))])
+    fake = FakeNvml([dev], clock=lambda: clock.t - 1000.0)
+    ctx = ComponentContext(clock=clock, monotonic=clock)
+    comp = build(GpuConfig(backend="nvml", detector=FAST, pid_ttl_s=5, resolve_containers=False), ctx,
+                 sampler=NvmlSampler(lambda: fake, clock=clock, monotonic=clock))
+    for _ in range(600):
+        comp.tick()
+        clock.t += 1
+    st = comp.status()
+    (ep,) = [e for e in st["episodes"] if e["pid"] == 60]
+    assert ep["cleared_at"] is None and ep["end"] is None and ep["detected_at"] > ep["onset_estimate"]
+    assert ep["rate_bytes_per_s"] == pytest.approx(4 * MiB, rel=0.05)
+    proc = st["devices"][0]["processes"][0]
+    assert proc["onset_estimate"] == ep["onset_estimate"] and len(proc["episodes"]) == 1
+    v = values(comp)
+    assert v[("inferwatch_gpu_leak_onset_timestamp_seconds", (("gpu", "0"), ("pid", "60")))] == ep["onset_estimate"]
+    dev.processes = []  # the process exits
+    last_seen = clock.t - 1
+    for _ in range(8):
+        comp.tick()
+        clock.t += 1
+    st = comp.status()
+    assert st["devices"][0]["processes"] == []
+    (gone,) = [e for e in st["episodes"] if e["pid"] == 60]
+    assert gone["end"] == "process_exited" and gone["cleared_at"] == last_seen
+    assert gone["detected_at"] == ep["detected_at"]

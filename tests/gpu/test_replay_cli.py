@@ -143,6 +143,49 @@ def test_analyze_json_contract(tmp_path: Path, capsys: pytest.CaptureFixture[str
     assert res[(UUID, 4243)]["verdict"] == "no_leak" and res[(UUID, 4243)]["time_to_oom_s"] is None
 
 
+def restart_logs(tmp: Path) -> tuple[str, str]:
+    """Two hours at 5 s: pid 4242 leaks 2 MiB/s from 12:20 until a restart at 13:00 replaces it by pid 4300."""
+    t0 = datetime(2024, 1, 31, 12, 0, 0)
+    g = ["timestamp, index, uuid, memory.total [MiB], memory.used [MiB], memory.free [MiB]"]
+    a = ["timestamp, gpu_uuid, pid, used_gpu_memory [MiB]"]
+    for i in range(0, 7200, 5):
+        ts = (t0 + timedelta(seconds=i)).strftime("%Y/%m/%d %H:%M:%S.") + "000"
+        saw = (i % 90) * 8  # a 720 MiB allocator sawtooth with a 90 s period
+        if i < 3600:
+            proc, pid = 20480 + saw + 2 * max(0, i - 1200), 4242
+        else:
+            proc, pid = 20480 + saw, 4300
+        used = 1024 + proc
+        g.append(f"{ts}, 0, {UUID}, 81559 MiB, {used} MiB, {81559 - used} MiB")
+        a.append(f"{ts}, {UUID}, {pid}, {proc} MiB")
+    return write(tmp, "gpu.csv", "\n".join(g) + "\n"), write(tmp, "apps.csv", "\n".join(a) + "\n")
+
+
+def test_analyze_lists_an_episode_that_a_restart_ended(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    g, a = restart_logs(tmp_path)
+    assert main(["gpu", "analyze", g, a, "--json"]) == 0
+    res = {(r["device"], r["pid"]): r for r in json.loads(capsys.readouterr().out)["results"]}
+    fmt = "%Y/%m/%d %H:%M:%S.%f"
+    dev = res[("0", None)]
+    assert dev["verdict"] == "no_leak" and len(dev["episodes"]) == 1  # over at the end of the log...
+    ep = dev["episodes"][0]
+    assert dev["detected_at"] == ep["detected_at"]  # ...but its first detection stays on the top level
+    onset, det = datetime.strptime(ep["onset_estimate"], fmt), datetime.strptime(ep["detected_at"], fmt)
+    assert datetime(2024, 1, 31, 12, 15) <= onset <= datetime(2024, 1, 31, 12, 25)
+    assert datetime(2024, 1, 31, 12, 20) < det <= datetime(2024, 1, 31, 12, 35)
+    # The restart drops the floor back: the verdict clears at once, by the release.
+    cleared = datetime.strptime(ep["cleared_at"], fmt)
+    assert ep["end"] == "released" and datetime(2024, 1, 31, 13, 0) <= cleared <= datetime(2024, 1, 31, 13, 5)
+    assert ep["rate_bytes_per_s"] == pytest.approx(2 * 2**20, rel=0.2)
+    lo, hi = ep["rate_ci_bytes_per_s"]
+    assert lo <= ep["rate_bytes_per_s"] <= hi and ep["kind"] is None
+    # The leaking process vanished from the log with the restart: its episode ends with its last row.
+    old = res[(UUID, 4242)]
+    assert [e["end"] for e in old["episodes"]] == ["series_ended"]
+    assert old["episodes"][0]["cleared_at"] == "2024/01/31 12:59:55.000"
+    assert res[(UUID, 4300)]["episodes"] == []
+
+
 def test_analyze_short_log_is_insufficient_data(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     g = write(tmp_path, "g.csv", GPU_WITH_UNITS)
     assert main(["gpu", "analyze", g, "--json"]) == 0
@@ -163,7 +206,7 @@ def test_analyze_text_table(tmp_path: Path, capsys: pytest.CaptureFixture[str]) 
     g, a = leaking_logs(tmp_path)
     assert main(["gpu", "analyze", g, a]) == 0
     out = capsys.readouterr().out
-    assert "4242" in out and "leak" in out and "1.00 MiB/s" in out
+    assert "4242" in out and "leak" in out and "Leak episodes" in out and "still leaking" in out
 
 
 def test_analyze_unreadable_file_exits_non_zero(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -19,7 +19,8 @@ def register(subparsers: Any) -> None:
             "Run the sidecar's leak detector over logs recorded with\n"
             "  nvidia-smi --query-gpu=timestamp,index,uuid,memory.total,memory.used,memory.free --format=csv -l 1\n"
             "  nvidia-smi --query-compute-apps=timestamp,gpu_uuid,pid,used_memory --format=csv -l 1\n"
-            "and report a verdict per device and per process. Exit status 0 whatever the verdicts;\n"
+            "and report a verdict and every leak episode per device and per process.\n"
+            "Exit status 0 whatever the verdicts;\n"
             "1 when a file cannot be read or parsed."
         ),
         formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -28,10 +29,12 @@ def register(subparsers: Any) -> None:
     a.add_argument("--json", action="store_true", help="print one JSON object with a 'results' list")
     a.add_argument(
         "--window", action="append", metavar="SECONDS[:BIN_S]",
-        help="detector window (repeatable; bin defaults to window/72). Default: 720:10, 3600:30, 14400:120",
+        help="detector window (repeatable; bin defaults to window/90). "
+             "Default: 900:10, 1800:15, 3600:30, 7200:60, 14400:120",
     )
     a.add_argument("--warmup", type=float, default=None, metavar="SECONDS",
-                   help="ignore each series' first SECONDS (default 1800)")
+                   help="optional blind period at the start of each series (default 0: warm-up plateaus "
+                        "are recognised from the data)")
     a.add_argument("--progress", choices=("auto", "always", "never"), default="auto",
                    help="progress bar on stderr (auto: on a terminal, for files over 1 MB)")
     a.set_defaults(func=_analyze)
@@ -44,7 +47,7 @@ def _scales(specs: list[str]) -> list[tuple[float, float]]:
         w, _, b = s.partition(":")
         try:
             wf = float(w)
-            bf = float(b) if b else wf / 72
+            bf = float(b) if b else wf / 90
         except ValueError:
             raise ValueError(f"--window {s!r}: expected SECONDS or SECONDS:BIN_SECONDS, e.g. 720:10") from None
         out.append((wf, bf))
@@ -128,6 +131,20 @@ def _table(result: dict[str, Any]) -> None:
             _fmt_s(r["time_to_oom_s"]), r["detected_at"] or "-", str(r["samples"]),
         )
     Console(width=140).print(t)
+    e = Table(title="Leak episodes")
+    for col in ("device", "pid", "onset (est.)", "detected at", "cleared at", "rate", "95% CI"):
+        e.add_column(col)
+    n = 0
+    for r in result["results"]:
+        for ep in r["episodes"]:
+            n += 1
+            ci = ep["rate_ci_bytes_per_s"]
+            cleared = ep["cleared_at"] or "still leaking"
+            e.add_row(str(r["device"]), "-" if r["pid"] is None else str(r["pid"]), ep["onset_estimate"],
+                      ep["detected_at"], cleared if not ep["end"] else f"{cleared} ({ep['end']})",
+                      _fmt_bytes(ep["rate_bytes_per_s"]), f"{_fmt_bytes(ci[0])} .. {_fmt_bytes(ci[1])}")
+    if n:
+        Console(width=160).print(e)
     for f in result["files"]:
         if f["skipped_rows"]:
             print(f"{f['path']}: skipped rows {f['skipped_rows']}", file=sys.stderr)

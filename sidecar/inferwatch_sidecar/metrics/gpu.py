@@ -121,6 +121,10 @@ GPU_LEAK_DETECTED_TIMESTAMP_SECONDS = Metric(
     name="inferwatch_gpu_leak_detected_timestamp_seconds", type="gauge", unit="seconds", labels=_P, component="gpu",
     help="Unix time of the first sample at which the current leak verdict held.",
 )
+GPU_LEAK_ONSET_TIMESTAMP_SECONDS = Metric(
+    name="inferwatch_gpu_leak_onset_timestamp_seconds", type="gauge", unit="seconds", labels=_P, component="gpu",
+    help="Estimated start of the current leak episode (hinge fit of the memory floor), Unix time.",
+)
 GPU_LEAK_KIND = Metric(
     name="inferwatch_gpu_leak_kind", type="gauge", labels=("gpu", "pid", "kind"), component="gpu",
     help="1 for the classified kind of growth: tensor, cache_fragmentation, native or unknown.",
@@ -160,7 +164,8 @@ METRICS: tuple[Metric, ...] = (
     GPU_ALLOCATOR_INACTIVE_SPLIT_BYTES, GPU_ALLOCATOR_FRAGMENTATION_RATIO, GPU_ALLOCATOR_ALLOC_RETRIES_TOTAL,
     GPU_ALLOCATOR_OOMS_TOTAL, GPU_PROCESS_NON_ALLOCATOR_MEMORY_BYTES, GPU_FRAGMENTATION_WARNING, GPU_LEAK_DETECTED,
     GPU_LEAK_RATE_BYTES_PER_SECOND, GPU_LEAK_RATE_LOWER_BYTES_PER_SECOND, GPU_LEAK_RATE_UPPER_BYTES_PER_SECOND,
-    GPU_LEAK_TIME_TO_OOM_SECONDS, GPU_LEAK_DETECTED_TIMESTAMP_SECONDS, GPU_LEAK_KIND, GPU_COLLECTOR_UP,
+    GPU_LEAK_TIME_TO_OOM_SECONDS, GPU_LEAK_DETECTED_TIMESTAMP_SECONDS, GPU_LEAK_ONSET_TIMESTAMP_SECONDS,
+    GPU_LEAK_KIND, GPU_COLLECTOR_UP,
     GPU_COLLECTOR_ERRORS_TOTAL, GPU_COLLECTOR_LAST_SUCCESS_AGE_SECONDS, GPU_COLLECTOR_SAMPLES_TOTAL,
     GPU_COLLECTOR_CPU_SECONDS_TOTAL, GPU_ALLOCATOR_RECORDS_DROPPED_TOTAL,
 )

@@ -17,10 +17,10 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from inferwatch._wire import EV_ALLOC
+from inferwatch.wire import EV_ALLOC
 from inferwatch_sidecar.components.base import ComponentContext
 from inferwatch_sidecar.components.gpu.config import GpuConfig
-from inferwatch_sidecar.components.gpu.detector import LeakDetector
+from inferwatch_sidecar.components.gpu.detector import Episode, LeakDetector
 from inferwatch_sidecar.components.gpu.sampler import FIX, DeviceSample, Fault, NvmlSampler, Snapshot, container_hint
 from inferwatch_sidecar.components.worker import PeriodicWorker
 from inferwatch_sidecar.metrics import families
@@ -67,13 +67,25 @@ class _FaultStat:
     last: float = 0.0
 
 
+#: Leak episodes kept in ``/v1/status`` per component (live series and series of processes that exited).
+EPISODE_HISTORY = 32
+
+
+def _episode_dict(e: Episode) -> dict[str, Any]:
+    return {"onset_estimate": e.onset_estimate, "detected_at": e.detected_at, "cleared_at": e.cleared_at,
+            "end": e.end, "rate_bytes_per_s": e.rate, "rate_ci_bytes_per_s": list(e.rate_ci)}
+
+
 def _leak_dict(det: LeakDetector, headroom: float | None) -> dict[str, Any]:
+    eps = det.episodes
     return {
         "verdict": det.verdict,
         "rate_bytes_per_s": det.rate,
         "rate_ci_bytes_per_s": list(det.ci) if det.ci else None,
         "time_to_oom_s": det.time_to_oom(headroom),
         "detected_at": det.detected_at,
+        "onset_estimate": eps[-1].onset_estimate if eps and eps[-1].cleared_at is None else None,
+        "episodes": [_episode_dict(e) for e in eps],
     }
 
 
@@ -131,6 +143,8 @@ class GpuComponent:
         self.last_t: float | None = None
         self.absent_reason: Fault | None = None
         self._labelled_pids: set[str] = set()
+        #: Episodes of process series that were removed (the process exited), newest last.
+        self.past_episodes: deque[dict[str, Any]] = deque(maxlen=EPISODE_HISTORY)
 
     # -- lifecycle ---------------------------------------------------------------
     def start(self) -> None:
@@ -259,6 +273,11 @@ class GpuComponent:
         now = self.ctx.monotonic()
         for key, st in list(self.procs.items()):
             if t - st.last_seen > ttl:
+                for e in st.det.episodes:
+                    d = {"gpu": st.gpu, "pid": st.pid, "kind": st.kind, **_episode_dict(e)}
+                    if d["cleared_at"] is None:  # leaking until the process went away
+                        d["cleared_at"], d["end"] = st.last_seen, "process_exited"
+                    self.past_episodes.append(d)
                 del self.procs[key]
         for key, a in list(self.allocs.items()):
             if now - a.last_seen > ttl and not any(p.pid == key[0] for p in self.procs.values()):
@@ -303,6 +322,8 @@ class GpuComponent:
         for (gpu, pid), st in self.procs.items():
             a = self._alloc_for(gpu, pid)
             kind = self.classify(st.det.rate, a, True) if st.det.verdict == "leak" else None
+            if kind is not None and a is not None:
+                st.kind = kind
             done.add((pid, a.device) if a else None)
             yield gpu, pid, st.container, st.det, kind, a
         # Processes NVML does not list (no host PID namespace): judge the allocator's reserved bytes.
@@ -410,6 +431,9 @@ class GpuComponent:
             put("inferwatch_gpu_leak_rate_upper_bytes_per_second", lab, det.ci[1])
         put("inferwatch_gpu_leak_time_to_oom_seconds", lab, det.time_to_oom(headroom))
         put("inferwatch_gpu_leak_detected_timestamp_seconds", lab, det.detected_at)
+        eps = det.episodes
+        if det.verdict == "leak" and eps:
+            put("inferwatch_gpu_leak_onset_timestamp_seconds", lab, eps[-1].onset_estimate)
         if kind is not None and lab[1]:
             for k in KINDS:
                 put("inferwatch_gpu_leak_kind", (*lab, k), 1.0 if k == kind else 0.0)
@@ -451,6 +475,15 @@ class GpuComponent:
                     "per_process_memory": d.processes is not None,
                     "leak": leak, "processes": procs_by_gpu.get(gpu, []),
                 })
+            episodes = list(self.past_episodes)
+            for gpu, pid, _c, det, kind, a in self._process_view():
+                st = self.procs.get((gpu, pid))
+                k = kind or (st.kind if st is not None else None)
+                episodes += [{"gpu": gpu, "pid": pid, "kind": k if a is not None else None, **_episode_dict(e)}
+                             for e in det.episodes]
+            for gpu, det in self.dev_det.items():
+                episodes += [{"gpu": gpu, "pid": None, "kind": None, **_episode_dict(e)} for e in det.episodes]
+            episodes.sort(key=lambda e: e["detected_at"])
             allocator = []
             for a in self.allocs.values():
                 if a.rec is None:
@@ -479,6 +512,7 @@ class GpuComponent:
                 "devices": devices,
                 "allocator": allocator,
                 "leaks": leaks,
+                "episodes": episodes[-EPISODE_HISTORY:],
                 "faults": faults,
                 "allocator_records_dropped": dict(self.alloc_drops),
             }

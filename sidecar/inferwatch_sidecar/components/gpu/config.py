@@ -6,7 +6,7 @@ Example::
       backend: auto          # auto | nvml | fake | replay
       interval_s: 1.0
       detector:
-        scales: [[720, 10], [3600, 30], [14400, 120]]
+        scales: [[900, 10], [1800, 15], [3600, 30], [7200, 60], [14400, 120]]
       fake:                  # only with backend: fake (demo, end-to-end tests)
         devices: 1
         total_gib: 80
@@ -21,50 +21,56 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 
 class DetectorConfig(BaseModel):
-    """Leak detector settings (see docs/gpu.md for what each test does).
+    """Leak detector settings (docs/gpu.md explains the design and derives the defaults).
 
     Attributes:
-        scales: ``(window_s, bin_s)`` pairs. Each scale keeps the per-bin minimum over
-            ``window_s`` seconds; a short scale catches fast leaks quickly, a long one
-            catches slow leaks. Every window must hold 16 to 1000 bins.
-        sub_windows: the window is cut into this many sub-windows whose floors must
-            all rise (kills steps, warm-up plateaus, sawtooth).
-        min_rate_bytes_per_s: the lower confidence bound of the slope must exceed
-            this (default 16 MiB/h): slower growth is not worth paging anyone for.
-        z: one-sided Mann-Kendall z the bin floors must exceed.
-        balance: the Theil-Sen slopes of the window's two halves must agree within a
-            factor ``1/balance`` (a warm-up decelerates, a step lands in one half).
-        noise_k: the floor's rise over the window must exceed this many robust standard
-            deviations (MAD) of the floors around the trend line.
-        jitter_k: ...and this many typical upward steps between consecutive raw samples
-            (a sawtooth sampled at 1 s aliases into a slow creep of its sampled trough).
-        min_rise_ratio: the smallest positive sub-window rise must be at least this share
-            of the largest (model loads give a few GiB-sized rises, a creep similar ones).
-        max_step_share: no single bin-to-bin rise of the backward running minimum may
-            carry more than this share of the window's total rise (a staircase of a
-            few steps is not a creep).
-        warmup_s: no verdict in a series' first ``warmup_s`` seconds: start-up growth
-            (weights, CUDA graphs, KV cache, first batch shapes) is not a leak.
+        scales: ``(window_s, bin_s)`` pairs: each scale judges the release floor over
+            ``window_s`` seconds, from per-bin minima of ``bin_s`` seconds. A short window
+            catches fast leaks quickly, a long one slow leaks. Every window must hold 16 to
+            1000 bins.
+        min_blocks: a window is judged only when it holds at least this many floor blocks
+            (each block spans at least one release of the allocator's sawtooth), so a
+            sawtooth slower than ``window_s / min_blocks`` leaves that window to longer ones.
+        release_max_s: intervals between releases longer than this are level changes
+            (busy/idle swings), not the sawtooth's period.
+        min_rate_bytes_per_s: the lower bound of the rate's interval must exceed this
+            (default 16 MiB/h): slower growth is not worth paging anyone for.
+        z: the de-stepped floor's Theil-Sen slope must exceed this many times its spread under the
+            background (the larger of the independent-blocks standard error and the spread of the
+            series' own window slopes, measured on its falling windows).
+        step_k: a block-to-block floor change further than this many robust SDs from the
+            typical change is a level shift (model load, busy/idle), removed before the tests.
+        max_quarter_share: no quarter of the window may carry more than this share of the
+            floor's rise (plus two SDs of block noise): a rise concentrated in time is a step
+            or a fill, not a creep.
+        decel: the floor's slope at the end of a quadratic fit over the window and half a window
+            before must be at least this share of its slope at the start (a warm-up decelerates
+            towards its plateau; a leak does not).
+        warmup_s: an optional blind period at the start of each series. 0 (default): warm-up
+            plateaus are recognised from the data by ``decel``.
         confirm_s: the leak conditions must hold this long before the verdict flips.
-        clear_s: and must fail this long before it flips back.
-        confidence: two-sided level of the Theil-Sen (Sen's) interval for the rate.
+        clear_s: and must fail this long before it flips back (a drop of the floor back
+            towards where the leak started clears at once).
+        confidence: two-sided level of the rate's interval.
+        max_episodes: leak episodes remembered per series (the oldest is dropped).
     """
 
     model_config = ConfigDict(extra="forbid")
 
-    scales: list[tuple[float, float]] = Field(default_factory=lambda: [(720.0, 10.0), (3600.0, 30.0), (14400.0, 120.0)])
-    sub_windows: int = Field(4, ge=3, le=12)
+    scales: list[tuple[float, float]] = Field(default_factory=lambda: [
+        (900.0, 10.0), (1800.0, 15.0), (3600.0, 30.0), (7200.0, 60.0), (14400.0, 120.0)])
+    min_blocks: int = Field(5, ge=4, le=60)
+    release_max_s: float = Field(900.0, gt=0)
     min_rate_bytes_per_s: float = Field(16 * 2**20 / 3600, ge=0)
-    z: float = Field(3.09, gt=0)
-    balance: float = Field(0.4, gt=0, le=1)
-    noise_k: float = Field(6.0, ge=0)
-    jitter_k: float = Field(1.0, ge=0)
-    min_rise_ratio: float = Field(0.15, ge=0, le=1)
-    max_step_share: float = Field(0.3, gt=0, le=1)
+    z: float = Field(4.75, gt=0)
+    step_k: float = Field(5.0, gt=0)
+    max_quarter_share: float = Field(0.6, gt=0.25, le=1)
+    decel: float = Field(0.6, ge=0, le=1)
     confirm_s: float = Field(60.0, ge=0)
-    warmup_s: float = Field(1800.0, ge=0)
+    warmup_s: float = Field(0.0, ge=0)
     clear_s: float = Field(300.0, ge=0)
     confidence: float = Field(0.95, gt=0.5, lt=1)
+    max_episodes: int = Field(16, ge=1, le=1000)
 
     @field_validator("scales")
     @classmethod

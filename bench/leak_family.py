@@ -1,0 +1,218 @@
+"""An independent family of GPU memory traces for the leak detector, every parameter drawn at random per trace.
+
+Nothing here was used to design or tune the detector's conditions; the family
+is described in docs/gpu.md ("The test family"). Per trace (one GPU, 80 GiB):
+
+- 1 to 3 processes (a leak is in one of them); each loads its weights (2-30 GiB) at its start;
+- warm-up that plateaus: 0.5-6 GiB with a time constant of 1-20 min (log-uniform);
+- allocator sawtooth while busy: amplitude 0-3 GiB, period 20 s-10 min (log-uniform), shape saw,
+  square or random release times (exponential gaps);
+- busy/idle swings (half the processes): idle 10-120 min with the cache emptied, busy 20-240 min, the
+  cache (0.5-3 GiB) filled within 30-60 s when traffic arrives;
+- a daily traffic cycle (half the traces) that scales the sawtooth between 20% and 100%;
+- model loads and unloads (a third of the processes): about two a day, steps of 0.5-8 GiB;
+- 90% preallocation (one process in seven): the pool is taken at start, then flat;
+- per-sample Gaussian noise 0-80 MiB; sampling every 1, 5 or 10 s; 0-5% of samples missing plus
+  gaps of up to 2 min, 0-2% duplicated; values in 2 MiB granules;
+- leaks of a given rate from a random onset, a quarter of them at process start; a quarter of the
+  leaks of 0.5 GiB/h and faster stop with a restart of the process (its memory drops and it loads again).
+
+``effective_onset``: a leak that starts during its process's warm-up is counted from the end of the
+warm-up plateau, the time when less than 64 MiB of the warm-up is still to come.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+MiB = 2**20
+GiB = 2**30
+TOTAL = 80 * GiB
+DAY = 86400.0
+#: The warm-up counts as over once less than this much of it is still to come.
+WARMUP_LEFT = 64 * MiB
+
+
+@dataclass
+class Proc:
+    """One process's drawn parameters."""
+
+    weights: float
+    warm_amp: float
+    warm_tau: float
+    saw_amp: float
+    saw_period: float
+    saw_shape: str
+    busy_idle: bool
+    cache: float
+    loads: bool
+    prealloc: bool
+    start: float = 0.0
+
+
+@dataclass
+class Trace:
+    """A rendered trace and its truth.
+
+    Attributes:
+        t: sample times (s), non-decreasing (duplicates included).
+        used: device memory, bytes.
+        rate: leak rate, bytes/s (0 for a leak-free trace).
+        onset: leak onset (s) or None.
+        stop: when a restart ended the leak (s) or None.
+        effective_onset: onset, or the end of the leaking process's warm-up if later.
+        desc: the drawn parameters, for the benchmark's listing.
+    """
+
+    t: np.ndarray
+    used: np.ndarray
+    rate: float
+    onset: float | None
+    stop: float | None
+    effective_onset: float | None
+    desc: dict[str, object] = field(default_factory=dict)
+
+
+def _loguniform(rng: np.random.Generator, lo: float, hi: float) -> float:
+    return float(math.exp(rng.uniform(math.log(lo), math.log(hi))))
+
+
+def draw_proc(rng: np.random.Generator) -> Proc:
+    prealloc = rng.random() < 1 / 7
+    return Proc(
+        weights=rng.uniform(2, 30) * GiB,
+        warm_amp=rng.uniform(0.5, 6) * GiB,
+        warm_tau=_loguniform(rng, 60, 1200),
+        saw_amp=0.0 if prealloc else rng.uniform(0, 3) * GiB,
+        saw_period=_loguniform(rng, 20, 600),
+        saw_shape=str(rng.choice(["saw", "square", "random"])),
+        busy_idle=bool(rng.random() < 0.5) and not prealloc,
+        cache=rng.uniform(0.5, 3) * GiB,
+        loads=bool(rng.random() < 1 / 3) and not prealloc,
+        prealloc=prealloc,
+    )
+
+
+def warmup_end(p: Proc) -> float:
+    """Seconds after the process start when less than WARMUP_LEFT of its warm-up is still to come."""
+    return p.start + (p.warm_tau * math.log(p.warm_amp / WARMUP_LEFT) if p.warm_amp > WARMUP_LEFT else 0.0)
+
+
+def _sawtooth(p: Proc, t: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    if p.saw_amp <= 0:
+        return np.zeros(len(t))
+    if p.saw_shape == "random":
+        n_rel = int((t[-1] - t[0]) / p.saw_period * 2) + 10
+        rel = t[0] - p.saw_period + np.cumsum(rng.exponential(p.saw_period, n_rel))
+        last = rel[np.maximum(0, np.searchsorted(rel, t, side="right") - 1)]
+        return p.saw_amp * np.minimum(1.0, (t - last) / p.saw_period)
+    phase = ((t + rng.uniform(0, p.saw_period)) % p.saw_period) / p.saw_period
+    if p.saw_shape == "square":
+        return p.saw_amp * (phase >= 0.5)
+    return p.saw_amp * phase
+
+
+def _busy(p: Proc, t: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """1 while busy (the cache filled within 30-60 s of traffic arriving), 0 while idle."""
+    if not p.busy_idle:
+        return np.ones(len(t))
+    out = np.zeros(len(t))
+    pos = t[0] - rng.uniform(0, 3600)
+    while pos < t[-1]:
+        idle = rng.uniform(10, 120) * 60
+        work = rng.uniform(20, 240) * 60
+        fill = rng.uniform(30, 60)
+        a, b = pos + idle, pos + idle + work
+        m = (t >= a) & (t < b)
+        out[m] = np.minimum(1.0, (t[m] - a) / fill)
+        pos = b
+    return out
+
+
+def _loads(p: Proc, t: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    out = np.zeros(len(t))
+    if not p.loads:
+        return out
+    loaded: list[float] = []
+    span = t[-1] - t[0]
+    for s in np.sort(rng.uniform(t[0], t[-1], size=rng.poisson(2 * span / DAY + 0.5))):
+        if loaded and rng.random() < 0.5:
+            out[t >= s] -= loaded.pop()
+        else:
+            size = rng.uniform(0.5, 8) * GiB
+            loaded.append(size)
+            out[t >= s] += size
+    return out
+
+
+def _process(p: Proc, t: np.ndarray, rng: np.random.Generator, daily: np.ndarray) -> np.ndarray:
+    """One process's memory over ``t`` (zero before its start), without any leak."""
+    el = np.maximum(0.0, t - p.start)
+    on = t >= p.start
+    y = p.weights * np.clip(el / 20.0, 0, 1)
+    if p.prealloc:
+        y = np.maximum(y, 0.9 * TOTAL * np.clip(el / 60.0, 0, 1) - 0.0)
+        return np.where(on, y, 0.0)
+    y = y + p.warm_amp * (1 - np.exp(-el / p.warm_tau))
+    busy = _busy(p, t, rng)
+    y = y + busy * (p.cache + daily * _sawtooth(p, t, rng))
+    y = y + _loads(p, t, rng)
+    return np.where(on, y, 0.0)
+
+
+def make_trace(rng: np.random.Generator, rate_gib_h: float, duration: float | None = None) -> Trace:
+    """Draw one trace; ``rate_gib_h`` 0 gives a leak-free day (or ``duration`` seconds)."""
+    dt = float(rng.choice([1.0, 5.0, 10.0]))
+    n_proc = int(rng.choice([1, 1, 2, 3]))
+    procs = [draw_proc(rng) for _ in range(n_proc)]
+    rate = rate_gib_h * GiB / 3600
+    onset = stop = None
+    leaker = 0
+    if rate > 0:
+        at_start = rng.random() < 0.25
+        onset = 0.0 if at_start else rng.uniform(1800, 3 * 3600)
+        if at_start:
+            procs[leaker].prealloc = False
+        # Long enough to reach the slow-leak target (the time to grow 256 MiB) from the end of the warm-up, twice.
+        grow = 256 * MiB / rate
+        if rate_gib_h >= 0.5 and rng.random() < 0.25:
+            stop = onset + rng.uniform(40, 120) * 60
+        end = (stop + 1800) if stop is not None else max(onset, warmup_end(procs[leaker])) + max(3600, 2 * grow)
+        duration = end
+    duration = duration if duration is not None else DAY
+    t = np.arange(0.0, duration, dt)
+    daily = np.ones(len(t))
+    if rng.random() < 0.5:
+        daily = 0.6 + 0.4 * np.sin(2 * math.pi * t / DAY + rng.uniform(0, 2 * math.pi))
+    used = np.full(len(t), 600.0 * MiB)  # CUDA contexts and driver outside the processes
+    for i, p in enumerate(procs):
+        y = _process(p, t, rng, daily)
+        if i == leaker and rate > 0:
+            assert onset is not None
+            end_leak = stop if stop is not None else math.inf
+            y = y + rate * np.clip(np.minimum(t, end_leak) - onset, 0, None) * (t < end_leak)
+            if stop is not None:
+                # The restart: memory released, the process loads again from scratch (a new warm-up).
+                again = Proc(**{**p.__dict__, "start": stop + 5.0, "warm_tau": _loguniform(rng, 60, 1200)})
+                after = t >= stop
+                y[after] = _process(again, t[after], rng, daily[after])
+        used += y
+    used = used + rng.normal(0, rng.uniform(0, 80) * MiB, len(t))
+    used = np.round(np.clip(used, 0, TOTAL) / (2 * MiB)) * 2 * MiB
+    # Missing samples, gaps and duplicates.
+    keep = rng.random(len(t)) >= rng.uniform(0, 0.05)
+    for g in rng.uniform(0, duration, size=rng.poisson(duration / DAY * 6)):
+        keep &= ~((t >= g) & (t < g + rng.uniform(10, 120)))
+    t, used = t[keep], used[keep]
+    dup = rng.random(len(t)) < rng.uniform(0, 0.02)
+    idx = np.sort(np.r_[np.arange(len(t)), np.flatnonzero(dup)])
+    t, used = t[idx], used[idx]
+    eff = None if onset is None else max(onset, warmup_end(procs[leaker]))
+    desc = {"dt": dt, "procs": n_proc, "saw_amp_gib": round(procs[leaker].saw_amp / GiB, 2),
+            "saw_period_s": round(procs[leaker].saw_period), "shape": procs[leaker].saw_shape,
+            "busy_idle": procs[leaker].busy_idle, "loads": procs[leaker].loads,
+            "prealloc": procs[leaker].prealloc, "warm_tau_s": round(procs[leaker].warm_tau)}
+    return Trace(t, used, rate, onset, stop, eff, desc)
