@@ -305,6 +305,32 @@ _WHERE = "{labels.model} {labels.model_version} ({labels.service})"
 _MV = "{labels.model} version {labels.model_version}"
 
 
+#: ``{service, model, model_version}`` of the alert's series, as a PromQL matcher built by printf in a Go template.
+_VERSION_MATCH = "service='%s',model='%s',model_version='%s'"
+_VERSION_ARGS = "$labels.service $labels.model $labels.model_version"
+
+
+def _tail_note(tail: str) -> str:
+    """The tail attribution of the alert's model version, when the tail component has one (docs/tail.md).
+
+    It names the stage that explains most of the tail's extra latency with its share of the tail, and the
+    feature that most sets slow requests apart, e.g. "Slowest 0.1%: queue is 83% of their latency; slow
+    requests have input_tokens 4.1x the median."
+    """
+    pct = {"p99": "1%", "p999": "0.1%"}[tail]
+    sel = f"{_VERSION_MATCH},tail='{tail}'"
+    stage = (f"inferwatch_tail_stage_share_ratio{{{{{sel}}}}} and on (service, model, model_version, stage, tail) "
+             f"topk(1, inferwatch_tail_stage_excess_ratio{{{{{sel}}}}})")
+    feature = (f"topk(1, inferwatch_tail_feature_ratio{{{{{sel}}}}} and on (service, model, model_version, feature, "
+               f"tail) inferwatch_tail_feature_distinguishes{{{{{sel}}}}} == 1)")
+    args = " ".join([_VERSION_ARGS] * 2)
+    return (f'{{{{{{{{ with printf "{stage}" {args} | query }}}}}}}} Slowest {pct}: {{{{{{{{ . | first | label '
+            f'"stage" }}}}}}}} is {{{{{{{{ . | first | value | humanizePercentage }}}}}}}} of their latency'
+            f'{{{{{{{{ with printf "{feature}" {args} | query }}}}}}}}; slow requests have {{{{{{{{ . | first | '
+            f'label "feature" }}}}}}}} {{{{{{{{ . | first | value | printf "%.1f" }}}}}}}}x the median'
+            "{{{{ end }}}}.{{{{ end }}}}")
+
+
 def _slo_alerts() -> list[Alert]:
     out: list[Alert] = []
     for o in LATENCY_OBJECTIVES:
@@ -319,7 +345,7 @@ def _slo_alerts() -> list[Alert]:
             description="{value:humanizePercentage} of the calls of stage {labels.stage} of " + _WHERE +
                         f" over the last {{window:5m}} took longer than the {q} target of {{target_seconds}}s; "
                         f"the objective allows {100 - float(pct):.3g}%, so the error budget burns more than "
-                        "{burn_rate}x too fast (also true over the last {window:1h}).",
+                        "{burn_rate}x too fast (also true over the last {window:1h})." + _tail_note(o.name),
             thresholds=(
                 Threshold(name="objective", value=o.objective,
                           doc=f"share of calls that must finish within target_seconds ({pct}%)"),
@@ -342,6 +368,20 @@ def _serving_alerts() -> list[Alert]:
             description="{value:humanizePercentage} of the requests to " + _WHERE +
                         " failed over the last {window:5m} (threshold {error_ratio}).",
             thresholds=(Threshold(name="error_ratio", value=0.05, doc="share of requests ending in outcome=\"error\""),),
+        ),
+        Alert(
+            name="InferwatchCanaryFailing", group="inferwatch-serving", severity="critical", for_s=300,
+            expr="inferwatch_canary_score\nand on (service, model, model_version, baseline_version)\n"
+                 '(inferwatch_canary_verdict{{verdict="fail"}} == 1)',
+            summary="Canary {labels.model_version} of {labels.model} fails against {labels.baseline_version}.",
+            description="The canary judge scores version {labels.model_version} of {labels.model} ({labels.service}) "
+                        '{value:printf "%.0f"}/100 against the stable version {labels.baseline_version} over the '
+                        "same window and has judged it fail for {window:5m}. Failing:"
+                        '{{{{ range printf "inferwatch_canary_metric_failed{{'
+                        + _VERSION_MATCH + ",baseline_version='%s'}} == 1\" " + _VERSION_ARGS
+                        + ' $labels.baseline_version | query | sortByLabel "metric" }}}} {{{{ .Labels.metric }}}}'
+                        "{{{{ if .Labels.stage }}}}[{{{{ .Labels.stage }}}}]{{{{ end }}}}{{{{ end }}}}. Roll it back "
+                        "(gateway weight 0) and see `inferwatch canary --sidecar URL`.",
         ),
         Alert(
             name="InferwatchQueueBacklog", group="inferwatch-serving", severity="warning", for_s=600,
@@ -486,6 +526,21 @@ def _drift_alerts() -> list[Alert]:
                         "below {accuracy}, for {window:30m}.",
             thresholds=(Threshold(name="accuracy", value=0.7, doc="floor of the estimated accuracy"),),
         ),
+        Alert(
+            # Only calibrated estimates have a reference accuracy; the upper bound of the 95% interval must
+            # be below the reference too, so a small window's noise does not fire it.
+            name="InferwatchEstimatedAccuracyDrop", group="inferwatch-drift", severity="warning", for_s=1800,
+            expr="inferwatch_drift_reference_accuracy_ratio - inferwatch_drift_estimated_accuracy_ratio > {drop}\n"
+                 "and on (model, model_version)\n"
+                 '(inferwatch_drift_estimated_accuracy_bound_ratio{{bound="upper"}} < ignoring (bound)\n'
+                 " inferwatch_drift_reference_accuracy_ratio)",
+            summary="The calibrated accuracy estimate of " + _MV + " dropped below the reference's.",
+            description="The label-free accuracy estimate of " + _MV + ", calibrated on the labelled reference, is "
+                        '{value:printf "%.3f"} below the reference accuracy (threshold {drop}, and the whole 95% '
+                        "interval is below it) for {window:30m}.",
+            thresholds=(Threshold(name="drop", value=0.05,
+                                  doc="absolute drop of the calibrated estimate below the reference accuracy"),),
+        ),
     ]
 
 
@@ -564,14 +619,142 @@ def _sidecar_alerts() -> list[Alert]:
     ]
 
 
-ALERTS: tuple[Alert, ...] = (*_slo_alerts(), *_serving_alerts(), *_gpu_alerts(), *_drift_alerts(),
-                             *_sidecar_alerts())
+# Engines' own metrics, under their native names (alerts/catalog_check.py: ENGINE_SERIES, taken from the
+# recorded /metrics of a real server in tests/fixtures/). vLLM labels the model `model_name` (its
+# --served-model-name, which the vllm trace preset also makes inferwatch's `model`); Triton labels it `model`
+# and `version` (inferwatch's `model` and `model_version` from its spans).
+_VLLM = "job, instance, model_name"
+_TRITON = "job, instance, model, version"
+
+
+def _engine_slow_share(histogram: str) -> str:
+    """Share of a vLLM latency histogram's observations above ``target_seconds``, over 5 minutes."""
+    return ("(\n  1 - sum by (" + _VLLM + f") (rate({histogram}_bucket{{{{{{target_seconds:le}}}}}}[{{window:5m}}]))\n"
+            "  / sum by (" + _VLLM + f") (rate({histogram}_count[{{window:5m}}]))\n) > {{slow_ratio}}")
+
+
+def _engine_alerts() -> list[Alert]:
+    triton_compute = ("sum by (" + _TRITON + ") (\n  rate(nv_inference_compute_input_duration_us[{window:5m}])\n"
+                      "  + rate(nv_inference_compute_infer_duration_us[{window:5m}])\n"
+                      "  + rate(nv_inference_compute_output_duration_us[{window:5m}])\n)")
+    inferwatch_queue = ("service_model_version_stage:inferwatch_stage_duration_seconds:p99_5m"
+                        "{{model='%s',model_version='%s',stage='queue'}}")
+    return [
+        Alert(
+            name="InferwatchVLLMKVCacheFull", group="inferwatch-engines", severity="warning", for_s=300,
+            expr="max by (" + _VLLM + ") (vllm:kv_cache_usage_perc) > {usage_ratio}\nand on (" + _VLLM + ")\n"
+                 "sum by (" + _VLLM + ") (vllm:num_requests_waiting) > {waiting}",
+            summary="vLLM's KV cache for {labels.model_name} is full and requests wait.",
+            description="The KV cache of {labels.model_name} on {labels.instance} is {value:humanizePercentage} "
+                        "used (threshold {usage_ratio}) while more than {waiting} requests wait, for {window:5m}: "
+                        "the scheduler cannot admit new sequences until running ones finish.",
+            thresholds=(Threshold(name="usage_ratio", value=0.9, doc="vllm:kv_cache_usage_perc (0 to 1)"),
+                        Threshold(name="waiting", value=0, doc="vllm:num_requests_waiting that must be exceeded")),
+        ),
+        Alert(
+            name="InferwatchVLLMPreemptions", group="inferwatch-engines", severity="warning", for_s=0,
+            expr="sum by (" + _VLLM + ") (increase(vllm:num_preemptions_total[{window:15m}])) > {preemptions}",
+            summary="vLLM preempts running requests of {labels.model_name}.",
+            description="vLLM on {labels.instance} preempted {value:humanize} running sequences of "
+                        "{labels.model_name} in the last {window:15m} (threshold {preemptions}): their KV blocks "
+                        "were freed and they are recomputed, so their latency grows.",
+            thresholds=(Threshold(name="preemptions", value=10, doc="preemptions within 15 minutes"),),
+        ),
+        Alert(
+            name="InferwatchVLLMTimeToFirstTokenSlow", group="inferwatch-engines", severity="warning", for_s=600,
+            expr=_engine_slow_share("vllm:time_to_first_token_seconds"),
+            summary="vLLM's time to first token for {labels.model_name} misses its objective.",
+            description="{value:humanizePercentage} of the requests to {labels.model_name} on {labels.instance} "
+                        "waited longer than {target_seconds}s for their first token over the last {window:5m} "
+                        "(threshold {slow_ratio}), by vllm:time_to_first_token_seconds.",
+            thresholds=(Threshold(name="target_seconds", value=1.0,
+                                  doc="time-to-first-token target; must be a bucket bound of "
+                                      "vllm:time_to_first_token_seconds"),
+                        Threshold(name="slow_ratio", value=0.05, doc="share of requests allowed above the target")),
+        ),
+        Alert(
+            name="InferwatchVLLMInterTokenLatencySlow", group="inferwatch-engines", severity="warning", for_s=600,
+            expr=_engine_slow_share("vllm:inter_token_latency_seconds"),
+            summary="vLLM's inter-token latency for {labels.model_name} misses its objective.",
+            description="{value:humanizePercentage} of the token gaps of {labels.model_name} on {labels.instance} "
+                        "were longer than {target_seconds}s over the last {window:5m} (threshold {slow_ratio}), by "
+                        "vllm:inter_token_latency_seconds: streams stutter.",
+            thresholds=(Threshold(name="target_seconds", value=0.1,
+                                  doc="inter-token latency target; must be a bucket bound of "
+                                      "vllm:inter_token_latency_seconds"),
+                        Threshold(name="slow_ratio", value=0.05, doc="share of token gaps allowed above the target")),
+        ),
+        Alert(
+            # The description adds inferwatch's own P99 queue wait of the same model version (from Triton's
+            # spans), joined on model and version.
+            name="InferwatchTritonQueueDominatesCompute", group="inferwatch-engines", severity="warning",
+            for_s=900,
+            expr="sum by (" + _TRITON + ") (rate(nv_inference_queue_duration_us[{window:5m}]))\n/\n"
+                 + triton_compute + "\n> {queue_to_compute_ratio}",
+            summary="Requests to Triton model {labels.model} {labels.version} queue longer than they compute.",
+            description="Requests to {labels.model} version {labels.version} on {labels.instance} spend "
+                        '{value:printf "%.2g"}x their compute time waiting in the scheduler queue (threshold '
+                        "{queue_to_compute_ratio}) for {window:15m}."
+                        f'{{{{{{{{ with printf "{inferwatch_queue}" $labels.model $labels.version | query }}}}}}}}'
+                        " P99 queue wait from Triton's spans: {{{{ . | first | value | humanizeDuration }}}}."
+                        "{{{{ end }}}}",
+            thresholds=(Threshold(name="queue_to_compute_ratio", value=1,
+                                  doc="queue time over compute (input + infer + output) time"),),
+        ),
+        Alert(
+            name="InferwatchTritonPendingRequests", group="inferwatch-engines", severity="warning", for_s=600,
+            expr="min_over_time(nv_inference_pending_request_count[{window:5m}]) > {pending}",
+            summary="Triton model {labels.model} {labels.version} has a standing backlog.",
+            description="At least {value:humanize} requests to {labels.model} version {labels.version} on "
+                        "{labels.instance} have waited for execution through the last {window:5m} (threshold "
+                        "{pending}), for {window:10m}.",
+            thresholds=(Threshold(name="pending", value=50,
+                                  doc="nv_inference_pending_request_count that must be exceeded for the whole "
+                                      "5-minute window"),),
+        ),
+        Alert(
+            name="InferwatchTritonRequestFailures", group="inferwatch-engines", severity="critical", for_s=300,
+            expr="sum by (" + _TRITON + ", reason) (rate(nv_inference_request_failure[{window:5m}]))\n"
+                 "/ ignoring (reason) group_left ()\n(\n"
+                 "  sum by (" + _TRITON + ") (rate(nv_inference_request_success[{window:5m}]))\n"
+                 "  + sum by (" + _TRITON + ") (rate(nv_inference_request_failure[{window:5m}]))\n"
+                 ") > {failure_ratio}",
+            summary="Triton fails requests to {labels.model} {labels.version} ({labels.reason}).",
+            description="{value:humanizePercentage} of the requests to {labels.model} version {labels.version} on "
+                        "{labels.instance} failed with reason {labels.reason} over the last {window:5m} "
+                        "(threshold {failure_ratio}).",
+            thresholds=(Threshold(name="failure_ratio", value=0.01,
+                                  doc="share of requests failing with one reason"),),
+        ),
+    ]
+
+
+def _streaming_alerts() -> list[Alert]:
+    return [
+        Alert(
+            name="InferwatchWastedGeneration", group="inferwatch-serving", severity="warning", for_s=600,
+            expr="sum by (" + SERVING + ") (rate(inferwatch_undelivered_tokens_total[{window:10m}]))\n/\n"
+                 "sum by (" + SERVING + ") (rate(inferwatch_generated_tokens_total[{window:10m}]))\n"
+                 "> {wasted_ratio}",
+            summary="{labels.model} {labels.model_version} keeps generating for clients that have left.",
+            description="{value:humanizePercentage} of the tokens that " + _WHERE + " generated over the last "
+                        "{window:10m} were produced after their client had disconnected (threshold {wasted_ratio}): "
+                        "generation is not cancelled on disconnect, so the GPU works for nobody. Cancel it when "
+                        "the client leaves (see the runbook).",
+            thresholds=(Threshold(name="wasted_ratio", value=0.05,
+                                  doc="share of generated tokens produced after the client disconnected"),),
+        ),
+    ]
+
+
+ALERTS: tuple[Alert, ...] = (*_slo_alerts(), *_serving_alerts(), *_streaming_alerts(), *_gpu_alerts(),
+                             *_drift_alerts(), *_sidecar_alerts(), *_engine_alerts())
 RECORDINGS: tuple[Recording, ...] = (*_recordings(), *_fleet_recordings())
 
 #: Group names of alerts/inferwatch.rules.yml, in file order.
 GROUPS: tuple[str, ...] = (
     "inferwatch-recording", "inferwatch-slo", "inferwatch-serving", "inferwatch-gpu", "inferwatch-drift",
-    "inferwatch-sidecar",
+    "inferwatch-sidecar", "inferwatch-engines",
 )
 #: Group names of alerts/drift.rules.yml (owned by the drift component).
 FLEET_GROUPS: tuple[str, ...] = (_FLEET,)

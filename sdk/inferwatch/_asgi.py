@@ -9,13 +9,14 @@ The per-request path is budgeted in CPU instructions: see ``InferwatchMiddleware
 from __future__ import annotations
 
 import re
+import sys
 from collections.abc import Awaitable, Callable, MutableMapping
 from operator import itemgetter
 from typing import Any
 
 from inferwatch import _core
 from inferwatch._core import _NO_STAGE, _req_set, check_stage_name, request
-from inferwatch.wire import OUTCOME_ERROR, OUTCOME_OK
+from inferwatch.wire import OUTCOME_CANCELLED, OUTCOME_ERROR, OUTCOME_OK
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -34,14 +35,20 @@ _ZERO_TRACE = b"0" * 32
 _ZERO_SPAN = b"0" * 16
 #: The header names that carry a request ID (ASGI servers lowercase header names).
 _ID_HEADERS = frozenset((b"traceparent", b"x-request-id"))
+#: Exceptions that mean the client went away, by class name (Starlette's, uvicorn's), so that
+#: neither needs importing.
+_DISCONNECT_ERRORS = frozenset(("ClientDisconnect", "ClientDisconnected"))
 
 
 def request_id_from_headers(headers: Any) -> tuple[str, bytes | None]:
-    """Pick the request ID for an incoming request.
+    """Pick the request ID and the trace ID for an incoming request.
 
-    Precedence: the trace ID of a valid ``traceparent``, then a valid
-    ``X-Request-ID`` (printable ASCII, at most 128 characters), then a fresh
-    generated ID. Of repeated headers the first valid one wins.
+    The request ID is the client's valid ``X-Request-ID`` (printable ASCII,
+    at most 128 characters), else the trace ID of a valid ``traceparent``,
+    else a fresh generated ID. The trace ID comes from ``traceparent``
+    whichever ID the request is known by, so a request with both keeps the
+    client's ID (echoed and logged) and records the trace beside it. Of
+    repeated headers the first valid one wins.
 
     Args:
         headers: ASGI headers, an iterable of ``(lowercase name, value)`` bytes pairs.
@@ -50,36 +57,134 @@ def request_id_from_headers(headers: Any) -> tuple[str, bytes | None]:
         ``(request_id, trace_id_bytes_or_None)``.
     """
     xrid: bytes | None = None
+    tid: bytes | None = None
     for name, value in headers:
-        if name == b"traceparent":
+        if tid is None and name == b"traceparent":
             m = _TRACEPARENT.fullmatch(value.strip())
             if m is not None and m.group(1) != b"ff" and m.group(2) != _ZERO_TRACE and m.group(3) != _ZERO_SPAN:
-                tid = m.group(2).decode("ascii")
-                return tid, bytes.fromhex(tid)
+                tid = m.group(2)
         elif xrid is None and name == b"x-request-id":
             v = value.strip()
             if _REQUEST_ID.fullmatch(v):
                 xrid = v
+    trace = None if tid is None else bytes.fromhex(tid.decode("ascii"))
     if xrid is not None:
-        return xrid.decode("ascii"), None
+        return xrid.decode("ascii"), trace
+    if tid is not None:
+        return tid.decode("ascii"), trace
     return next(_core._rid_iter), None
 
 
 class _HTTPRequest(request):
-    """The request scope of one HTTP request, and the ``send`` the app gets.
+    """The request scope of one HTTP request, and the ``send`` and ``receive`` the app gets.
 
-    One object per request carries both, so the middleware allocates no
+    One object per request carries them, so the middleware allocates no
     closure and no coroutine per ``send``: :meth:`send` is a plain function
     that returns the server's own awaitable.
     """
 
-    __slots__ = ("_asgi_send", "_resp_start", "_echo")
+    __slots__ = (
+        "_asgi_send", "_asgi_receive", "_resp_start", "_resp_done", "_body_done", "_listening", "_watch", "_held",
+        "_headers", "_echo",
+    )
     _asgi_send: Send
+    _asgi_receive: Receive
     _resp_start: int
+    _resp_done: bool
+    _body_done: bool
+    #: The app is waiting in ``receive`` (Starlette's disconnect listener): it will see the disconnect.
+    _listening: bool
+    #: The disconnect watcher's task: None before a streamed response, False when there is none.
+    _watch: Any
+    #: What the watcher read (an asyncio.Queue), in order, for the app: the empty body of a GET, the disconnect.
+    _held: Any
+    _headers: Any
     _echo: bool
 
+    async def _receive(self) -> Message:
+        # An ``http.disconnect`` before the response is complete means the client left: the
+        # request ends cancelled, and a stream still running counts what it produces from now on.
+        message = await self._asgi_receive()
+        t = message["type"]
+        if t == "http.disconnect":
+            if not self._resp_done and not self.gone:
+                self.gone = self._rt.clock()  # type: ignore[union-attr]
+        elif t == "http.request" and not message.get("more_body", False):
+            self._body_done = True
+        return message
+
+    async def _watch_receive(self) -> None:
+        while True:
+            message = await self._receive()
+            self._held.put_nowait(message)
+            if message["type"] == "http.disconnect":
+                return
+
+    async def receive(self) -> Message:
+        w = self._watch
+        if not w:
+            # _receive, inlined: one coroutine per receive rather than two (the common path).
+            self._listening = True
+            try:
+                message = await self._asgi_receive()
+            finally:
+                self._listening = False
+            t = message["type"]
+            if t == "http.request":
+                if not message.get("more_body", False):
+                    self._body_done = True
+            elif t == "http.disconnect" and not self._resp_done and not self.gone:
+                self.gone = self._rt.clock()  # type: ignore[union-attr]
+            return message
+        held = self._held
+        if w.done() and held.empty():  # the watcher saw the disconnect and the app has it: ask the server
+            return await self._asgi_receive()
+        # The watcher is the one reader of the server's receive; the app gets what it read, in order.
+        got: Message = await held.get()
+        return got
+
+    def _stop_watch(self) -> None:
+        w = self._watch
+        if w:
+            w.cancel()
+            self._watch = False
+
+    def _start_watch(self) -> None:
+        """Watch for the client leaving while a streamed response is sent.
+
+        An app that streams without calling ``receive`` (a raw ASGI app, a generator fed by an
+        engine) would never learn of a disconnect, and neither would we: so once the request body
+        is read and the response streams, a task waits on ``receive`` for ``http.disconnect``.
+        Not when the app is already waiting in ``receive`` (it will see the disconnect, and so will
+        we), and only under asyncio; elsewhere the middleware sees what the app receives.
+        """
+        if self._listening:
+            # The app listens for the disconnect itself: a second reader of receive could take
+            # the message from it (servers with a message queue hand each message out once).
+            self._watch = False
+            return
+        if not self._body_done:
+            for name, value in self._headers:
+                if name == b"transfer-encoding" or (name == b"content-length" and value.strip() != b"0"):
+                    self._watch = False
+                    return  # a body the app has not read: its messages are the app's to take
+        aio = sys.modules.get("asyncio")
+        if aio is None:
+            self._watch = False
+            return
+        try:
+            self._held = aio.Queue()
+            self._watch = aio.get_running_loop().create_task(self._watch_receive())
+        except RuntimeError:  # not an asyncio event loop
+            self._watch = False
+
     def send(self, message: Message) -> Awaitable[None]:
-        if not self._resp_start and message["type"] == "http.response.start":
+        if message["type"] == "http.response.body":
+            if not message.get("more_body", False):
+                self._resp_done = True
+            elif self._watch is None:
+                self._start_watch()
+        elif not self._resp_start and message["type"] == "http.response.start":
             self._resp_start = self._rt.clock()  # type: ignore[union-attr]
             status = message.get("status", 200)
             if type(status) is int and status >= 500:
@@ -99,8 +204,9 @@ class _HTTPRequest(request):
 class InferwatchMiddleware:
     """ASGI middleware that opens a request scope per HTTP request.
 
-    For each HTTP request it picks the request ID (``traceparent`` trace ID,
-    then ``X-Request-ID``, then a generated one), echoes it in the
+    For each HTTP request it picks the request ID (the client's
+    ``X-Request-ID``, then the ``traceparent`` trace ID, then a generated one)
+    and the trace ID (:func:`request_id_from_headers`), echoes the request ID in the
     ``X-Request-ID`` response header, stores it in ``scope["state"]
     ["request_id"]``, opens :class:`inferwatch.request` around the app and
     records the ingress stage: the time from the request reaching this
@@ -108,6 +214,16 @@ class InferwatchMiddleware:
     parsing and validation), or until the response starts when the handler
     has no stages. A 5xx response is an error with ``error_type`` ``http_5xx``
     style (``http_503``); an exception is an error with its class name.
+
+    A client that disconnects before the response is complete ends the
+    request as ``cancelled``. The middleware sees the ``http.disconnect``
+    message when the app (or Starlette's ``StreamingResponse``) calls
+    ``receive``, or a disconnect error raised through the app (Starlette's
+    ``ClientDisconnect``, uvicorn's ``ClientDisconnected``); while a response
+    streams under asyncio, once the request body is read, a watcher task
+    reads ``receive`` itself (and hands what it read to the app), so an app
+    that never listens is seen too. A streamed stage still running then
+    counts the items it produces after that moment as undelivered.
 
     Before ``configure()`` it passes every request straight through.
 
@@ -153,10 +269,17 @@ class InferwatchMiddleware:
             req.first = _NO_STAGE
             req.open = True
             req.status_error = None
+            req.gone = 0
             req.attrs = None
             req._rt = rt
             req._asgi_send = send
+            req._asgi_receive = receive
             req._resp_start = 0
+            req._resp_done = False
+            req._body_done = False
+            req._listening = False
+            req._watch = None
+            req._headers = headers or ()
             req._echo = self.echo
             req._token = _req_set(req)
         except Exception:  # never let the SDK fail a request
@@ -164,15 +287,23 @@ class InferwatchMiddleware:
             await self.app(scope, receive, send)
             return
         try:
-            await self.app(scope, receive, req.send)
+            await self.app(scope, req.receive, req.send)
         except BaseException as e:
+            req._stop_watch()
+            if not req.gone and type(e).__name__ in _DISCONNECT_ERRORS:
+                req.gone = clock()
             self._ingress(req)
             req.__exit__(type(e), e, e.__traceback__)
             raise
         try:
+            if req._watch:
+                req._stop_watch()
             self._ingress(req)
             err = req.status_error
-            req._close(rt, clock(), OUTCOME_OK if err is None else OUTCOME_ERROR, err)
+            if req.gone:
+                req._close(rt, clock(), OUTCOME_CANCELLED, None)
+            else:
+                req._close(rt, clock(), OUTCOME_OK if err is None else OUTCOME_ERROR, err)
         except Exception:
             rt.internal_errors += 1
 

@@ -187,7 +187,8 @@ class request:
     inside it, and on exit sends one REQUEST event with the end-to-end time,
     the outcome and the stages. An exception marks the request as an error
     (``error_type`` is the exception's class name, at most 64 characters) and
-    still propagates; ``asyncio.CancelledError`` marks it cancelled.
+    still propagates; ``asyncio.CancelledError`` marks it cancelled, and so
+    does a client that disconnected (the ASGI middleware notices it).
 
     Args:
         request_id: the ID to use; one is generated cheaply when omitted. An
@@ -210,7 +211,7 @@ class request:
     # The request object is also the state the contextvar holds while it is open:
     # one allocation per request.
     __slots__ = (
-        "rid", "trace", "ctx", "t0", "stages", "first", "open", "status_error", "attrs",
+        "rid", "trace", "ctx", "t0", "stages", "first", "open", "status_error", "gone", "attrs",
         "_model", "_version", "_token", "_rt",
     )
 
@@ -261,6 +262,8 @@ class request:
             self.open = True
             #: Error type set by the ASGI middleware for a 5xx response without an exception.
             self.status_error: str | None = None
+            #: When the client disconnected (clock ns; 0 while it is there), set by the ASGI middleware.
+            self.gone = 0
             self._token = _req_set(self)
             self._rt = rt
         except Exception:
@@ -275,7 +278,9 @@ class request:
             return
         try:
             t1 = rt.clock()
-            if et is None:
+            if self.gone:
+                self._close(rt, t1, OUTCOME_CANCELLED, None)
+            elif et is None:
                 if self.status_error is None:
                     self._close(rt, t1, OUTCOME_OK, None)
                 else:
@@ -546,18 +551,69 @@ class _StreamTimer:
         self.last = now
         self.items += 1
 
-    def finish(self, rt: Runtime, name: str) -> None:
+    def finish(self, rt: Runtime, name: str, cancelled: bool) -> None:
+        """End the stage: a completed stream, or a cancelled one (closed early, or its client left).
+
+        Runs in the context of the request the stream belongs to, which tells
+        whether (and when) its client disconnected.
+        """
         t1 = self.clock()
-        ttft = (self.first - self.t0) if self.items else t1 - self.t0
-        _end_stage(rt, name, self.t0, t1, (ttft, self.items, self.gaps))
+        t0 = self.t0
+        ttft = (self.first - t0) if self.items else t1 - t0
+        try:  # _end_stage, inlined: the request is looked up once for both
+            st = _req_get()
+            gone = 0 if st is None else st.gone
+            stream: tuple[Any, ...]
+            if not cancelled and not gone:
+                stream = (ttft, self.items, self.gaps)
+            else:
+                stream = (ttft, self.items, self.gaps, self.after(gone) if gone else 0)
+                if st is not None and st.open and not gone:
+                    st.gone = t1  # a request whose stream was cut short ends cancelled
+            if st is not None and st.open:
+                st.stages.append((name, t1 - t0, stream))
+                if t0 < st.first:
+                    st.first = t0
+            else:
+                _stage_event(rt, name, t0, t1, stream, st)  # type: ignore[arg-type]
+        except Exception:  # never raise into serving code
+            rt.internal_errors += 1
+
+    def after(self, gone: int) -> int:
+        """How many items were produced after ``gone`` (clock ns): generated, never delivered.
+
+        The item times are rebuilt from the first item's time and the gaps, so
+        no clock is kept per item. Past the 1,024 recorded gaps the times are
+        unknown; the items there are split in proportion to the time after ``gone``.
+        """
+        n = self.items
+        if n == 0 or self.last <= gone:
+            return 0
+        t = self.first
+        if t > gone:
+            return n
+        k = 1
+        for g in self.gaps:
+            t += g * 1000
+            if t > gone:
+                return n - k
+            k += 1
+        rest = n - k
+        return round(rest * (self.last - gone) / (self.last - t)) if self.last > t else 0
 
 
 def _timed_gen(rt: Runtime, name: str, gen: Any) -> Any:
-    """Re-yield ``gen``'s items, timing the first item and the gaps between items."""
+    """Re-yield ``gen``'s items, timing the first item and the gaps between items.
+
+    A generator closed before it is exhausted (``close()``, or dropped
+    unfinished) ends its stage as a cancelled stream; an exception from
+    ``gen`` itself does not (the request records the error).
+    """
     # The request this generator belongs to is the one open when iteration starts;
     # run the bookkeeping in that context even if iteration ends elsewhere.
     timer = _StreamTimer(rt.clock)
     ctx = contextvars.copy_context()
+    cancelled = False
     try:
         nxt = gen.__next__
         while True:
@@ -567,17 +623,21 @@ def _timed_gen(rt: Runtime, name: str, gen: Any) -> Any:
                 return stop.value
             timer.item()
             yield item
+    except BaseException as e:
+        cancelled = isinstance(e, GeneratorExit) or _is_cancelled(type(e))
+        raise
     finally:
         try:
             gen.close()
         finally:
-            ctx.run(timer.finish, rt, name)
+            ctx.run(timer.finish, rt, name, cancelled)
 
 
 async def _timed_agen(rt: Runtime, name: str, agen: Any) -> Any:
-    """Async twin of :func:`_timed_gen`."""
+    """Async twin of :func:`_timed_gen` (``aclose()`` and ``CancelledError`` cancel the stream)."""
     timer = _StreamTimer(rt.clock)
     ctx = contextvars.copy_context()
+    cancelled = False
     try:
         nxt = agen.__anext__
         while True:
@@ -587,11 +647,14 @@ async def _timed_agen(rt: Runtime, name: str, agen: Any) -> Any:
                 return
             timer.item()
             yield item
+    except BaseException as e:
+        cancelled = isinstance(e, GeneratorExit) or _is_cancelled(type(e))
+        raise
     finally:
         try:
             await agen.aclose()
         finally:
-            ctx.run(timer.finish, rt, name)
+            ctx.run(timer.finish, rt, name, cancelled)
 
 
 class _NullSpan:
@@ -632,7 +695,12 @@ class stage:
     As a decorator it works on sync and async functions and on sync and
     async generators; each call gets fresh timing state. For generators it
     also records the time to the first item, the gaps between items and the
-    item count (TTFT and inter-token latency for a token stream).
+    item count (TTFT and inter-token latency for a token stream). A
+    generator closed before it is exhausted (``close()``/``aclose()``, a
+    ``CancelledError``, a client disconnect) is a cancelled stream: its
+    request ends ``cancelled``, its length is not counted as a generation,
+    and the items it produced after the client left are counted as
+    undelivered.
 
     Inside a ``request()`` scope the stage is attached to that request;
     outside one it is sent on its own. Before ``configure()`` it does nothing.

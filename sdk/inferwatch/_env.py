@@ -19,6 +19,7 @@ the variable, because configuration is where we are strict.
 | ``INFERWATCH_OTEL_SPANS`` | ``false`` | also open an OpenTelemetry span per stage (needs opentelemetry-api) |
 | ``INFERWATCH_TORCH_PROBE`` | ``false`` | sample ``torch.cuda.memory_stats()`` in the background |
 | ``INFERWATCH_TORCH_PROBE_INTERVAL_S`` | ``10`` | seconds between allocator samples |
+| ``INFERWATCH_LOG_REQUEST_ID`` | ``request_id`` | what :class:`inferwatch.RequestIdFilter` puts in ``%(request_id)s``: ``request_id`` (the client's ``X-Request-ID`` when it sent one) or ``trace_id`` (the W3C trace ID when the request has one, else the request ID); read when the filter is created |
 
 The sidecar imports :data:`DEFAULT_SOCKET` so both sides agree on the default
 address, and :func:`socket_dir_problem` so both sides judge a socket's
@@ -39,7 +40,9 @@ __all__ = [
     "Address",
     "parse_address",
     "socket_dir_problem",
+    "LOG_REQUEST_ID_CHOICES",
     "env_bool",
+    "env_choice",
     "env_float",
     "env_int",
     "env_str",
@@ -64,7 +67,12 @@ ENV_VARS: dict[str, str] = {
     "INFERWATCH_OTEL_SPANS": "true/false: one OpenTelemetry span per stage (default false)",
     "INFERWATCH_TORCH_PROBE": "true/false: sample torch.cuda.memory_stats() (default false)",
     "INFERWATCH_TORCH_PROBE_INTERVAL_S": "seconds between allocator samples (default 10)",
+    "INFERWATCH_LOG_REQUEST_ID": "request_id/trace_id: the ID RequestIdFilter puts in %(request_id)s "
+                                 "(default request_id)",
 }
+
+#: The values of ``INFERWATCH_LOG_REQUEST_ID``.
+LOG_REQUEST_ID_CHOICES = ("request_id", "trace_id")
 
 _TRUE = frozenset({"1", "true", "yes", "on"})
 _FALSE = frozenset({"0", "false", "no", "off", ""})
@@ -241,3 +249,14 @@ def env_float(name: str, default: float, minimum: float, maximum: float, env: Ma
     if not minimum <= x <= maximum:  # also rejects NaN
         raise ValueError(f"{name}={v!r}: expected a number between {minimum} and {maximum}")
     return x
+
+
+def env_choice(name: str, default: str, choices: tuple[str, ...], env: Mapping[str, str] | None = None) -> str:
+    """Parse a variable that takes one of ``choices`` (case-insensitive)."""
+    v = env_str(name, env)
+    if v is None:
+        return default
+    s = v.lower()
+    if s not in choices:
+        raise ValueError(f"{name}={v!r}: expected one of {', '.join(choices)}")
+    return s

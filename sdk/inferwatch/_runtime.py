@@ -9,7 +9,7 @@ encodes big batches (each encode call has a fixed cost, each wake-up a thread
 switch), and it encodes a large batch in chunks, letting the GIL go between
 them, so the event loop is never held up for long. It never
 raises: every failure is counted by reason, reported to the sidecar in a
-cumulative DROPS record, and logged with a rate-limited warning.
+DROPS record (the counts since the last one that went out), and logged with a rate-limited warning.
 """
 
 from __future__ import annotations
@@ -196,7 +196,11 @@ class Sender:
         self.active = False
         self.need_hello = True
         self.recheck = False
+        #: Cumulative drop counts as of the last DROPS record that went out: a DROPS
+        #: record carries the increments since, so a restarted sidecar counts nothing twice.
         self.last_drops: dict[str, int] = {}
+        #: Whether the first frame of the last send (the one carrying HELLO and DROPS) went out.
+        self.head_sent = False
         self.next_hello = 0.0
         self.sock: socket.socket | None = None
         self.thread = threading.Thread(target=self._run, name="inferwatch-sender", daemon=True)
@@ -261,14 +265,15 @@ class Sender:
         # After a failed send, HELLO rides with the next events; with no traffic the
         # sidecar is probed again once the (shortened) hello interval has passed.
         hello_due = now >= self.next_hello or (self.need_hello and bool(events))
-        drops_changed = drops != self.last_drops
-        if not events and not hello_due and not (drops_changed and self.healthy):
+        last = self.last_drops
+        new = {k: v - last.get(k, 0) for k, v in drops.items() if v != last.get(k, 0)}
+        if not events and not hello_due and not (new and self.healthy):
             return
         extra: list[tuple[Any, ...]] = []
         if hello_due:
             extra.append(self.hello)
-        if drops and (drops_changed or hello_due):
-            extra.append((EV_DROPS, drops))
+        if new:
+            extra.append((EV_DROPS, new))
         encode = self.encoder.encode_counted
         if len(events) <= _ENCODE_CHUNK:
             frames = encode(events, extra)
@@ -278,12 +283,12 @@ class Sender:
                 time.sleep(0)  # releases the GIL: a waiting event loop runs before the next chunk
                 frames.extend(encode(events[i : i + _ENCODE_CHUNK]))
         self.recheck = True  # encoding may have counted drops: report them next cycle
-        if self._send(frames):
-            if extra:
-                self.last_drops = drops
-            if hello_due:
-                self.need_hello = False
-                self.next_hello = now + self.hello_s
+        sent = self._send(frames)
+        if new and self.head_sent:
+            self.last_drops = drops
+        if sent and hello_due:
+            self.need_hello = False
+            self.next_hello = now + self.hello_s
 
     def _socket(self) -> socket.socket:
         sock = self.sock
@@ -304,6 +309,7 @@ class Sender:
 
     def _send(self, frames: list[tuple[bytes, int]]) -> bool:
         """Send frames; count what is lost. Returns True when all went through."""
+        self.head_sent = False
         try:
             sock = self._socket()
         except OSError as e:
@@ -357,6 +363,8 @@ class Sender:
                 continue
             self.sent_frames += 1
             self.sent_events += n
+            if i == 0:
+                self.head_sent = True
         if ok:
             self.healthy = True
         return ok

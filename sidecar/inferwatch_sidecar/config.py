@@ -18,17 +18,21 @@ field, what is wrong and where the value came from, and start-up stops.
 from __future__ import annotations
 
 import json
+import math
 import os
 import sys
 from collections.abc import Mapping
+from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator
 
-# The SDK defines the default socket, so both sides agree on it.
+# The SDK defines the default socket and the stage-name rules, so both sides agree on them.
+from inferwatch._core import check_stage_name
 from inferwatch._env import DEFAULT_SOCKET
+from inferwatch_sidecar.aggregate.aggregator import CONFIGURABLE_HISTOGRAMS
 from inferwatch_sidecar.components.canary.config import CanaryConfig
 from inferwatch_sidecar.components.drift.config import DriftConfig
 from inferwatch_sidecar.components.gpu.config import GpuConfig
@@ -85,6 +89,23 @@ class IngestConfig(_Section):
     max_producers: int = Field(1024, ge=1, description="Producers (SDK processes) remembered in the producers table.")
     producer_timeout_s: float = Field(60.0, gt=0, description="A producer silent for this long no longer counts as connected.")
     max_schemas: int = Field(4096, ge=1, description="Feature schemas remembered across producers; the one announced longest ago is forgotten first.")
+    max_schema_bytes: int = Field(
+        64 << 20, ge=1 << 20,
+        description="Memory the remembered feature schemas may hold (estimated); past it the ones announced longest "
+        "ago are forgotten, and a schema larger on its own is refused. The default keeps a flood of crafted "
+        "schemas well inside the shipped manifest's 512Mi limit.",
+    )
+    max_producer_event_rate: float = Field(
+        1e7, gt=0,
+        description="Most events per second one SDK process can report as dropped (the SDK's hot path costs "
+        "over 100 ns an event); a DROPS record above it times the seconds since the producer's previous "
+        "frame (at least 1 s) is rejected as forged.",
+    )
+    max_producer_frame_rate: float = Field(
+        1e5, gt=0,
+        description="Most frames per second one SDK process can send (one syscall each); a sequence-number gap "
+        "above it times the seconds since the producer's previous frame is not counted as lost frames.",
+    )
     max_json_body_bytes: int = Field(1 << 20, ge=1024, description="Largest POST /v1/events or /v1/labels body.")
     max_json_events: int = Field(10000, ge=1, description="Most events in one JSON body.")
     queue_stages: list[str] = Field(
@@ -220,12 +241,71 @@ class TracesConfig(_Section):
         return v
 
 
+#: Most bounds one configured histogram may have: every bound is one more series per label set.
+MAX_BUCKET_BOUNDS = 64
+
+
+def _check_bounds(where: str, bounds: list[float]) -> list[float]:
+    if not 1 <= len(bounds) <= MAX_BUCKET_BOUNDS:
+        raise ValueError(f"{where}: 1 to {MAX_BUCKET_BOUNDS} bucket bounds, got {len(bounds)}")
+    for b in bounds:
+        if not math.isfinite(b) or b <= 0:
+            raise ValueError(f"{where}: bucket bound {b!r} is not a finite number > 0 (+Inf is always added)")
+    for lo, hi in pairwise(bounds):
+        if hi <= lo:
+            raise ValueError(f"{where}: bucket bounds must be strictly increasing ({lo!r} then {hi!r})")
+    return bounds
+
+
+class BucketsConfig(_Section):
+    """Histogram bucket bounds that replace the catalog's defaults (docs/sidecar.md, "Buckets")."""
+
+    families: dict[str, list[float]] = Field(
+        default_factory=dict,
+        description="Histogram family name -> bucket upper bounds in the family's unit (1 to 64, finite, > 0, "
+        "strictly increasing; +Inf is added). Families: " + ", ".join(CONFIGURABLE_HISTOGRAMS) + ".",
+    )
+    stages: dict[str, list[float]] = Field(
+        default_factory=dict,
+        description="Stage name -> bounds of that stage's inferwatch_stage_duration_seconds series; other stages "
+        "keep the family's.",
+    )
+
+    @field_validator("families")
+    @classmethod
+    def _families(cls, v: dict[str, list[float]]) -> dict[str, list[float]]:
+        for name, bounds in v.items():
+            if name not in CONFIGURABLE_HISTOGRAMS:
+                raise ValueError(f"{name!r} is not a histogram the aggregator keeps; use one of "
+                                 f"{', '.join(CONFIGURABLE_HISTOGRAMS)}")
+            _check_bounds(name, bounds)
+        return v
+
+    @field_validator("stages")
+    @classmethod
+    def _stages(cls, v: dict[str, list[float]]) -> dict[str, list[float]]:
+        for name, bounds in v.items():
+            try:
+                check_stage_name(name)
+            except (TypeError, ValueError) as e:
+                raise ValueError(f"stage {name!r}: {e}") from None
+            _check_bounds(f"stage {name!r}", bounds)
+        return v
+
+
+class AggregateConfig(_Section):
+    """How the aggregator buckets what it receives."""
+
+    buckets: BucketsConfig = Field(default_factory=BucketsConfig)
+
+
 class SidecarConfig(_Section):
     """The whole sidecar configuration (the YAML file's root)."""
 
     ingest: IngestConfig = Field(default_factory=IngestConfig)
     http: HttpConfig = Field(default_factory=HttpConfig)
     labels: LabelsConfig = Field(default_factory=LabelsConfig)
+    aggregate: AggregateConfig = Field(default_factory=AggregateConfig)
     traces: TracesConfig = Field(default_factory=TracesConfig)
     resource: dict[str, str] = Field(
         default_factory=dict,

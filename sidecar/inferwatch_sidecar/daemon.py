@@ -144,10 +144,15 @@ class Sidecar:
         self.ctx = ComponentContext(default_label_budget=cfg.labels.default_max_values)
         for label, budget in cfg.labels.max_values.items():
             self.ctx.limiters[label] = LabelLimiter(label, budget, cfg.labels.max_length)
-        self.aggregator = Aggregator(self.ctx, frozenset(cfg.ingest.queue_stages), cfg.labels.max_label_sets)
+        self.aggregator = Aggregator(self.ctx, frozenset(cfg.ingest.queue_stages), cfg.labels.max_label_sets,
+                                     cfg.aggregate.buckets.families, cfg.aggregate.buckets.stages)
+        for problem in self.aggregator.alert_bound_problems():
+            log.warning("%s", problem)
         self.latency = LatencyStatus(self.aggregator)
         self.pipeline = Pipeline(
-            self.aggregator, max_producers=cfg.ingest.max_producers, max_schemas=cfg.ingest.max_schemas, clock=clock
+            self.aggregator, max_producers=cfg.ingest.max_producers, max_schemas=cfg.ingest.max_schemas,
+            max_schema_bytes=cfg.ingest.max_schema_bytes, max_event_rate=cfg.ingest.max_producer_event_rate,
+            max_frame_rate=cfg.ingest.max_producer_frame_rate, clock=clock,
         )
         self.json_ingest = JsonIngest(self.pipeline, JsonDecoder(cfg.ingest.max_json_events))
         # Built even when traces.enabled is false (no route then), so its counters export at zero.

@@ -90,22 +90,25 @@ def test_generated_request_id_is_echoed_and_visible_to_the_handler(sdk: Receiver
 
 
 @pytest.mark.parametrize(
-    ("headers", "expected"),
+    ("headers", "expected", "traced"),
     [
-        ({"traceparent": TRACEPARENT, "x-request-id": "client-1"}, TRACE),
-        ({"x-request-id": "client-1"}, "client-1"),
-        ({"traceparent": "garbage", "x-request-id": "client-2"}, "client-2"),
-        ({"traceparent": f"ff-{TRACE}-00f067aa0ba902b7-01", "x-request-id": "c3"}, "c3"),
-        ({"traceparent": "00-" + "0" * 32 + "-00f067aa0ba902b7-01", "x-request-id": "c4"}, "c4"),
+        ({"traceparent": TRACEPARENT, "x-request-id": "client-1"}, "client-1", True),
+        ({"traceparent": TRACEPARENT}, TRACE, True),
+        ({"x-request-id": "client-1"}, "client-1", False),
+        ({"traceparent": "garbage", "x-request-id": "client-2"}, "client-2", False),
+        ({"traceparent": f"ff-{TRACE}-00f067aa0ba902b7-01", "x-request-id": "c3"}, "c3", False),
+        ({"traceparent": "00-" + "0" * 32 + "-00f067aa0ba902b7-01", "x-request-id": "c4"}, "c4", False),
     ],
 )
-def test_request_id_precedence_traceparent_then_header(sdk: Receiver, headers: dict[str, str], expected: str) -> None:
+def test_request_id_precedence_header_then_traceparent(
+    sdk: Receiver, headers: dict[str, str], expected: str, traced: bool,
+) -> None:
     r = asyncio.run(_get(make_app(), "/predict", headers))
     assert r.headers["x-request-id"] == expected
     assert r.json()["rid"] == expected
     (ev,) = _requests()
     assert ev[6] == expected
-    assert ev[7] == (bytes.fromhex(TRACE) if expected == TRACE else None)
+    assert ev[7] == (bytes.fromhex(TRACE) if traced else None)
 
 
 @pytest.mark.parametrize("bad", ["has space", "x" * 129, "tab\there"])

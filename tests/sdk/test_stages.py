@@ -385,7 +385,7 @@ def test_async_generator_closed_early_is_finalised_at_once(sdk: Receiver, clock:
         assert await agen.__anext__() == 1
         await agen.aclose()  # the client disconnected
         assert closed == [True]
-        ((name, dur, (ttft, items, gaps)),) = _stage_events(buffered())
-        assert (name, items, gaps) == ("generate", 2, [1000])
+        ((name, dur, (ttft, items, gaps, undelivered)),) = _stage_events(buffered())
+        assert (name, items, gaps, undelivered) == ("generate", 2, [1000], 0)  # cancelled; no client had left
 
     asyncio.run(main())

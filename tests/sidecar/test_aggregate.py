@@ -70,7 +70,7 @@ def test_stream_stage_feeds_ttft_itl_tokens_and_queue_wait() -> None:
     assert sample(s, "inferwatch_queue_depth", **LAB) == 2  # the latest value wins
 
 
-def test_exemplars_prefer_trace_id_and_are_bounded() -> None:
+def test_exemplars_carry_trace_id_beside_request_id_and_are_bounded() -> None:
     agg = Aggregator(ComponentContext())
     trace = bytes.fromhex("0af7651916cd43dd8448eb211c80319c")
     long_rid = "x" * 128
@@ -83,8 +83,9 @@ def test_exemplars_prefer_trace_id_and_are_bounded() -> None:
             if smp.exemplar is not None:
                 found[(smp.name, smp.labels.get("stage"), smp.labels["le"])] = smp.exemplar
     e = found[("inferwatch_request_duration_seconds_bucket", None, "0.005")]
-    assert e.labels == {"trace_id": trace.hex()} and math.isclose(e.value, 0.003)
-    assert found[("inferwatch_stage_duration_seconds_bucket", "inference", "0.0025")].labels == {"trace_id": trace.hex()}
+    assert e.labels == {"trace_id": trace.hex(), "request_id": "abc"} and math.isclose(e.value, 0.003)
+    assert found[("inferwatch_stage_duration_seconds_bucket", "inference", "0.0025")].labels == {
+        "trace_id": trace.hex(), "request_id": "abc"}
     long = found[("inferwatch_request_duration_seconds_bucket", None, "0.5")]
     rid = long.labels["request_id"]
     assert len("request_id") + len(rid) <= 128 and long_rid.startswith(rid)
@@ -107,19 +108,19 @@ def test_label_caps_overflow_and_raw_caches_stay_bounded() -> None:
     assert all(len(b.stage_cache) <= _CACHE_LIMIT for b in agg.bundles.values())
 
 
-def test_sdk_drop_counts_are_cumulative_per_producer() -> None:
+def test_sdk_drop_counts_add_up_across_producers() -> None:
     agg = Aggregator(ComponentContext())
     p = Pipeline(agg)
     enc_a, enc_b = Encoder(1, 0xA), Encoder(2, 0xB)
     for f in enc_a.encode([], [(EV_DROPS, {"buffer_full": 5})]):
         p.datagram(f, "unix")
-    for f in enc_a.encode([], [(EV_DROPS, {"buffer_full": 8, "send_failed": 1})]):
+    for f in enc_a.encode([], [(EV_DROPS, {"buffer_full": 3, "send_failed": 1})]):  # counts since the last report
         p.datagram(f, "unix")
     for f in enc_b.encode([], [(EV_DROPS, {"buffer_full": 2})]):
         p.datagram(f, "unix")
-    for f in enc_a.encode([], [(EV_DROPS, {"buffer_full": 8, "send_failed": 1})]):  # no change
+    for f in enc_a.encode([], [(EV_DROPS, {"buffer_full": 1})]):
         p.datagram(f, "unix")
-    assert agg.sdk_drops == {"buffer_full": 10, "send_failed": 1}
+    assert agg.sdk_drops == {"buffer_full": 11, "send_failed": 1}
     assert p.totals()["frames"] == 4 and p.totals()["frames_decoded"] == 4
 
 

@@ -18,7 +18,8 @@ plain tuples, for speed: ``(EV_REQUEST, ctx, end_unix_ns, duration_ns,
 outcome, error_type, request_id, trace_id, stages)`` and so on, as
 ``RECORD_TYPES[code].event`` names them. ``ctx`` is a ``(service, model,
 model_version)`` tuple of str or None; a stage is ``(name, duration_ns,
-stream)`` with ``stream`` None or ``(ttft_ns, items, gaps_us)``. On encode a
+stream)`` with ``stream`` None or ``(ttft_ns, items, gaps_us)`` (a completed stream) or
+``(ttft_ns, items, gaps_us, undelivered)`` (a cancelled one). On encode a
 RECORD's ``features`` is a mapping name -> value; on decode it is
 ``(schema, numeric_values, categorical_values)`` (or None), the tuples lining
 up with ``schema.numeric`` and ``schema.categorical``, a missing numeric
@@ -64,6 +65,7 @@ from inferwatch.wire.spec import (
     OUTCOME_OK,
     OUTCOMES,
     RECORD_TYPES,
+    STAGE_CANCELLED,
     STAGE_FIELDS,
     STREAM_FIELDS,
     TAG_FLOAT,
@@ -116,6 +118,7 @@ __all__ = [
     "classify",
     # the field table
     "RECORD_TYPES",
+    "STAGE_CANCELLED",
     "STAGE_FIELDS",
     "STREAM_FIELDS",
     "RecordType",

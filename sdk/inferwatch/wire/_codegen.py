@@ -730,9 +730,12 @@ def _decode_var(rt: RecordType, f: Field, lead: str, k: int) -> list[str]:
             *_advance(k),
             f"if {sid}:",
             f"    if {sid} != last_sid:",
-            f"        schema = schemas.get(pkey | {sid})",
-            "        if schema is None:",
+            # Only a known schema replaces the one in locals: an unknown one goes to the general
+            # path, and the next record of the cached schema must still find it.
+            f"        found = schemas.get(pkey | {sid})",
+            "        if found is None:",
             "            raise FALLBACK",
+            "        schema = found",
             f"        last_sid = {sid}",
             "        ns = schema.num_struct",
             "        nsz = ns.size",

@@ -11,6 +11,7 @@ reasons.
 from __future__ import annotations
 
 import struct
+import sys
 from typing import Any
 
 from inferwatch.wire import _codegen
@@ -29,6 +30,7 @@ from inferwatch.wire.spec import (
     KIND_CATEGORICAL,
     KIND_NUMERIC,
     MAGIC,
+    MAX_FEATURES,
     N_STAGES,
     NONE_REF,
     OUTCOME,
@@ -40,6 +42,7 @@ from inferwatch.wire.spec import (
     SCHEMA_ID,
     SEGMENTS,
     STAGE,
+    STAGE_CANCELLED,
     STAGE_STREAM,
     STAGE_STRUCT,
     STAGES,
@@ -51,6 +54,7 @@ from inferwatch.wire.spec import (
     TRACE,
     U32,
     U64,
+    UNDELIVERED_STRUCT,
     VALUE,
     VERSION,
     Frame,
@@ -65,22 +69,36 @@ _U16 = struct.Struct("<H")
 
 
 class Decoder:
-    """Decodes frames. Keeps a bounded cache of announced schemas.
+    """Decodes frames. Keeps a cache of announced schemas, bounded by count and by bytes.
 
     Args:
-        max_schemas: schemas remembered across all producers. When full, the
-            schema announced longest ago is forgotten; live producers
-            re-announce theirs every few seconds, so they come back.
+        max_schemas: schemas remembered across all producers.
+        max_schema_bytes: memory the remembered schemas may hold, as estimated
+            by :func:`schema_size` (names, tuples, the schema itself).
+
+    When either bound is passed, the schemas announced longest ago are
+    forgotten until both hold again (``evicted["count"]`` or
+    ``evicted["bytes"]``); live producers re-announce theirs every few seconds,
+    so they come back. A schema larger than ``max_schema_bytes`` on its own is
+    refused (``evicted["too_large"]``, and the record's error is
+    ``schema_too_large``). A schema of more than ``MAX_FEATURES`` fields, which
+    no encoder writes, is a bad record.
     """
 
     #: Decode on the generated fast paths. Tests turn it off on an instance to
     #: check that both paths give the same frames.
     _fast = True
 
-    def __init__(self, max_schemas: int = 4096) -> None:
+    def __init__(self, max_schemas: int = 4096, max_schema_bytes: int = 64 << 20) -> None:
         # (producer_id << 32 | schema_id) -> Schema, in announcement order.
         self._schemas: dict[int, Schema] = {}
+        self._sizes: dict[int, int] = {}
         self._max_schemas = max_schemas
+        self._max_schema_bytes = max_schema_bytes
+        #: Estimated bytes the remembered schemas hold (see :func:`schema_size`).
+        self.schema_bytes = 0
+        #: Schemas forgotten or refused, by reason: count, bytes, too_large.
+        self.evicted = {"count": 0, "bytes": 0, "too_large": 0}
 
     def decode(self, buf: bytes | bytearray | memoryview) -> Frame:
         """Decode one frame.
@@ -158,6 +176,8 @@ class Decoder:
         p += SCHEMA_HEAD.size
         if p + nf * SCHEMA_FIELD_STRUCT.size != end or sid == 0:
             raise WireError("bad_record", "schema")
+        if nf > MAX_FEATURES:
+            raise WireError("bad_record", "schema fields")
         nums_l: list[str] = []
         cats_l: list[str] = []
         for _ in range(nf):
@@ -170,15 +190,28 @@ class Decoder:
             else:
                 raise WireError("bad_record", "schema kind")
         key = pkey | sid
-        old = self._schemas.pop(key, None)
+        schemas = self._schemas
+        old = schemas.pop(key, None)
         if old is not None and old.numeric == tuple(nums_l) and old.categorical == tuple(cats_l):
-            self._schemas[key] = old  # a repeat: keep the object, refresh its age
+            schemas[key] = old  # a repeat: keep the object, refresh its age
             return
-        self._schemas[key] = Schema(
+        if old is not None:
+            self.schema_bytes -= self._sizes.pop(key)
+        schema = Schema(
             sid, tuple(nums_l), tuple(cats_l), _struct_for("d", len(nums_l)), _struct_for("H", len(cats_l))
         )
-        if len(self._schemas) > self._max_schemas:
-            del self._schemas[next(iter(self._schemas))]
+        size = schema_size(schema)
+        if size > self._max_schema_bytes:
+            self.evicted["too_large"] += 1
+            raise WireError("schema_too_large")
+        schemas[key] = schema
+        self._sizes[key] = size
+        self.schema_bytes += size
+        while len(schemas) > self._max_schemas or self.schema_bytes > self._max_schema_bytes:
+            first = next(iter(schemas))
+            self.evicted["count" if len(schemas) > self._max_schemas else "bytes"] += 1
+            del schemas[first]
+            self.schema_bytes -= self._sizes.pop(first)
 
     def _general(self, rtype: int, buf: bytes, p: int, end: int, strings: list[str], pkey: int) -> tuple[Any, ...]:
         """The general decoder of one record's payload ``buf[p:end]`` (any type but SCHEMA).
@@ -263,6 +296,20 @@ class Decoder:
         return (rtype, *[got[name] for name in rt.event])
 
 
+def schema_size(schema: Schema) -> int:
+    """Memory one cached schema holds, estimated from what it alone references.
+
+    Its tuples and each distinct name count in full (a name can be shared with
+    another schema, so this overestimates rather than under); the two
+    ``Struct`` objects are shared through a bounded cache and are not counted.
+    """
+    names = {id(n): n for n in (*schema.numeric, *schema.categorical)}
+    return (
+        sys.getsizeof(schema) + sys.getsizeof(schema.numeric) + sys.getsizeof(schema.categorical)
+        + sum(sys.getsizeof(n) for n in names.values())
+    )
+
+
 _STRUCTS: dict[tuple[str, int], struct.Struct] = {}
 
 
@@ -307,7 +354,13 @@ def _stages(buf: bytes, p: int, end: int, nst: int, strings: list[str]) -> tuple
                 raise WireError("bad_record", "gaps")
             gaps = _struct_for("I", ng).unpack_from(buf, p)
             p += 4 * ng
-            out.append((strings[sref], dur, (ttft, items, gaps)))
+            if flags & STAGE_CANCELLED:
+                if p + 4 > end:
+                    raise WireError("bad_record", "undelivered")
+                out.append((strings[sref], dur, (ttft, items, gaps, UNDELIVERED_STRUCT.unpack_from(buf, p)[0])))
+                p += 4
+            else:
+                out.append((strings[sref], dur, (ttft, items, gaps)))
         else:
             out.append((strings[sref], dur, None))
     return out, p
@@ -322,7 +375,9 @@ def _drops(buf: bytes, p: int, end: int) -> tuple[dict[str, int], int]:
     for _ in range(k):
         code, v = DROP_STRUCT.unpack_from(buf, p)
         p += DROP_STRUCT.size
-        name = DROP_REASONS.get(code, "unknown")
+        name = DROP_REASONS.get(code)
+        if name is None:
+            raise WireError("unknown_drop_reason", str(code))
         counts[name] = counts.get(name, 0) + v
     return counts, p
 

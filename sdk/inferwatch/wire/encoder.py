@@ -59,6 +59,7 @@ from inferwatch.wire.spec import (
     SCHEMA_ID,
     SEGMENTS,
     STAGE,
+    STAGE_CANCELLED,
     STAGE_STREAM,
     STAGE_STRUCT,
     STAGES,
@@ -69,6 +70,7 @@ from inferwatch.wire.spec import (
     U32_MAX,
     U64,
     U64_MAX,
+    UNDELIVERED_STRUCT,
     VALUE,
     VERSION,
     classify,
@@ -467,7 +469,7 @@ class Encoder:
                 except struct.error:
                     out.append(STAGE_STRUCT.pack(r, _u64(dur), 0))
                 continue
-            ttft, items, gaps = stream
+            ttft, items, gaps = stream[:3]
             gaps = gaps[:MAX_GAPS]
             n = len(gaps)
             gs = _struct_for("I", n)
@@ -475,9 +477,12 @@ class Encoder:
                 g = gs.pack(*gaps)
             except struct.error:
                 g = gs.pack(*[_u32(x) for x in gaps])
-            out.append(STAGE_STRUCT.pack(r, _u64(dur), STAGE_STREAM))
+            cancelled = len(stream) > 3
+            out.append(STAGE_STRUCT.pack(r, _u64(dur), STAGE_STREAM | STAGE_CANCELLED if cancelled else STAGE_STREAM))
             out.append(STREAM_STRUCT.pack(_u64(ttft), _u32(items), n))
             out.append(g)
+            if cancelled:
+                out.append(UNDELIVERED_STRUCT.pack(_u32(stream[3])))
         return out
 
     def _value(self, fb: _FrameBuilder, v: Any) -> bytes:

@@ -167,8 +167,8 @@ STAGES = Kind("stages", "", "n_stages x *stage*")
 STAGE = Kind("stage", "", "one *stage*")
 #: The values of the schema's features: ``f64`` numeric ones, then ``u16`` categorical refs.
 FEATURES = Kind("features", "", "`f64` x numeric features, then `u16` x categorical refs (0xFFFF = missing)")
-#: ``u8`` n, then n x (``u8`` reason, ``u64`` cumulative count).
-DROPS = Kind("drops", "", "`u8` n, then n x (`u8` reason, `u64` cumulative count)")
+#: ``u8`` n, then n x (``u8`` reason, ``u64`` count since the producer's last DROPS record that was sent).
+DROPS = Kind("drops", "", "`u8` n, then n x (`u8` reason, `u64` count since the last DROPS record sent)")
 #: The number of fields in the ``fields`` of a SCHEMA record that follows.
 N_FIELDS = Kind("n_fields", "H", "`u16` number of fields")
 #: n x (``str`` feature name, ``u8`` kind); SCHEMA records only.
@@ -266,12 +266,17 @@ RECORD_TYPES: dict[int, RecordType] = {
 }
 
 #: A *stage*: name, duration, flags. The event holds ``(name, duration_ns, stream)``; flag bit 0 says
-#: that STREAM_FIELDS follow, for a ``stream`` that is not None.
+#: that STREAM_FIELDS follow, for a ``stream`` that is not None. A stream that completed is
+#: ``(ttft_ns, items, gaps_us)``; one that was cancelled (closed early, or its client left) is
+#: ``(ttft_ns, items, gaps_us, undelivered)``: flag bit 1, and a ``u32`` undelivered count after the gaps.
 STAGE_FIELDS = (Field("name", STR, 0), Field("duration_ns", U64, 1), Field("flags", Kind("flags", "B", "`u8` flags"), -1))
 #: A streamed stage's ``(ttft_ns, items, gaps_us)``: then ``u16`` n_gaps and n_gaps x ``u32`` gaps (us).
 STREAM_FIELDS = (Field("ttft_ns", U64, 0), Field("items", U32, 1), Field("n_gaps", Kind("n_gaps", "H", "`u16`"), -1))
 #: Flag bit 0 of a stage: it was a stream.
 STAGE_STREAM = 1
+#: Flag bit 1 of a streamed stage: it was cancelled, and a ``u32`` follows its gaps: the items
+#: produced after the client had gone (generated but not delivered).
+STAGE_CANCELLED = 2
 
 
 class Segment:
@@ -318,9 +323,11 @@ SEGMENTS: dict[int, tuple[Segment, ...]] = {code: segments(rt) for code, rt in R
 SCHEMA_HEAD = struct.Struct("<" + fixed_format([f for f in RECORD_TYPES[EV_SCHEMA].fields if f.kind.code]))
 STAGE_STRUCT = struct.Struct("<" + fixed_format(STAGE_FIELDS))
 STREAM_STRUCT = struct.Struct("<" + fixed_format(STREAM_FIELDS))
+#: The undelivered count after a cancelled stream's gaps (flag bit 1).
+UNDELIVERED_STRUCT = struct.Struct("<I")
 #: One SCHEMA field: name ref and kind.
 SCHEMA_FIELD_STRUCT = struct.Struct("<HB")
-#: One DROPS entry: reason code and cumulative count.
+#: One DROPS entry: reason code and count since the last DROPS record sent.
 DROP_STRUCT = struct.Struct("<BQ")
 
 

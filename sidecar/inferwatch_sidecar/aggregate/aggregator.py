@@ -22,7 +22,7 @@ import threading
 import time
 from bisect import bisect_left
 from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 from prometheus_client.metrics_core import HistogramMetricFamily
@@ -45,7 +45,9 @@ from inferwatch_sidecar.aggregate.labels import OVERFLOW, LabelLimiter
 from inferwatch_sidecar.components.base import ComponentContext
 from inferwatch_sidecar.metrics import families
 from inferwatch_sidecar.metrics.core import (
+    ALERT_BUCKET_BOUNDS,
     BATCH_SIZE,
+    CANCELLED_STREAMS_TOTAL,
     GENERATED_TOKENS_TOTAL,
     GENERATION_LENGTH_TOKENS,
     INTER_TOKEN_LATENCY_SECONDS,
@@ -60,6 +62,7 @@ from inferwatch_sidecar.metrics.core import (
     SIDECAR,
     STAGE_DURATION_SECONDS,
     TIME_TO_FIRST_TOKEN_SECONDS,
+    UNDELIVERED_TOKENS_TOTAL,
 )
 from inferwatch_sidecar.metrics.entry import Metric
 
@@ -70,7 +73,8 @@ _HISTOGRAMS = (
 )
 #: Every catalog entry :meth:`Aggregator.collect` exports, in the order it yields them.
 METRICS: tuple[Metric, ...] = (
-    REQUESTS_TOTAL, REQUEST_ERRORS_TOTAL, GENERATED_TOKENS_TOTAL, RECORDS_TOTAL, LABELS_RECEIVED_TOTAL, QUEUE_DEPTH,
+    REQUESTS_TOTAL, REQUEST_ERRORS_TOTAL, GENERATED_TOKENS_TOTAL, CANCELLED_STREAMS_TOTAL, UNDELIVERED_TOKENS_TOTAL,
+    RECORDS_TOTAL, LABELS_RECEIVED_TOTAL, QUEUE_DEPTH,
     *_HISTOGRAMS,
     SDK_DROPPED_EVENTS_TOTAL, SIDECAR,
 )
@@ -78,8 +82,14 @@ METRICS: tuple[Metric, ...] = (
 #: Raw-label caches are cleared when they reach this size, so hostile label
 #: values cannot grow memory (the limiters already cap the exported series).
 _CACHE_LIMIT = 20000
-#: Exemplar label sets are limited to 128 UTF-8 characters by OpenMetrics.
+#: Exemplar label sets are limited to 128 UTF-8 characters by OpenMetrics: the request ID gets
+#: what its label name and, on a traced request, ``trace_id`` and its 32 hex digits leave.
 _EXEMPLAR_RID_MAX = 128 - len("request_id")
+_EXEMPLAR_TRACED_RID_MAX = _EXEMPLAR_RID_MAX - len("trace_id") - 32
+#: A traced request's exemplar stays in its bucket against newer untraced ones for this long
+#: (ns, on the events' end times): long enough for several scrapes to pick it up and for
+#: someone to follow the link, short enough that a bucket never shows an hour-old request.
+TRACED_EXEMPLAR_HOLD_NS = 60 * 10**9
 #: "No context seen yet" in :meth:`Aggregator.process` (a ctx can be anything, even None).
 _NO_CTX = object()
 
@@ -89,32 +99,44 @@ def _buckets(m: Metric) -> tuple[float, ...]:
     return m.buckets
 
 
-def _shared_buckets(*ms: Metric) -> tuple[float, ...]:
-    """The bounds of histograms that :meth:`Aggregator.process` bisects with one bounds tuple."""
-    first = _buckets(ms[0])
-    for m in ms[1:]:
-        if _buckets(m) != first:
-            raise ValueError(f"metric {m.name!r}: the aggregator needs the buckets of {ms[0].name!r}")
-    return first
-
-
-#: One bisect serves the request's end-to-end, stage and queue-wait histograms.
-_LATENCY_BOUNDS = _shared_buckets(REQUEST_DURATION_SECONDS, STAGE_DURATION_SECONDS, QUEUE_WAIT_SECONDS)
+#: The histogram families whose buckets ``aggregate.buckets.families`` may replace.
+CONFIGURABLE_HISTOGRAMS: tuple[str, ...] = tuple(m.name for m in _HISTOGRAMS)
 
 
 class Histogram:
-    """Per-bucket (non-cumulative) counts, sum, and the latest exemplar per bucket."""
+    """Per-bucket (non-cumulative) counts, sum, and exemplars per bucket.
 
-    __slots__ = ("counts", "sum", "ex", "exv")
+    Each bucket keeps two exemplars: the latest untraced request's in ``ex``
+    and the latest traced request's in ``tex``, so recording one stays a list
+    store and the choice between them is made at scrape time
+    (:func:`pick_exemplar`).
+    """
+
+    __slots__ = ("counts", "sum", "ex", "exv", "tex", "texv")
 
     def __init__(self, n_bounds: int) -> None:
         self.counts = [0] * (n_bounds + 1)  # last slot is +Inf
         self.sum = 0.0
-        #: Per bucket: the latest exemplar's (request_id, trace_id, end_unix_ns), shared by the
-        #: request's e2e and stage histograms so recording one allocates nothing per stage...
+        #: Per bucket: the exemplar's (request_id, trace_id, end_unix_ns), shared by the request's
+        #: e2e and stage histograms so recording one allocates nothing per stage...
         self.ex: list[Any] | None = None
-        #: ...and the observed value that goes with it.
+        #: ...and the observed value that goes with it; the same two for traced requests.
         self.exv: list[float] | None = None
+        self.tex: list[Any] | None = None
+        self.texv: list[float] | None = None
+
+
+def pick_exemplar(untraced: Any, traced: Any) -> Any:
+    """The exemplar a bucket exports: its traced one unless an untraced one is ``TRACED_EXEMPLAR_HOLD_NS`` newer.
+
+    So a trace link survives the untraced traffic that follows it in the same
+    bucket, and is replaced by a newer traced request at once.
+    """
+    if traced is None:
+        return untraced
+    if untraced is None or untraced[2] - traced[2] < TRACED_EXEMPLAR_HOLD_NS:
+        return traced
+    return untraced
 
 
 class HistogramSet:
@@ -150,8 +172,8 @@ def _exemplar(ex: Any) -> Exemplar | None:
     labels: dict[str, str] = {}
     if trace:
         labels["trace_id"] = trace.hex()
-    elif rid:
-        labels["request_id"] = rid[:_EXEMPLAR_RID_MAX]
+    if rid:
+        labels["request_id"] = rid[:_EXEMPLAR_TRACED_RID_MAX if trace else _EXEMPLAR_RID_MAX]
     if not labels:
         return None
     return Exemplar(labels, value, end_ns / 1e9 if end_ns else None)
@@ -167,17 +189,21 @@ def histogram_family(m: Metric, snap: list[Any]) -> HistogramMetricFamily:
 
 
 class StageSeries:
-    """The series of one (service, model, version, stage)."""
+    """The series of one (service, model, version, stage); ``bounds`` are its duration buckets."""
 
-    __slots__ = ("key", "hist", "ttft", "itl", "length", "tokens")
+    __slots__ = ("key", "bounds", "hist", "ttft", "itl", "length", "tokens", "cancelled", "undelivered")
 
-    def __init__(self, key: tuple[str, ...], n_latency: int) -> None:
+    def __init__(self, key: tuple[str, ...], bounds: tuple[float, ...]) -> None:
         self.key = key
-        self.hist = Histogram(n_latency)
+        self.bounds = bounds
+        self.hist = Histogram(len(bounds))
         self.ttft: Histogram | None = None
         self.itl: Histogram | None = None
         self.length: Histogram | None = None
         self.tokens = 0
+        #: Streams cancelled, and the items they produced after their client left.
+        self.cancelled = 0
+        self.undelivered = 0
 
 
 class Bundle:
@@ -209,10 +235,17 @@ class Aggregator:
     Args:
         ctx: the component context; its limiters cap every label.
         queue_stages: stage names that also feed the queue-wait histogram.
+        max_label_sets: distinct (service, model, model_version) sets kept before __overflow__.
+        buckets: histogram family name -> bucket bounds replacing the catalog entry's
+            (``aggregate.buckets.families``, validated by the config).
+        stage_buckets: stage name -> bounds of that stage's duration histogram
+            (``aggregate.buckets.stages``); other stages use the family's.
     """
 
     def __init__(
-        self, ctx: ComponentContext, queue_stages: frozenset[str] = frozenset({"queue"}), max_label_sets: int = 1000
+        self, ctx: ComponentContext, queue_stages: frozenset[str] = frozenset({"queue"}), max_label_sets: int = 1000,
+        buckets: Mapping[str, Sequence[float]] | None = None,
+        stage_buckets: Mapping[str, Sequence[float]] | None = None,
     ) -> None:
         self.lock = threading.Lock()
         self.max_label_sets = max_label_sets
@@ -220,12 +253,24 @@ class Aggregator:
         self.label_set_overflow = LabelLimiter("label_set", 1)
         self.ctx = ctx
         self.queue_stages = queue_stages
-        self.lat_bounds = _LATENCY_BOUNDS
-        self.n_lat = len(self.lat_bounds)
-        self.ttft_bounds = _buckets(TIME_TO_FIRST_TOKEN_SECONDS)
-        self.itl_bounds = _buckets(INTER_TOKEN_LATENCY_SECONDS)
-        self.token_bounds = _buckets(GENERATION_LENGTH_TOKENS)
-        self.batch_bounds = _buckets(BATCH_SIZE)
+        conf = dict(buckets or {})
+        unknown = sorted(set(conf) - set(CONFIGURABLE_HISTOGRAMS))
+        if unknown:
+            raise ValueError(f"buckets for unknown histogram families {unknown}; known: {list(CONFIGURABLE_HISTOGRAMS)}")
+        #: Family name -> the bounds in use (configured, or the catalog entry's).
+        self.bounds: dict[str, tuple[float, ...]] = {
+            m.name: tuple(float(b) for b in conf[m.name]) if m.name in conf else _buckets(m) for m in _HISTOGRAMS
+        }
+        #: Stage name -> the bounds of its duration histogram, where configured.
+        self.stage_bounds: dict[str, tuple[float, ...]] = {
+            k: tuple(float(b) for b in v) for k, v in (stage_buckets or {}).items()
+        }
+        self.request_bounds = self.bounds[REQUEST_DURATION_SECONDS.name]
+        self.queue_bounds = self.bounds[QUEUE_WAIT_SECONDS.name]
+        self.ttft_bounds = self.bounds[TIME_TO_FIRST_TOKEN_SECONDS.name]
+        self.itl_bounds = self.bounds[INTER_TOKEN_LATENCY_SECONDS.name]
+        self.token_bounds = self.bounds[GENERATION_LENGTH_TOKENS.name]
+        self.batch_bounds = self.bounds[BATCH_SIZE.name]
         self.bundles: dict[tuple[str, str, str], Bundle] = {}
         self.sdk_drops: dict[str, int] = {}
         #: Label-only records (a label for an earlier prediction), which belong to no label set.
@@ -236,6 +281,25 @@ class Aggregator:
         self._lim_version = ctx.limiter("model_version")
         self._lim_stage = ctx.limiter("stage")
         self._lim_error = ctx.limiter("error_type")
+
+    def alert_bound_problems(self) -> list[str]:
+        """One sentence per generated alert that counts a bucket bound the configured buckets leave out.
+
+        The daemon logs them at start-up: such an alert's ``le`` matcher selects no series,
+        so it can never fire for the histograms concerned.
+        """
+        out: list[str] = []
+        for family, needed in ALERT_BUCKET_BOUNDS.items():
+            sets = [(family, self.bounds[family])]
+            if family == STAGE_DURATION_SECONDS.name:
+                sets += [(f"{family} of stage {k!r}", v) for k, v in sorted(self.stage_bounds.items())]
+            for where, bounds in sets:
+                for bound, alert in needed.items():
+                    if bound not in bounds:
+                        out.append(f"alert {alert} counts the bucket le=\"{bound!r}\" of {where}, which "
+                                   f"aggregate.buckets leaves out, so it cannot fire there; add {bound!r} to "
+                                   "those bounds")
+        return out
 
     # -- labels ----------------------------------------------------------------
 
@@ -258,7 +322,7 @@ class Aggregator:
                     lab = (OVERFLOW, OVERFLOW, OVERFLOW)
                     b = self.bundles.get(lab)
                 if b is None:
-                    b = self.bundles[lab] = Bundle(lab, self.n_lat)
+                    b = self.bundles[lab] = Bundle(lab, len(self.request_bounds))
             self._ctx_cache[ctx] = b
         return b
 
@@ -268,7 +332,8 @@ class Aggregator:
         capped = self._lim_stage.get(name)
         s = b.stages.get(capped)
         if s is None:
-            s = b.stages[capped] = StageSeries((*b.lab, capped), self.n_lat)
+            bounds = self.stage_bounds.get(capped) or self.bounds[STAGE_DURATION_SECONDS.name]
+            s = b.stages[capped] = StageSeries((*b.lab, capped), bounds)
         try:
             queue = name in self.queue_stages
         except TypeError:  # an unhashable name from a hand-made tuple
@@ -294,12 +359,13 @@ class Aggregator:
             record_sink: when given, every RECORD event is also appended to it (the pipeline
                 hands them to components without a second pass over the frame).
         """
-        # Measured choices (bench/ingest.py): every event of a frame carries the same ctx
-        # tuple object, so the bundle is looked up again only when the object changes; the
-        # stage cache also says whether a stage feeds the queue-wait histogram.
+        # Measured choices (bench/ingest.py, bench/aggregate_callgrind.py): every event of a
+        # frame carries the same ctx tuple object, so the bundle is looked up again only when
+        # the object changes; the stage cache also says whether a stage feeds the queue-wait
+        # histogram; each stage series carries its own bounds, so configured buckets cost one
+        # attribute read per stage.
         ctx_cache = self._ctx_cache
-        bounds = self.lat_bounds
-        nb = self.n_lat + 1
+        req_bounds = self.request_bounds
         last_ctx: Any = _NO_CTX
         b: Any = None
         scache: dict[Any, tuple[StageSeries, bool]] = {}
@@ -318,29 +384,43 @@ class Aggregator:
                     b.errors[el] = b.errors.get(el, 0) + 1
                 v = dur * 1e-9
                 h = b.e2e
-                i = bisect_left(bounds, v)
+                i = bisect_left(req_bounds, v)
                 h.counts[i] += 1
                 h.sum += v
                 ref = (rid, trace, end_ns) if rid is not None or trace is not None else None
                 if ref is not None:
-                    if h.ex is None:
-                        h.ex = [None] * nb
-                        h.exv = [0.0] * nb
-                    h.ex[i] = ref
-                    h.exv[i] = v  # type: ignore[index]
+                    if trace is None:
+                        if h.ex is None:
+                            h.ex = [None] * len(h.counts)
+                            h.exv = [0.0] * len(h.counts)
+                        h.ex[i] = ref
+                        h.exv[i] = v  # type: ignore[index]
+                    else:
+                        if h.tex is None:
+                            h.tex = [None] * len(h.counts)
+                            h.texv = [0.0] * len(h.counts)
+                        h.tex[i] = ref
+                        h.texv[i] = v  # type: ignore[index]
                 for name, sdur, stream in stages:
                     s, queue = scache.get(name) or self._stage_series(b, name)
                     v = sdur * 1e-9
                     h = s.hist
-                    i = bisect_left(bounds, v)
+                    i = bisect_left(s.bounds, v)
                     h.counts[i] += 1
                     h.sum += v
                     if ref is not None:
-                        if h.ex is None:
-                            h.ex = [None] * nb
-                            h.exv = [0.0] * nb
-                        h.ex[i] = ref
-                        h.exv[i] = v  # type: ignore[index]
+                        if trace is None:
+                            if h.ex is None:
+                                h.ex = [None] * len(h.counts)
+                                h.exv = [0.0] * len(h.counts)
+                            h.ex[i] = ref
+                            h.exv[i] = v  # type: ignore[index]
+                        else:
+                            if h.tex is None:
+                                h.tex = [None] * len(h.counts)
+                                h.texv = [0.0] * len(h.counts)
+                            h.tex[i] = ref
+                            h.texv[i] = v  # type: ignore[index]
                     if queue:
                         self._queue(b, v)
                     if stream is not None:
@@ -371,13 +451,13 @@ class Aggregator:
                 s, queue = scache.get(name) or self._stage_series(b, name)
                 v = sdur * 1e-9
                 h = s.hist
-                i = bisect_left(bounds, v)
+                i = bisect_left(s.bounds, v)
                 h.counts[i] += 1
                 h.sum += v
                 if rid is not None:
                     if h.ex is None:
-                        h.ex = [None] * nb
-                        h.exv = [0.0] * nb
+                        h.ex = [None] * len(h.counts)
+                        h.exv = [0.0] * len(h.counts)
                     h.ex[i] = (rid, None, end_ns)
                     h.exv[i] = v  # type: ignore[index]
                 if queue:
@@ -395,33 +475,37 @@ class Aggregator:
                 bq = ctx_cache.get(ev[1]) or self.bundle(ev[1])
                 bq.depth = float(ev[2])
             elif t == EV_DROPS:
-                if producer is not None:
-                    self.add_sdk_drops(producer.drop_deltas(ev[1]))
-                else:
-                    self.add_sdk_drops(ev[1])
+                self.add_sdk_drops(ev[1] if producer is None else producer.plausible_drops(ev[1]))
             elif t == EV_HELLO and producer is not None:
                 producer.hello = {"sdk_version": ev[1], "language": ev[2], "hostname": ev[3], "start_unix_ns": ev[4]}
 
     def _queue(self, b: Bundle, v: float) -> None:
         if b.queue is None:
-            b.queue = Histogram(self.n_lat)
+            b.queue = Histogram(len(self.queue_bounds))
         h = b.queue
-        h.counts[bisect_left(self.lat_bounds, v)] += 1
+        h.counts[bisect_left(self.queue_bounds, v)] += 1
         h.sum += v
 
     def _stream(self, s: StageSeries, stream: Any) -> None:
-        ttft, items, gaps = stream
+        # A completed stream is (ttft, items, gaps); a cancelled one adds its undelivered count.
+        ttft, items, gaps = stream[0], stream[1], stream[2]
         if s.ttft is None:
             s.ttft = Histogram(len(self.ttft_bounds))
             s.itl = Histogram(len(self.itl_bounds))
             s.length = Histogram(len(self.token_bounds))
         assert s.itl is not None and s.length is not None
-        v = ttft * 1e-9
-        s.ttft.counts[bisect_left(self.ttft_bounds, v)] += 1
-        s.ttft.sum += v
         s.tokens += items
-        s.length.counts[bisect_left(self.token_bounds, items)] += 1
-        s.length.sum += items
+        if len(stream) > 3:
+            # Its length is not a generation's length, and with no item it had no first token.
+            s.cancelled += 1
+            s.undelivered += min(stream[3], items)
+        else:
+            s.length.counts[bisect_left(self.token_bounds, items)] += 1
+            s.length.sum += items
+        if items or len(stream) == 3:
+            v = ttft * 1e-9
+            s.ttft.counts[bisect_left(self.ttft_bounds, v)] += 1
+            s.ttft.sum += v
         if gaps:
             c = s.itl.counts
             bounds = self.itl_bounds
@@ -441,9 +525,15 @@ class Aggregator:
     def _snap(h: Histogram | None) -> tuple[list[int], float, list[Any] | None] | None:
         if h is None:
             return None
-        if h.ex is None or h.exv is None:
+        if h.ex is None and h.tex is None:
             return (list(h.counts), h.sum, None)
-        return (list(h.counts), h.sum, [None if r is None else (*r, v) for r, v in zip(h.ex, h.exv, strict=True)])
+        none: list[Any] = [None] * len(h.counts)
+        ex, exv, tex, texv = h.ex or none, h.exv or none, h.tex or none, h.texv or none
+        out: list[Any] = []
+        for i, (u, t) in enumerate(zip(ex, tex, strict=True)):
+            r = pick_exemplar(u, t)
+            out.append(None if r is None else (*r, exv[i] if r is u else texv[i]))
+        return (list(h.counts), h.sum, out)
 
     def collect(self) -> Iterator[PromMetric]:
         """Metric families for everything aggregated so far."""
@@ -452,7 +542,8 @@ class Aggregator:
             rows = []
             for lab, b in self.bundles.items():
                 stages = [
-                    (s.key, snap(s.hist), snap(s.ttft), snap(s.itl), snap(s.length), s.tokens)
+                    (s.key, s.bounds, snap(s.hist), snap(s.ttft), snap(s.itl), snap(s.length), s.tokens,
+                     s.cancelled, s.undelivered)
                     for s in b.stages.values()
                 ]
                 rows.append((lab, list(b.requests), dict(b.errors), snap(b.e2e), stages, b.records,
@@ -462,15 +553,22 @@ class Aggregator:
         requests = families.counter(REQUESTS_TOTAL)
         errors = families.counter(REQUEST_ERRORS_TOTAL)
         tokens = families.counter(GENERATED_TOKENS_TOTAL)
+        cancelled = families.counter(CANCELLED_STREAMS_TOTAL)
+        undelivered = families.counter(UNDELIVERED_TOKENS_TOTAL)
         records = families.counter(RECORDS_TOTAL)
         depth = families.gauge(QUEUE_DEPTH)
         hists = [families.histogram(m) for m in _HISTOGRAMS]
         e2e_fam, stage_fam, queue_fam, batch_fam, ttft_fam, itl_fam, length_fam = hists
-        lat_les = families.bucket_les(REQUEST_DURATION_SECONDS)  # the stage and queue-wait buckets too
-        batch_les = families.bucket_les(BATCH_SIZE)
-        ttft_les = families.bucket_les(TIME_TO_FIRST_TOKEN_SECONDS)
-        itl_les = families.bucket_les(INTER_TOKEN_LATENCY_SECONDS)
-        length_les = families.bucket_les(GENERATION_LENGTH_TOKENS)
+        les = {m.name: families.bucket_les(m, self.bounds[m.name]) for m in _HISTOGRAMS}
+        req_les = les[REQUEST_DURATION_SECONDS.name]
+        queue_les = les[QUEUE_WAIT_SECONDS.name]
+        batch_les = les[BATCH_SIZE.name]
+        ttft_les = les[TIME_TO_FIRST_TOKEN_SECONDS.name]
+        itl_les = les[INTER_TOKEN_LATENCY_SECONDS.name]
+        length_les = les[GENERATION_LENGTH_TOKENS.name]
+        #: A stage series' bounds object -> its le values (one list per distinct configuration).
+        stage_les: dict[int, list[str]] = {id(self.bounds[STAGE_DURATION_SECONDS.name]):
+                                           les[STAGE_DURATION_SECONDS.name]}
         for lab, reqs, errs, e2e, stages, nrec, queue, batch, dep in rows:
             labels = list(lab)
             for code, n in enumerate(reqs):
@@ -483,22 +581,30 @@ class Aggregator:
             if dep is not None:
                 depth.add_metric(labels, dep)
             if e2e is not None and any(e2e[0]):
-                _add_hist(e2e_fam, labels, e2e, lat_les)
+                _add_hist(e2e_fam, labels, e2e, req_les)
             if queue is not None:
-                _add_hist(queue_fam, labels, queue, lat_les)
+                _add_hist(queue_fam, labels, queue, queue_les)
             if batch is not None:
                 _add_hist(batch_fam, labels, batch, batch_les)
-            for key, hist, ttft, itl, length, ntok in stages:
+            for key, bounds, hist, ttft, itl, length, ntok, ncancel, nlost in stages:
                 sl = list(key)
-                _add_hist(stage_fam, sl, hist, lat_les)
+                sles = stage_les.get(id(bounds))
+                if sles is None:
+                    sles = stage_les[id(bounds)] = families.bucket_les(STAGE_DURATION_SECONDS, bounds)
+                _add_hist(stage_fam, sl, hist, sles)
                 if ttft is not None:
                     _add_hist(ttft_fam, sl, ttft, ttft_les)
                     _add_hist(itl_fam, sl, itl, itl_les)
                     _add_hist(length_fam, sl, length, length_les)
                     tokens.add_metric(sl, ntok)
+                    # From a series' first stream on, so rate() sees them before the first cancel.
+                    cancelled.add_metric(sl, ncancel)
+                    undelivered.add_metric(sl, nlost)
         yield requests
         yield errors
         yield tokens
+        yield cancelled
+        yield undelivered
         yield records
         fam = families.counter(LABELS_RECEIVED_TOTAL)
         fam.add_metric([], labels_received)
@@ -554,7 +660,7 @@ def histogram_quantile(q: float, bounds: tuple[float, ...], counts: list[int]) -
 STATUS_QUANTILES = (0.5, 0.9, 0.99)
 #: A latency series in the status: (service, model, model_version, stage or None for the end-to-end request).
 _SeriesKey = tuple[str, str, str, str | None]
-_Snapshot = dict[_SeriesKey, tuple[list[int], float]]
+_Snapshot = dict[_SeriesKey, tuple[list[int], float, tuple[float, ...]]]
 
 
 class LatencyStatus:
@@ -591,10 +697,11 @@ class LatencyStatus:
     def _snapshot(self) -> _Snapshot:
         out: _Snapshot = {}
         with self.agg.lock:
+            req_bounds = self.agg.request_bounds
             for lab, b in self.agg.bundles.items():
-                out[(*lab, None)] = (list(b.e2e.counts), b.e2e.sum)
+                out[(*lab, None)] = (list(b.e2e.counts), b.e2e.sum, req_bounds)
                 for name, st in b.stages.items():
-                    out[(*lab, name)] = (list(st.hist.counts), st.hist.sum)
+                    out[(*lab, name)] = (list(st.hist.counts), st.hist.sum, st.bounds)
         return out
 
     def sample(self) -> None:
@@ -620,13 +727,12 @@ class LatencyStatus:
         snap = self._snapshot()
         with self._lock:
             base_t, base = self._copies[0]
-        bounds = self.agg.lat_bounds
         by_set: dict[tuple[str, str, str], dict[str, Any]] = {}
-        for key, (counts, total) in snap.items():
+        for key, (counts, total, bounds) in snap.items():
             since_start = sum(counts)
             if not since_start:
                 continue  # a label set that only sent records has no request latency
-            old_counts, old_total = base.get(key, (None, 0.0))
+            old_counts, old_total, _ = base.get(key, (None, 0.0, bounds))
             if old_counts is not None:
                 counts = [a - b for a, b in zip(counts, old_counts, strict=True)]
                 total -= old_total

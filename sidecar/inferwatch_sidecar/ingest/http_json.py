@@ -171,8 +171,13 @@ def _stage(name: Any, spec: Any) -> tuple[Any, ...]:
         raise BadEvent("bad_value", f"stage {name!r} must be a number of seconds or an object")
     dur = _seconds(spec, "duration_s", True) or 0.0
     ttft = _seconds(spec, "ttft_s", False)
-    stream = None
-    if ttft is not None or "items" in spec or "gaps_s" in spec:
+    stream: tuple[Any, ...] | None = None
+    cancelled = spec.get("cancelled", False)
+    if not isinstance(cancelled, bool):
+        raise BadEvent("bad_value", "cancelled must be true or false")
+    if "undelivered" in spec and not cancelled:
+        raise BadEvent("bad_value", "undelivered needs cancelled: true")
+    if ttft is not None or "items" in spec or "gaps_s" in spec or cancelled:
         items = _count(spec, "items", required=False) or 0
         gaps_in = spec.get("gaps_s") or []
         if not isinstance(gaps_in, list):
@@ -185,6 +190,12 @@ def _stage(name: Any, spec: Any) -> tuple[Any, ...]:
             # The wire holds a gap as u32 microseconds: longer gaps are clamped (min before int: no overflow).
             gaps.append(int(min(f * 1e6, _U32)))
         stream = (_ns(ttft or 0.0), items, tuple(gaps))
+        if cancelled:
+            # A cancelled stream (the SDK's form): the items produced after the client had gone.
+            undelivered = _count(spec, "undelivered", required=False) or 0
+            if undelivered > items:
+                raise BadEvent("bad_value", "undelivered cannot exceed items")
+            stream = (*stream, undelivered)
     return (name, _ns(dur), stream)
 
 

@@ -8,6 +8,13 @@ and within a decoded frame every record is either aggregated (counted in
 ``events``) or counted as a record decode error by reason. Producers are
 tracked by producer ID in a bounded table; gaps in a producer's frame
 sequence numbers are counted as lost frames.
+
+Counts a producer reports (DROPS records, sequence gaps) come from any local
+writer, so they are bounded by what one producer can do between two of its
+frames: ``max_event_rate`` events (``max_frame_rate`` frames) per second times
+the seconds since its previous frame (at least 1 s; ``MAX_INTERVAL_S`` for a
+producer's first frame). A count past that is not added and is counted in
+``inferwatch_ingest_implausible_total{field}``.
 """
 
 from __future__ import annotations
@@ -43,8 +50,11 @@ from inferwatch_sidecar.metrics.core import (
     INGEST_DROPPED_TOTAL,
     INGEST_EVENTS_TOTAL,
     INGEST_FRAMES_TOTAL,
+    INGEST_IMPLAUSIBLE_TOTAL,
     INGEST_LAG_SECONDS,
     INGEST_LOST_FRAMES_TOTAL,
+    INGEST_SCHEMA_CACHE_BYTES,
+    INGEST_SCHEMAS_EVICTED_TOTAL,
     INGEST_SOCKET_QUEUE_DROPPED_TOTAL,
     LABEL_OVERFLOW_TOTAL,
     PRODUCERS,
@@ -69,8 +79,13 @@ TRANSPORTS = ("unix", "udp", "http")
 METRICS: tuple[Metric, ...] = (
     INGEST_FRAMES_TOTAL, INGEST_BYTES_TOTAL, INGEST_EVENTS_TOTAL, INGEST_DECODE_ERRORS_TOTAL, INGEST_DROPPED_TOTAL,
     INGEST_LOST_FRAMES_TOTAL, INGEST_SOCKET_QUEUE_DROPPED_TOTAL, PRODUCERS, INGEST_LAG_SECONDS, LABEL_OVERFLOW_TOTAL,
-    COMPONENT_ERRORS_TOTAL,
+    COMPONENT_ERRORS_TOTAL, INGEST_IMPLAUSIBLE_TOTAL, INGEST_SCHEMA_CACHE_BYTES, INGEST_SCHEMAS_EVICTED_TOTAL,
 )
+#: Fields of ``inferwatch_ingest_implausible_total``.
+IMPLAUSIBLE_FIELDS = ("sdk_drops", "lost_frames")
+#: The longest interval a producer's counts are bounded by: the SDK's longest hello interval
+#: (``INFERWATCH_HELLO_INTERVAL_S`` is at most 3600), used for its first frame.
+MAX_INTERVAL_S = 3600.0
 _RECORD_ONLY = frozenset({EV_RECORD})
 _SEQ_MOD = 1 << 32
 
@@ -80,10 +95,13 @@ class Producer:
 
     __slots__ = (
         "pid", "producer_id", "transport", "first_seen", "last_seen", "last_seq",
-        "frames", "lost_frames", "hello", "drops",
+        "frames", "lost_frames", "hello", "drops", "interval", "max_events", "implausible",
     )
 
-    def __init__(self, pid: int, producer_id: int, transport: str, now: float, seq: int) -> None:
+    def __init__(
+        self, pid: int, producer_id: int, transport: str, now: float, seq: int,
+        max_events: float = 1e7, implausible: dict[str, int] | None = None,
+    ) -> None:
         self.pid = pid
         self.producer_id = producer_id
         self.transport = transport
@@ -93,18 +111,23 @@ class Producer:
         self.frames = 0
         self.lost_frames = 0
         self.hello: dict[str, Any] | None = None
-        #: Last cumulative drop counts reported, by reason.
+        #: Drops reported so far, by reason (the sum of its DROPS records' counts).
         self.drops: dict[str, int] = {}
+        #: Seconds since the producer's previous frame (bounded), set per frame.
+        self.interval = MAX_INTERVAL_S
+        #: Most events one producer can drop per second (see the module docstring).
+        self.max_events = max_events
+        #: The pipeline's implausible-count counters, by field (shared by all producers).
+        self.implausible = implausible if implausible is not None else dict.fromkeys(IMPLAUSIBLE_FIELDS, 0)
 
-    def drop_deltas(self, cumulative: dict[str, int]) -> dict[str, int]:
-        """Turn a DROPS record's cumulative counts into increments since the last report."""
-        out = {}
-        for reason, total in cumulative.items():
-            prev = self.drops.get(reason, 0)
-            # A smaller total means the producer's counter restarted; count it whole.
-            out[reason] = total - prev if total >= prev else total
-            self.drops[reason] = total
-        return out
+    def plausible_drops(self, counts: dict[str, int]) -> dict[str, int]:
+        """A DROPS record's counts, or none when they exceed what the producer could drop since its last frame."""
+        if sum(counts.values()) > self.max_events * self.interval:
+            self.implausible["sdk_drops"] += 1
+            return {}
+        for reason, n in counts.items():
+            self.drops[reason] = self.drops.get(reason, 0) + n
+        return counts
 
     def as_dict(self, now: float) -> dict[str, Any]:
         return {
@@ -127,7 +150,10 @@ class Pipeline:
         aggregator: where events go; its lock guards this object's state too.
         dispatch: ``(name, record_types, handle)`` per component that wants records.
         max_producers: bound of the producers table (least recently seen evicted).
-        max_schemas: bound of the decoder's schema cache.
+        max_schemas: bound of the decoder's schema cache, by count.
+        max_schema_bytes: bound of the decoder's schema cache, by estimated bytes.
+        max_event_rate: most events per second one producer can report as dropped.
+        max_frame_rate: most frames per second one producer can send (bounds its sequence gaps).
         clock: wall-clock seconds.
     """
 
@@ -137,12 +163,19 @@ class Pipeline:
         dispatch: list[tuple[str, frozenset[int], Callable[..., None]]] | None = None,
         max_producers: int = 1024,
         max_schemas: int = 4096,
+        max_schema_bytes: int = 64 << 20,
+        max_event_rate: float = 1e7,
+        max_frame_rate: float = 1e5,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.agg = aggregator
         self.lock = aggregator.lock
         self.dispatch = dispatch or []
-        self.decoder = Decoder(max_schemas=max_schemas)
+        self.decoder = Decoder(max_schemas=max_schemas, max_schema_bytes=max_schema_bytes)
+        self.max_schema_bytes = max_schema_bytes
+        self.max_event_rate = max_event_rate
+        self.max_frame_rate = max_frame_rate
+        self.implausible = dict.fromkeys(IMPLAUSIBLE_FIELDS, 0)
         self.max_producers = max_producers
         self.clock = clock
         self.producers: OrderedDict[int, Producer] = OrderedDict()
@@ -278,13 +311,18 @@ class Pipeline:
         producers = self.producers
         p = producers.get(producer_id)
         if p is None:
-            p = producers[producer_id] = Producer(pid, producer_id, transport, now, seq)
+            p = producers[producer_id] = Producer(
+                pid, producer_id, transport, now, seq, self.max_event_rate, self.implausible
+            )
             if len(producers) > self.max_producers:
                 producers.popitem(last=False)
         else:
+            p.interval = min(max(now - p.last_seen, 1.0), MAX_INTERVAL_S)
             gap = (seq - p.last_seq - 1) % _SEQ_MOD
             if gap < _SEQ_MOD // 2:
-                if gap:
+                if gap > self.max_frame_rate * p.interval:
+                    self.implausible["lost_frames"] += 1  # a forged sequence number: resynchronise
+                elif gap:
                     p.lost_frames += gap
                     self.lost_frames += gap
                 p.last_seq = seq
@@ -309,6 +347,8 @@ class Pipeline:
                 "decode_errors": {f"{s}/{r}": n for (s, r), n in sorted(self.decode_errors.items())},
                 "dropped": dict(self.dropped),
                 "lost_frames": self.lost_frames,
+                "implausible": dict(self.implausible),
+                "schema_cache_bytes": self.decoder.schema_bytes,
                 "sdk_dropped": dict(self.agg.sdk_drops),
             }
 
@@ -331,6 +371,9 @@ class Pipeline:
             errors = dict(self.decode_errors)
             dropped = dict(self.dropped)
             lost = self.lost_frames
+            implausible = dict(self.implausible)
+            schema_bytes = self.decoder.schema_bytes
+            evicted = dict(self.decoder.evicted)
         with self._err_lock:
             comp_errors = dict(self.component_errors)
         with self.lock:
@@ -382,4 +425,16 @@ class Pipeline:
         fam = families.counter(COMPONENT_ERRORS_TOTAL)
         for (comp, method), n in sorted(comp_errors.items()):
             fam.add_metric([comp, method], n)
+        yield fam
+        fam = families.counter(INGEST_IMPLAUSIBLE_TOTAL)
+        for field, n in implausible.items():
+            fam.add_metric([field], n)
+        yield fam
+        g = families.gauge(INGEST_SCHEMA_CACHE_BYTES)
+        g.add_metric(["used"], schema_bytes)
+        g.add_metric(["limit"], self.max_schema_bytes)
+        yield g
+        fam = families.counter(INGEST_SCHEMAS_EVICTED_TOTAL)
+        for reason, n in evicted.items():
+            fam.add_metric([reason], n)
         yield fam

@@ -1,8 +1,8 @@
 """Catalog entries for the daemon's own metrics (ingest, requests, stages).
 
-Bucket boundaries are shared by every latency histogram so that a 2 ms
-classifier and a 10-minute LLM generation both land in useful buckets:
-sub-millisecond steps at the low end (as in OpenTelemetry's GenAI
+Bucket boundaries are shared by every latency histogram so that a 5 us
+stage, a 2 ms classifier and a 10-minute LLM generation all land in useful
+buckets: microsecond steps at the low end (as in OpenTelemetry's GenAI
 ``time_to_first_token`` buckets, which start at 1 ms) and vLLM-style long
 tails (its end-to-end latency buckets reach 7680 s). Token histograms use
 powers of four, like OpenTelemetry's ``gen_ai.client.token.usage``.
@@ -12,11 +12,22 @@ from __future__ import annotations
 
 from inferwatch_sidecar.metrics.entry import Metric
 
-#: End-to-end, stage and queue-wait latency buckets, in seconds (24 bounds).
+#: End-to-end, stage and queue-wait latency buckets, in seconds (30 bounds): from 5 us, so a
+#: microsecond-scale stage (a tokenizer lookup, a feature fetch from memory) is resolved, to 21 minutes.
+#: ``aggregate.buckets`` in the config replaces them per family and per stage.
 LATENCY_BUCKETS: tuple[float, ...] = (
-    0.0005, 0.001, 0.0025, 0.005, 0.0075, 0.01, 0.025, 0.05, 0.075, 0.1, 0.25, 0.5, 0.75,
+    0.000005, 0.00001, 0.000025, 0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.0075, 0.01, 0.025, 0.05, 0.075, 0.1, 0.25, 0.5, 0.75,
     1.0, 2.5, 5.0, 10.0, 20.0, 40.0, 80.0, 160.0, 320.0, 640.0, 1280.0,
 )
+#: Bucket bounds that the generated alert rules count (``{target_seconds:le}`` matchers in
+#: alerts/source.py), per histogram family, with the alert that needs each. Configured buckets
+#: that leave one out make that alert count nothing; the sidecar says so at start-up.
+ALERT_BUCKET_BOUNDS: dict[str, dict[float, str]] = {
+    "inferwatch_stage_duration_seconds": {
+        1.0: "InferwatchStageLatencyP99BudgetBurn",
+        2.5: "InferwatchStageLatencyP999BudgetBurn",
+    },
+}
 #: Time to first token / first item (OTel GenAI TTFT buckets plus vLLM's tail).
 TTFT_BUCKETS: tuple[float, ...] = (
     0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0,
@@ -90,7 +101,18 @@ GENERATED_TOKENS_TOTAL = Metric(
 GENERATION_LENGTH_TOKENS = Metric(
     name="inferwatch_generation_length_tokens", type="histogram", unit="tokens", labels=(*_CTX, "stage"),
     buckets=TOKEN_BUCKETS, component="core",
-    help="Items (tokens) per streaming stage call.",
+    help="Items (tokens) per completed streaming stage call; cancelled ones are counted in "
+    "inferwatch_cancelled_streams_total instead.",
+)
+CANCELLED_STREAMS_TOTAL = Metric(
+    name="inferwatch_cancelled_streams_total", type="counter", labels=(*_CTX, "stage"), component="core",
+    help="Streaming stage calls that were cancelled: closed before they finished (a client disconnect, "
+    "GeneratorExit, CancelledError) or still running when their client disconnected.",
+)
+UNDELIVERED_TOKENS_TOTAL = Metric(
+    name="inferwatch_undelivered_tokens_total", type="counter", labels=(*_CTX, "stage"), component="core",
+    help="Items (tokens) streaming stages produced after their client had disconnected: generated and never "
+    "delivered, so wasted work (delivered = inferwatch_generated_tokens_total minus this).",
 )
 
 # -- recorded predictions ------------------------------------------------
@@ -141,6 +163,24 @@ INGEST_DROPPED_TOTAL = Metric(
 INGEST_LOST_FRAMES_TOTAL = Metric(
     name="inferwatch_ingest_lost_frames_total", type="counter", component="core",
     help="Frames missing from producers' sequence numbers (lost between SDK and sidecar).",
+)
+INGEST_IMPLAUSIBLE_TOTAL = Metric(
+    name="inferwatch_ingest_implausible_total", type="counter", labels=("field",), component="core",
+    help=(
+        "Producer-reported counts rejected as more than one producer can reach between two frames "
+        "(field=sdk_drops: a DROPS record not added; field=lost_frames: a sequence gap not counted as lost)."
+    ),
+)
+INGEST_SCHEMA_CACHE_BYTES = Metric(
+    name="inferwatch_ingest_schema_cache_bytes", type="gauge", unit="bytes", labels=("kind",), component="core",
+    help="Estimated memory of the remembered feature schemas (kind=used) and its bound ingest.max_schema_bytes (kind=limit).",
+)
+INGEST_SCHEMAS_EVICTED_TOTAL = Metric(
+    name="inferwatch_ingest_schemas_evicted_total", type="counter", labels=("reason",), component="core",
+    help=(
+        "Feature schemas forgotten to keep the cache within ingest.max_schemas (reason=count) or "
+        "ingest.max_schema_bytes (reason=bytes), or refused as larger than the byte bound alone (reason=too_large)."
+    ),
 )
 INGEST_LAG_SECONDS = Metric(
     name="inferwatch_ingest_lag_seconds", type="histogram", unit="seconds", buckets=LAG_BUCKETS, component="core",
@@ -222,8 +262,9 @@ PROCESS_METRICS: tuple[Metric, ...] = (
 METRICS: tuple[Metric, ...] = (
     REQUESTS_TOTAL, REQUEST_ERRORS_TOTAL, REQUEST_DURATION_SECONDS, STAGE_DURATION_SECONDS, QUEUE_WAIT_SECONDS,
     QUEUE_DEPTH, BATCH_SIZE, TIME_TO_FIRST_TOKEN_SECONDS, INTER_TOKEN_LATENCY_SECONDS, GENERATED_TOKENS_TOTAL,
-    GENERATION_LENGTH_TOKENS, RECORDS_TOTAL, LABELS_RECEIVED_TOTAL, SDK_DROPPED_EVENTS_TOTAL, PRODUCERS, INGEST_FRAMES_TOTAL,
+    GENERATION_LENGTH_TOKENS, CANCELLED_STREAMS_TOTAL, UNDELIVERED_TOKENS_TOTAL, RECORDS_TOTAL, LABELS_RECEIVED_TOTAL, SDK_DROPPED_EVENTS_TOTAL, PRODUCERS, INGEST_FRAMES_TOTAL,
     INGEST_EVENTS_TOTAL, INGEST_BYTES_TOTAL, INGEST_DECODE_ERRORS_TOTAL, INGEST_DROPPED_TOTAL, INGEST_LOST_FRAMES_TOTAL,
+    INGEST_IMPLAUSIBLE_TOTAL, INGEST_SCHEMA_CACHE_BYTES, INGEST_SCHEMAS_EVICTED_TOTAL,
     INGEST_LAG_SECONDS, INGEST_SOCKET_QUEUE_DROPPED_TOTAL, HTTP_REFUSED_TOTAL, LABEL_OVERFLOW_TOTAL,
     OTLP_SPANS_TOTAL, OTLP_PENDING_SPANS, COMPONENT_ERRORS_TOTAL, COMPONENT_UP, SIDECAR, SIDECAR_PROCESS_CPU_SECONDS_TOTAL, SIDECAR_PROCESS_VIRTUAL_MEMORY_BYTES,
     SIDECAR_PROCESS_RESIDENT_MEMORY_BYTES, SIDECAR_PROCESS_START_TIME_SECONDS, SIDECAR_PROCESS_OPEN_FDS,
