@@ -170,10 +170,11 @@ class HistogramSet:
 def _exemplar(ex: Any) -> Exemplar | None:
     rid, trace, end_ns, value = ex
     labels: dict[str, str] = {}
-    if trace:
-        labels["trace_id"] = trace.hex()
-    if rid:
-        labels["request_id"] = rid[:_EXEMPLAR_TRACED_RID_MAX if trace else _EXEMPLAR_RID_MAX]
+    tid = trace.hex() if trace else ""
+    if tid:
+        labels["trace_id"] = tid
+    if rid and rid != tid:  # a request whose ID is its trace ID (traceparent alone, OTLP spans) needs it once
+        labels["request_id"] = rid[:_EXEMPLAR_TRACED_RID_MAX if tid else _EXEMPLAR_RID_MAX]
     if not labels:
         return None
     return Exemplar(labels, value, end_ns / 1e9 if end_ns else None)
