@@ -27,7 +27,6 @@ import os
 import random
 import selectors
 import socket
-import subprocess
 import sys
 import tempfile
 import threading
@@ -37,6 +36,8 @@ import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from inferwatch_sidecar.demo.supervise import Process, child_env, wait_ready
 
 REPO = Path(__file__).resolve().parents[1]
 #: Server deadlines the attack runs under (short, so that unfinished requests resolve quickly).
@@ -255,26 +256,18 @@ def _rss_kib(pid: int) -> int:
     return -1
 
 
-def run_sidecar(tmp: str, port: int) -> subprocess.Popen[bytes]:
+def run_sidecar(tmp: str, port: int) -> Process:
     """Start ``inferwatch sidecar`` on loopback with short deadlines and wait until it is ready."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("INFERWATCH_", "OTEL_"))}
-    proc = subprocess.Popen(
+    env = {k: v for k, v in child_env().items() if not k.startswith("OTEL_")}
+    proc = Process(
+        "sidecar",
         [sys.executable, "-m", "inferwatch_sidecar.cli", "sidecar", "--socket", os.path.join(tmp, "s.sock"),
          "--http-port", str(port), "--no-gpu", "--no-drift",
          "--set", f"http.header_timeout_s={HEADER_TIMEOUT_S}", "--set", f"http.body_timeout_s={BODY_TIMEOUT_S}"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env, cwd=REPO,
+        env, Path(tmp) / "sidecar.log",
     )
-    deadline = time.monotonic() + 20
-    while time.monotonic() < deadline:
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=1):
-                return proc
-        except (urllib.error.URLError, OSError):
-            if proc.poll() is not None:
-                raise SystemExit(f"the sidecar exited with {proc.returncode} at start-up") from None
-            time.sleep(0.05)
-    proc.kill()
-    raise SystemExit("the sidecar did not become ready in 20 s")
+    wait_ready(proc, f"http://127.0.0.1:{port}/readyz", time.monotonic() + 20)
+    return proc
 
 
 def refused(port: int) -> dict[str, float]:
@@ -301,7 +294,7 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         proc = run_sidecar(tmp, port)
         try:
-            rss0 = _rss_kib(proc.pid)
+            rss0 = _rss_kib(proc.p.pid)
             scraper = Scraper(port)
             scraper.start()
             t0 = time.monotonic()
@@ -309,12 +302,11 @@ def main(argv: list[str] | None = None) -> int:
             elapsed = time.monotonic() - t0
             scraper.stopped.set()
             scraper.join()
-            alive = proc.poll() is None
-            rss1 = _rss_kib(proc.pid) if alive else -1
+            alive = proc.p.poll() is None
+            rss1 = _rss_kib(proc.p.pid) if alive else -1
             by_reason = refused(port) if alive else {}
         finally:
-            proc.terminate()
-            proc.wait(10)
+            proc.stop(10)
     crashes = (0 if alive else 1) + len(scraper.failures)
     print(f"inputs tried:      {out.tried} in {elapsed:.0f} s ({out.tried / elapsed:.0f}/s, seed {args.seed})")
     print(f"answered:          {out.answered}")

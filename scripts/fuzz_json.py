@@ -26,7 +26,6 @@ import os
 import random
 import re
 import socket
-import subprocess
 import sys
 import tempfile
 import time
@@ -36,6 +35,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from inferwatch_sidecar.demo.supervise import Process, child_env, wait_ready
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -382,23 +383,17 @@ def counter_mismatches(tally: Tally, metrics_text: str) -> list[str]:
     return out
 
 
-def run_sidecar(tmp: str, port: int) -> subprocess.Popen[bytes]:
+def run_sidecar(tmp: str, port: int) -> Process:
     """Start ``inferwatch sidecar`` on loopback and wait until it is ready."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("INFERWATCH_", "OTEL_"))}
-    proc = subprocess.Popen(
+    env = {k: v for k, v in child_env().items() if not k.startswith("OTEL_")}
+    proc = Process(
+        "sidecar",
         [sys.executable, "-m", "inferwatch_sidecar.cli", "sidecar", "--socket", os.path.join(tmp, "s.sock"),
          "--http-port", str(port), "--no-gpu", "--no-drift", "--set", "ingest.max_json_events=50"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env, cwd=REPO,
+        env, Path(tmp) / "sidecar.log",
     )
-    deadline = time.monotonic() + 20
-    while time.monotonic() < deadline:
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=1):
-                return proc
-        except OSError:
-            time.sleep(0.05)
-    proc.kill()
-    raise SystemExit("the sidecar did not become ready within 20 s")
+    wait_ready(proc, f"http://127.0.0.1:{port}/readyz", time.monotonic() + 20)
+    return proc
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -430,8 +425,7 @@ def main(argv: list[str] | None = None) -> int:
             except urllib.error.HTTPError as e:
                 h.crashes.append(f"/metrics answered {e.code}: {e.read()[:200]!r}")
             finally:
-                proc.terminate()
-                proc.wait(15)
+                proc.stop(15)
         print(h.report("over HTTP") + f" ({time.monotonic() - t0:.1f} s)")
         bad += h.crashes + h.unaccounted
     for line in bad[:20]:

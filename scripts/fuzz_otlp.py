@@ -36,7 +36,6 @@ import logging
 import os
 import random
 import socket
-import subprocess
 import sys
 import tempfile
 import time
@@ -46,6 +45,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from inferwatch_sidecar.demo.supervise import Process, child_env, wait_ready
 
 REPO = Path(__file__).resolve().parents[1]
 FIXTURES = REPO / "tests" / "fixtures"
@@ -620,23 +621,17 @@ def scrape_mismatches(base_url: str, tally: Tally, errors: int) -> list[str]:
     return out
 
 
-def run_sidecar(tmp: str, port: int) -> subprocess.Popen[bytes]:
+def run_sidecar(tmp: str, port: int) -> Process:
     """Start ``inferwatch sidecar`` on loopback and wait until it is ready."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("INFERWATCH_", "OTEL_"))}
-    proc = subprocess.Popen(
+    env = {k: v for k, v in child_env().items() if not k.startswith("OTEL_")}
+    proc = Process(
+        "sidecar",
         [sys.executable, "-m", "inferwatch_sidecar.cli", "sidecar", "--socket", os.path.join(tmp, "s.sock"),
          "--http-port", str(port), "--no-gpu", "--no-drift", "--set", "traces.join_timeout_s=600"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env, cwd=REPO,
+        env, Path(tmp) / "sidecar.log",
     )
-    deadline = time.monotonic() + 20
-    while time.monotonic() < deadline:
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=1):
-                return proc
-        except OSError:
-            time.sleep(0.05)
-    proc.kill()
-    raise SystemExit("the sidecar did not become ready within 20 s")
+    wait_ready(proc, f"http://127.0.0.1:{port}/readyz", time.monotonic() + 20)
+    return proc
 
 
 def run_http(count: int, seed: int) -> tuple[Tally, tuple[int, int]]:
@@ -646,13 +641,12 @@ def run_http(count: int, seed: int) -> tuple[Tally, tuple[int, int]]:
         proc = run_sidecar(tmp, port)
         try:
             base = f"http://127.0.0.1:{port}"
-            rss0 = rss_kib(proc.pid)
+            rss0 = rss_kib(proc.p.pid)
             tally, errors = over_http(base, count, seed)
             tally.unaccounted.extend(scrape_mismatches(base, tally, errors))
-            rss1 = rss_kib(proc.pid)
+            rss1 = rss_kib(proc.p.pid)
         finally:
-            proc.terminate()
-            proc.wait(15)
+            proc.stop(15)
     return tally, (rss0, rss1)
 
 
