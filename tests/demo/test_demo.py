@@ -88,6 +88,38 @@ def _assert_every_fault_detected(out: str) -> dict[str, re.Match[str]]:
     return rows
 
 
+def _accuracy_evidence(rows: dict[str, re.Match[str]]) -> tuple[dict[str, float], float | None]:
+    """The confidence fault's numbers (estimate, interval, reference, mean confidence, polls) and the labelled
+    accuracy (None without labels)."""
+    ev = next(m for t, m in rows.items() if t.startswith("accuracy drop")).group(5)
+    m = re.search(r"estimated accuracy (\d\.\d+) \(95% (\d\.\d+)-(\d\.\d+), calibrated\) vs reference (\d\.\d+); "
+                  r"labelled (\d\.\d+|-); mean confidence (\d\.\d+) vs reference (\d\.\d+) \(mean of (\d+) polls\)", ev)
+    assert m is not None, ev
+    est, lo, hi, ref, lab, conf, ref_conf, polls = m.groups()
+    return ({"estimate": float(est), "lower": float(lo), "upper": float(hi), "reference": float(ref),
+             "confidence": float(conf), "reference_confidence": float(ref_conf), "polls": float(polls)},
+            None if lab == "-" else float(lab))
+
+
+def _assert_calibrated_estimate_falls(rows: dict[str, re.Match[str]], labelled: bool) -> None:
+    """The overconfident model on hard traffic: the calibrated estimate falls with the accuracy, not the confidence."""
+    v, lab = _accuracy_evidence(rows)
+    ref, est, conf = v["reference"], v["estimate"], v["confidence"]
+    assert v["polls"] >= 10  # averaged over the polls whose 10 s window holds only faulty traffic
+    assert ref == pytest.approx(0.865, abs=0.01)  # the labelled training data's accuracy
+    assert v["reference_confidence"] == pytest.approx(0.982, abs=0.005)  # overconfident: 0.12 above it
+    # Offline the hard segment's accuracy is 0.64: the estimate falls by 0.2, its interval below the reference.
+    assert 0.58 <= est <= 0.70 and v["upper"] < ref, v
+    # The mean confidence barely moves (less than the 0.1 of InferwatchConfidenceDrop, which stays quiet).
+    assert conf > 0.9 and v["reference_confidence"] - conf < 0.1, v
+    if labelled:
+        # The labels agree: inside the 95% interval, and within 0.06 (about 900 labels: 0.016 of noise).
+        assert lab is not None and v["lower"] <= lab <= v["upper"] and abs(est - lab) <= 0.06, (v, lab)
+        assert conf - lab > 0.2, (v, lab)  # what mean confidence would have claimed
+    else:
+        assert lab is None
+
+
 #: The demo's alerts without a model label: alerts/alertmanager.yml sends them to the platform's tickets.
 PLATFORM_ALERTS = {"InferwatchGPUMemoryLeak"}
 
@@ -106,7 +138,12 @@ def test_demo_detects_every_injected_fault_lists_their_notifications_and_exits_0
     assert re.search(r"metrics\s+http://127\.0\.0\.1:\d+/metrics", out), out
     assert re.search(r"status\s+http://127\.0\.0\.1:\d+/v1/status", out), out
     # The summary: every fault injected and detected, with the evidence.
-    _assert_every_fault_detected(out)
+    rows = _assert_every_fault_detected(out)
+    _assert_calibrated_estimate_falls(rows, labelled=True)
+    # The canary judge: pass while v2 was healthy, fail once it turned bad (latency is critical).
+    canary = next(m for t, m in rows.items() if t.startswith("canary")).group(5)
+    assert re.search(r"canary judge FAIL \d+/100 \(failing: [^)]*\blatency\b", canary), canary
+    assert "before the fault: canary judge PASS" in canary, canary
     if not am_on_path:
         assert "alertmanager is not on PATH" in err, err
         return
@@ -116,14 +153,45 @@ def test_demo_detects_every_injected_fault_lists_their_notifications_and_exits_0
     got = {(m.group(2), m.group(1)): (m.group(3), m.group(4)) for m in re.finditer(
         r"^  (\S+) +(Inferwatch\w+) +([\w/]+) +runbook (\S+)$", section, re.M)}
     runbooks = {a.name: a.runbook_url for a in source.ALERTS}
+    critical = {a.name for a in source.ALERTS if a.severity == "critical"}
     want = {(name, "ml-platform-tickets" if name in PLATFORM_ALERTS else "credit-risk-team")
             for name in expected_alert_names(FAULTS)}
+    # A failing canary is the demo's only critical alert: it pages too (and reaches the model's team).
+    want |= {(name, "oncall-pager") for name in expected_alert_names(FAULTS) & critical}
     assert want <= set(got), f"missing {want - set(got)}\n{out}"
-    # Nothing else was delivered: no other alert, and no page (no fault of the demo is critical).
+    # Nothing else was delivered: no other alert, and no other page.
     assert set(got) == want, f"unexpected {set(got) - want}\n{out}"
+    assert ("InferwatchCanaryFailing", "oncall-pager") in want
     for (name, _), (status, runbook) in got.items():
         # A drift alert may resolve before the end (its window moves on): it arrived firing first.
         assert status in ("firing", "firing/resolved") and runbook == runbooks[name], (name, status, runbook)
+
+
+@pytest.mark.slow
+def test_long_inputs_make_the_tail_attribution_name_the_queue_and_the_input_length(tmp_path: Path) -> None:
+    """The latency fault's variant: 5% of notes are long and wait in the queue for a padded batch of them."""
+    from inferwatch_sidecar.demo import server
+    from inferwatch_sidecar.demo.config import ScenarioConfig
+    from inferwatch_sidecar.demo.scenario import Scenario
+
+    # Bounded: 45 s and 50 requests/s at most; it stops at the first 15 s tail window that shows the fault.
+    with Scenario(ScenarioConfig(duration_s=45, inject_at_s=12, faults=("long_inputs",),
+                                 workdir=str(tmp_path / "demo"))) as sc:
+        sc.start(timeout=90)
+        snap = sc.run(until=lambda s: sc.all_detected())
+    st = sc.faults["long_inputs"]
+    assert st.detected_at is not None and st.injected_at is not None, st
+    assert st.detected_at - st.injected_at < 32  # within two tail windows
+    m = re.fullmatch(r"tail of v1: queue is (\d+)% of the slowest 1%; slow requests have input_tokens "
+                     r"(\d+\.\d)x the median", st.detail)
+    assert m is not None, st.detail
+    assert int(m.group(1)) >= 70 and float(m.group(2)) >= 20, st.detail  # notes of 1500-2500 vs 8-48 words
+    p99 = snap.tail[(mdl.NAME, mdl.STABLE)]["tails"]["p99"]
+    assert p99["culprit"] == "queue" and p99["requests"] >= 5
+    queue = next(x for x in p99["stages"] if x["stage"] == "queue")
+    assert queue["excess_share"] > 0.7 and queue["seconds"] > 0.5 * server.LONG_WAIT_S, queue
+    tokens = next(f for f in p99["features"] if f["feature"] == "input_tokens")
+    assert tokens["distinguishes"] and tokens["p_adjusted"] < 0.01 and tokens["rest_median"] <= 48, tokens
 
 
 #: PyTriton pins numpy<2: scripts/test builds its venv from tests/traces/triton-requirements.txt.
@@ -144,6 +212,8 @@ def test_demo_with_triton_serving_detects_every_injected_fault() -> None:
     assert re.search(r"triton metrics\s+http://127\.0\.0\.1:\d+/metrics$", out, re.M), out
     assert "starting Triton" in err, err
     rows = _assert_every_fault_detected(out)
+    # Triton's records carry no request ID to join labels by: the estimate alone shows the drop.
+    _assert_calibrated_estimate_falls(rows, labelled=False)
     # The latency spike is seen in Triton's own compute time (its spans' inference stage).
     latency = next(m for t, m in rows.items() if t.startswith("latency spike"))
     assert float(re.search(r"P99\.9 (\d+\.\d+)s", latency.group(5)).group(1)) > 2.5  # type: ignore[union-attr]
@@ -191,6 +261,20 @@ def test_demo_rejects_bad_arguments_with_a_message() -> None:
     assert "unknown fault(s) bogus" in r.stderr
     r = subprocess.run([*CMD, "demo", "--duration", "10"], capture_output=True, text=True, timeout=60)
     assert r.returncode == 2 and "at least 30 seconds" in r.stderr
+    r = subprocess.run([*CMD, "demo", "--faults", "latency,long_inputs"], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2 and "long_inputs replaces latency: inject one of them" in r.stderr, r.stderr
+
+
+def test_scenario_config_rejects_a_variant_with_its_fault_and_long_inputs_without_the_batcher() -> None:
+    from inferwatch_sidecar.demo.config import ScenarioConfig
+
+    assert ScenarioConfig(faults=("long_inputs", "drift")).faults == ("long_inputs", "drift")
+    with pytest.raises(ValueError, match="'long_inputs' replaces 'latency'"):
+        ScenarioConfig(faults=("latency", "long_inputs"))
+    with pytest.raises(ValueError, match="FastAPI server's batcher"):
+        ScenarioConfig(faults=("long_inputs",), engine="triton")
+    with pytest.raises(ValueError, match="unknown fault 'slow'"):
+        ScenarioConfig(faults=("slow",))
 
 
 def test_models_are_deterministic_and_the_canary_predicts_a_different_mix() -> None:
@@ -200,15 +284,44 @@ def test_models_are_deterministic_and_the_canary_predicts_a_different_mix() -> N
     pred, conf = a.predict(data.numeric, data.region)
     acc = np.mean([x == y for x, y in zip(pred, data.label, strict=True)])
     assert 0.8 < acc < 0.95  # good, not perfect: labels are sampled
-    # Roughly calibrated: the mean confidence is close to the accuracy (what CBPE relies on).
-    assert abs(float(conf.mean()) - acc) < 0.05
+    # Overconfident, as a boosted model is: the mean confidence overstates the accuracy by more than 0.1.
+    assert float(conf.mean()) - acc > 0.1
+    healthy_pred, healthy_conf = a.healthy_canary().predict(data.numeric, data.region)
+    assert a.healthy_canary().version == "v2" and healthy_pred == pred and np.array_equal(healthy_conf, conf)
     canary_pred, _ = a.canary().predict(data.numeric, data.region)
     share = {c: pred.count(c) / len(pred) for c in mdl.CLASSES}
     canary_share = {c: canary_pred.count(c) / len(pred) for c in mdl.CLASSES}
     assert canary_share["decline"] > share["decline"] + 0.15
-    # The temperature fault lowers confidence without changing the predicted classes.
-    hot_pred, hot_conf = a.predict(data.numeric, data.region, temperature=6.0)
+    # The fault file's temperature knob lowers confidence without changing the predicted classes.
+    hot_pred, hot_conf = a.predict(data.numeric, data.region, temperature=60.0)
     assert hot_pred == pred and hot_conf.mean() < conf.mean() - 0.2
+
+
+def test_hard_segment_drops_accuracy_while_the_calibrated_estimate_follows_and_confidence_stays_high() -> None:
+    """The confidence fault offline: covariate shift to the hard segment, judged against the labelled reference."""
+    from inferwatch_sidecar.components.drift import performance
+
+    model, data = mdl.train(0)
+    pred, conf = model.predict(data.numeric, data.region)
+    perf = performance.fit(pred, conf, data.label, label="label")
+    rng = np.random.default_rng(11)
+    for drift in (False, True):
+        hard = mdl.sample(20000, rng, drift=drift, hard=1.0)
+        hp, hc = model.predict(hard.numeric, hard.region)
+        acc = float(np.mean([x == y for x, y in zip(hp, hard.label, strict=True)]))
+        win = performance.PerformanceWindow(perf, 1)
+        win.update(hp, hc)
+        est = win.estimate
+        assert est is not None
+        assert 0.6 < acc < 0.68 and perf.reference_accuracy - acc > 0.18, (drift, acc)
+        assert abs(est.accuracy - acc) < 0.03, (drift, est, acc)
+        # Mean confidence: still above 0.9, off by about 0.3.
+        assert float(hc.mean()) > 0.92 and float(hc.mean()) - acc > 0.25, (drift, float(hc.mean()))
+    # A share of the rows: the rest come from the healthy distribution.
+    half = mdl.sample(20000, rng, hard=0.5)
+    hp, _ = model.predict(half.numeric, half.region)
+    acc_half = float(np.mean([x == y for x, y in zip(hp, half.label, strict=True)]))
+    assert 0.72 < acc_half < 0.8
 
 
 def test_drifted_inputs_move_only_the_shifted_features() -> None:
@@ -233,6 +346,11 @@ def test_reference_profile_is_built_from_the_training_data(tmp_path: Path) -> No
     assert p.confidence is not None and p.confidence.name == "confidence"
     assert {c.name for c in p.features} == {*mdl.NUMERIC_NAMES, mdl.CATEGORICAL_NAME}
     assert json.loads((tmp_path / "ref.json").read_text())["columns"]
+    # The training labels calibrate the accuracy estimate (as `reference build --label` does).
+    assert p.performance is not None and p.performance.label == "label" and p.performance.rows == 5000
+    assert p.performance.reference_accuracy == info["train_accuracy"] == pytest.approx(0.8646)
+    assert info["confidence_mean"] == pytest.approx(0.982, abs=0.001)
+    assert info["calibration"] == p.performance.calibration.method in ("isotonic", "binned")
 
 
 def test_fault_file_round_trips_and_rejects_bad_values(tmp_path: Path) -> None:
@@ -288,6 +406,10 @@ def test_sidecar_config_passes_the_sidecars_own_validation(tmp_path: Path) -> No
     assert procs[102].leak_mib_per_s == procs[103].leak_mib_per_s == 0
     assert cfg.drift.reference == str(tmp_path / "reference.json") and cfg.drift.window_seconds == 10
     assert cfg.ingest.socket == sc.socket_path
+    # The canary judge compares v2 with the busiest version (v1) over the drift windows' 10 s.
+    assert cfg.canary.enabled and cfg.canary.baselines == {} and cfg.canary.window_seconds == 10
+    assert cfg.canary.min_requests == 50 and cfg.canary.evaluate_interval_s == 1
+    assert cfg.tail.enabled and cfg.tail.window_seconds == 15 and cfg.tail.min_tail_requests == 5
 
 
 def test_server_predicts_and_applies_the_faults_it_is_given(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -314,11 +436,24 @@ def test_server_predicts_and_applies_the_faults_it_is_given(tmp_path: Path, monk
                 out["ok"] = await c.post("/predict", json={"features": row})
                 out["bad"] = await c.post("/predict", json={"features": {**row, "age": "old"}})
                 out["noauth"] = await c.put("/admin/faults", json={})
-                out["hot_set"] = await c.put("/admin/faults", json={"confidence_temperature": 6.0}, headers=auth)
+                out["hot_set"] = await c.put("/admin/faults", json={"confidence_temperature": 60.0}, headers=auth)
                 out["hot"] = await c.post("/predict", json={"features": row})
                 out["bad_fault"] = await c.put("/admin/faults", json={"latency_share": 3}, headers=auth)
                 out["stream"] = await c.post("/generate", json={"prompt": "hi", "max_tokens": 5})
+                # A long note waits in its bucket for a batch of long notes (none come): LONG_WAIT_S. A short
+                # request sent meanwhile is not held up behind it.
+                long_note = " ".join(["income"] * 2000)
+
+                async def timed(key: str, note: str, delay: float) -> None:
+                    await asyncio.sleep(delay)
+                    t = time.monotonic()
+                    out[key] = await c.post("/predict", json={"features": row, "note": note})
+                    elapsed[key] = time.monotonic() - t
+
+                await asyncio.gather(timed("long", long_note, 0.0), timed("short", "rent paid", 0.1))
         return out
+
+    elapsed: dict[str, float] = {}
 
     r = asyncio.run(scenario())
     assert r["ok"].status_code == 200, r["ok"].text
@@ -332,11 +467,15 @@ def test_server_predicts_and_applies_the_faults_it_is_given(tmp_path: Path, monk
     # Admin routes need the token; a valid change lands in the shared fault file.
     assert r["noauth"].status_code == 401
     assert r["hot_set"].status_code == 200, r["hot_set"].text
-    assert fl.read(str(tmp_path / "faults.json")).confidence_temperature == 6.0
+    assert fl.read(str(tmp_path / "faults.json")).confidence_temperature == 60.0
     hot = r["hot"].json()
     assert hot["prediction"] == body["prediction"] and hot["confidence"] < body["confidence"] - 0.1
     assert r["bad_fault"].status_code == 422 and "between 0 and 1" in r["bad_fault"].text
     assert r["stream"].status_code == 200 and len(r["stream"].text.split()) == 5
+    assert r["long"].status_code == r["short"].status_code == 200
+    assert r["long"].json()["prediction"] == r["short"].json()["prediction"] == body["prediction"]
+    assert server.LONG_WAIT_S <= elapsed["long"] < server.LONG_WAIT_S + 0.5, elapsed
+    assert elapsed["short"] < 0.3, elapsed
     # Every worker writes its PID file (the scenario reads them to script the fake GPU processes).
     assert (tmp_path / "pids" / f"stable-{os.getpid()}").exists()
 
@@ -365,8 +504,15 @@ def test_live_view_renders_latency_gpu_drift_faults_and_alerts(tmp_path: Path) -
         gpu={"devices": [{"gpu": "0", "used_bytes": 16 * 2**30, "total_bytes": 80 * 2**30, "leak": leak,
                           "processes": [{"pid": 101, "used_bytes": 6 * 2**30, **leak}]}]},
         drift={(MODEL, "v1"): {"features": {"income": {"drifted": True, "scores": {"wasserstein_norm": 1.23}}},
-                               "confidence": [0.65, 0.84], "drifted_ratio": 0.67}},
+                               "confidence": [0.65, 0.84], "drifted_ratio": 0.67, "estimated_accuracy": 0.64,
+                               "calibrated": True, "estimated_interval": {"lower": 0.58, "upper": 0.7},
+                               "reference_accuracy": 0.865}},
         faults={"gpu_leak": FaultState("gpu_leak", injected_at=20.0, detected_at=29.0, detail="pid 101: leak")},
+        canary=[{"model": MODEL, "canary_version": "v2", "baseline_version": "v1", "verdict": "fail", "score": 35.0,
+                 "canary_requests": 130, "baseline_requests": 310,
+                 "reasons": ["latency: auc_shift 0.42 beyond tolerance 0.05"], "metrics": []}],
+        tail={(MODEL, "v1"): {"tails": {"p99": {"status": "ok", "culprit": "queue", "features": [],
+                                                "summary": "queue is 94% of the slowest 1%"}}}},
         alerts={"InferwatchGPUMemoryLeak": "firing"},
         load={"predict_stable": 900, "predict_canary": 300, "generate": 100, "labels": 500},
         notifications=[Notification("ml-platform-tickets", note)] * 2,
@@ -382,9 +528,13 @@ def test_live_view_renders_latency_gpu_drift_faults_and_alerts(tmp_path: Path) -
     text = con.export_text()
     for want in ("inference", "4.97s", "LEAK", "64.0 MiB/s", "16.7min", "1.23 *", "0.650 (0.840)", "67.0%",
                  "GPU memory leak in one worker", "29s (+9s)", "InferwatchGPUMemoryLeak (firing)", "pid 101 v1",
-                 "Alertmanager notifications", runbook):
+                 "Alertmanager notifications", runbook, "64.0% [58.0%-70.0%] (86.5%)",
+                 "v1: queue is 94% of the slowest 1%", "latency: auc_shift 0.42 beyond tolerance 0.05",
+                 "130 vs 310"):
         assert want in text, want
     assert re.search(r"ml-platform-tickets +│ InferwatchGPUMemoryLeak +│ firing", text), text
+    assert re.search(r"v2 vs v1 +│ FAIL +│ 35/100", text), text
     line = progress_line(snap)
+    assert "canary fail 35" in line
     assert "gpu_leak+" in line and "firing: InferwatchGPUMemoryLeak" in line and "p99.9=4.97s" in line
     assert line.endswith("notifications: 2")

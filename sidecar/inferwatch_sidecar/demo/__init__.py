@@ -10,6 +10,7 @@ What runs in the model servers:
 - :mod:`.server`: the SDK-instrumented FastAPI model server (run under uvicorn);
 - :mod:`.triton_server`: the PyTriton model server of ``--engine triton``
   (traced to the sidecar; run with PyTriton's own Python).
+- :mod:`.tiny_llm`: the tiny offline Llama ``--engine vllm`` serves (written with vLLM's Python).
 
 What runs in the demo process, in the order of a run:
 
@@ -27,4 +28,6 @@ What runs in the demo process, in the order of a run:
 - :mod:`.report`: value formats and the end-of-run summary;
 - :mod:`.view`: the live terminal view (rich) and the ``--no-ui`` progress line;
 - :mod:`.scenario`: the timeline that ties them together.
+- :mod:`.vllm_engine`, :mod:`.llm_loadgen`, :mod:`.vllm_scenario`, :mod:`.vllm_view`: ``--engine vllm``'s
+  server process, streamed-completion load, scenario and live view.
 """

@@ -8,8 +8,14 @@ from dataclasses import dataclass
 FAULTS = ("latency", "drift", "confidence", "gpu_leak", "canary")
 #: Every fault the scenario knows; ``bad_events`` (a client posting malformed JSON events) is opt-in.
 ALL_FAULTS = (*FAULTS, "bad_events")
-#: The engines that can serve the demo model: the SDK-instrumented FastAPI server, or Triton (PyTriton).
-ENGINES = ("fastapi", "triton")
+#: Variants of a fault, opt-in, which replace it in a run: ``long_inputs`` is the latency fault's (long inputs
+#: fill the batch and the queue; tail attribution names the queue and the input length).
+VARIANTS = {"long_inputs": "latency"}
+#: Every fault name ``--faults`` accepts.
+KNOWN_FAULTS = (*ALL_FAULTS, *VARIANTS)
+#: The engines that can serve the demo: the SDK-instrumented FastAPI server, Triton (PyTriton), or vLLM
+#: (a tiny LLM, its own scenario: :mod:`.vllm_scenario`).
+ENGINES = ("fastapi", "triton", "vllm")
 
 
 @dataclass
@@ -23,8 +29,9 @@ class ScenarioConfig:
         rate_per_s: total request rate of the load generator.
         max_requests: request bound of the load generator.
         latency_share / latency_delay_s: share of inference batches slowed, and by how much.
-        temperature: the confidence fault's logit temperature.
-        canary_share: share of predictions routed to the canary once injected.
+        hard_share: the confidence fault's share of inputs from the hard segment.
+        long_input_share: the ``long_inputs`` fault's share of predictions with a long note.
+        canary_share: share of predictions routed to the canary, from the start (its fault comes at the injection).
         leak_mib_per_s: the fake NVML leak's rate.
         faults: which faults to inject (a subset of :data:`ALL_FAULTS`).
         seed: dataset seed.
@@ -33,9 +40,12 @@ class ScenarioConfig:
         engine: what serves the model (one of :data:`ENGINES`).
         triton_python: the Python that runs the Triton server (None: see
             :func:`~inferwatch_sidecar.demo.supervise.default_triton_python`).
+        vllm_python: the Python that runs vLLM (None: see
+            :func:`~inferwatch_sidecar.demo.vllm_engine.default_vllm_python`).
 
     Raises:
-        ValueError: ``faults`` names a fault the scenario does not know, or ``engine`` an unknown engine.
+        ValueError: ``faults`` names a fault the scenario does not know (or a variant with the fault it
+            replaces, or one the engine cannot serve), or ``engine`` an unknown engine.
     """
 
     duration_s: float = 90.0
@@ -44,7 +54,8 @@ class ScenarioConfig:
     max_requests: int = 50_000
     latency_share: float = 0.08
     latency_delay_s: float = 3.0
-    temperature: float = 6.0
+    hard_share: float = 0.9
+    long_input_share: float = 0.05
     canary_share: float = 0.4
     leak_mib_per_s: float = 64.0
     faults: tuple[str, ...] = FAULTS
@@ -53,13 +64,18 @@ class ScenarioConfig:
     tick_s: float = 0.5
     engine: str = "fastapi"
     triton_python: str | None = None
+    vllm_python: str | None = None
 
     def __post_init__(self) -> None:
         if self.engine not in ENGINES:
             raise ValueError(f"unknown engine {self.engine!r}; known: {', '.join(ENGINES)}")
         for f in self.faults:
-            if f not in ALL_FAULTS:
-                raise ValueError(f"unknown fault {f!r}; known: {', '.join(ALL_FAULTS)}")
+            if f not in KNOWN_FAULTS:
+                raise ValueError(f"unknown fault {f!r}; known: {', '.join(KNOWN_FAULTS)}")
+            if VARIANTS.get(f) in self.faults:
+                raise ValueError(f"fault {f!r} replaces {VARIANTS[f]!r}: inject one of them")
+        if "long_inputs" in self.faults and self.engine != "fastapi":
+            raise ValueError("fault 'long_inputs' needs the FastAPI server's batcher (engine 'fastapi')")
 
     def injection_time(self) -> float:
         """Seconds from the sidecar's start at which every fault is switched on."""

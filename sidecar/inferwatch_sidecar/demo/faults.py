@@ -8,13 +8,16 @@ atomically and every worker re-reads when its modification time changes
 Faults that live in the model server:
 
 - ``latency``: a share of inference batches sleeps ``delay_s`` longer;
-- ``confidence_temperature``: logits are divided by it (> 1 flattens the
-  probabilities: the model becomes unsure, confidence drops);
+- ``canary_fault``: the canary server's v2 turns bad: shifted class biases
+  (a different prediction mix) and :data:`CANARY_SLOWDOWN_S` more per batch;
 - ``leak``: the worker with that PID reports allocator memory that grows at
   ``rate_bytes_per_s`` from ``start_unix`` (the fake NVML backend in the
-  sidecar scripts the matching device-side growth).
+  sidecar scripts the matching device-side growth);
+- ``confidence_temperature``: logits are divided by it (> 1 flattens the
+  probabilities). No demo fault sets it; it is a knob for ``PUT /admin/faults``.
 
-Feature drift and the canary are load-generator faults (what inputs are sent,
+Feature drift, the hard segment of the confidence fault, long inputs and the
+canary's share of the traffic are load-generator faults (what inputs are sent,
 and where); they are recorded here too so that ``GET /admin/faults`` shows
 the whole picture.
 """
@@ -26,6 +29,9 @@ import os
 import time
 from dataclasses import asdict, dataclass, field
 from typing import Any
+
+#: How much longer each batch of the faulty canary takes (its heavier model), in seconds.
+CANARY_SLOWDOWN_S = 0.03
 
 
 @dataclass
@@ -40,7 +46,10 @@ class Faults:
     leak_start_unix: float | None = None
     leak_rate_bytes_per_s: float = 0.0
     feature_drift: bool = False
+    hard_share: float = 0.0
+    long_input_share: float = 0.0
     canary_share: float = 0.0
+    canary_fault: bool = False
     injected_unix: dict[str, float] = field(default_factory=dict)
 
     @classmethod
@@ -53,8 +62,9 @@ class Faults:
         if extra:
             raise ValueError(f"unknown fault field(s): {', '.join(sorted(extra))}; known: {', '.join(sorted(known))}")
         f = cls(**doc)
-        if not 0.0 <= f.latency_share <= 1.0 or not 0.0 <= f.canary_share <= 1.0:
-            raise ValueError("latency_share and canary_share must be between 0 and 1")
+        shares = ("latency_share", "canary_share", "hard_share", "long_input_share")
+        if not all(0.0 <= getattr(f, k) <= 1.0 for k in shares):
+            raise ValueError(f"{', '.join(shares)} must be between 0 and 1")
         if f.latency_delay_s < 0 or f.latency_delay_s > 30:
             raise ValueError("latency_delay_s must be between 0 and 30")
         if not 0.1 <= f.confidence_temperature <= 100:

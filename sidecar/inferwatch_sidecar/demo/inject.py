@@ -3,10 +3,11 @@
 Where each fault lives:
 
 - in the model servers (``PUT /admin/faults``, which every worker reads from
-  the shared fault file): the latency spike, the confidence temperature, and
+  the shared fault file): the latency spike, the canary's bad version, and
   the allocator side of the GPU leak;
-- in the load generator: feature drift, the canary share and the malformed
-  events;
+- in the load generator: feature drift, the hard segment of the confidence
+  fault, the long inputs and the malformed events (the canary's share of the
+  traffic flows from the start: :meth:`~.scenario.Scenario.run`);
 - in the sidecar's fake NVML: the device side of the GPU leak, scripted in
   its config from the start (:func:`fake_gpu_processes`) to begin at the
   injection time.
@@ -37,6 +38,10 @@ class FaultState:
     detected_at: float | None = None
     detail: str = ""
     alerts: dict[str, str] = field(default_factory=dict)
+    #: What the signal showed at the last poll before the injection (the canary's healthy phase).
+    before: str = ""
+    #: Values the evidence averages over the polls after the injection, by name.
+    series: dict[str, list[float]] = field(default_factory=dict)
 
     @property
     def detected(self) -> bool:
@@ -69,13 +74,16 @@ def server_faults(cfg: ScenarioConfig, leak_pid: int | None) -> Faults:
     if "latency" in cfg.faults:
         f.latency_stage, f.latency_share, f.latency_delay_s = "inference", cfg.latency_share, cfg.latency_delay_s
     if "confidence" in cfg.faults:
-        f.confidence_temperature = cfg.temperature
+        f.hard_share = cfg.hard_share
+    if "long_inputs" in cfg.faults:
+        f.long_input_share = cfg.long_input_share
     if "gpu_leak" in cfg.faults:
         # The sidecar's fake NVML scripts the device side from its config; the allocator side follows here.
         f.leak_pid, f.leak_rate_bytes_per_s = leak_pid, cfg.leak_mib_per_s * MiB
         f.leak_start_unix = time.time()
     f.feature_drift = "drift" in cfg.faults
     f.canary_share = cfg.canary_share if "canary" in cfg.faults else 0.0
+    f.canary_fault = "canary" in cfg.faults
     f.injected_unix = {name: time.time() for name in cfg.faults}
     return f
 
@@ -100,6 +108,8 @@ def switch_on(cfg: ScenarioConfig, *, server_url: str | None, token: str, loadge
         assert server_url is not None, "a server URL or a fault file"
         _put_faults(server_url, token, f)
     loadgen.drift = "drift" in cfg.faults
+    loadgen.hard_share = f.hard_share
+    loadgen.long_share = f.long_input_share
     loadgen.canary_share = f.canary_share
     loadgen.bad_events = "bad_events" in cfg.faults
 

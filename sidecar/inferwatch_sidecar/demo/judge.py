@@ -2,14 +2,25 @@
 
 A fault counts as *detected* when the sidecar's own signal shows it:
 
-========== =====================================================================
-latency    the stage's P99.9 over the last 10 s exceeds the P999 latency target
-drift      ``inferwatch_drift_dataset_drifted`` = 1 for the stable version
-confidence reference mean confidence - current mean > 0.1 (the alert's threshold)
-gpu_leak   ``inferwatch_gpu_leak_detected`` = 1 for the leaking worker's PID
-canary     ``inferwatch_drift_canary_feature_drifted{feature="prediction"}`` = 1 for the canary
-bad_events ``inferwatch_ingest_decode_errors_total{scope="json"}`` > 0
-========== =====================================================================
+=========== =====================================================================
+latency     the stage's P99.9 over the last 10 s exceeds the P999 latency target
+long_inputs the tail attribution of the stable version's last window names
+            ``queue`` as the stage and ``input_tokens`` as the first feature that
+            sets its slowest 1% apart
+drift       ``inferwatch_drift_dataset_drifted`` = 1 for the stable version
+confidence  the stable version's calibrated accuracy estimate is more than 0.05
+            below the reference accuracy, its whole 95% interval below it (the
+            ``InferwatchEstimatedAccuracyDrop`` condition)
+gpu_leak    ``inferwatch_gpu_leak_detected`` = 1 for the leaking worker's PID
+canary      ``inferwatch_drift_canary_feature_drifted{feature="prediction"}`` = 1 for the canary
+bad_events  ``inferwatch_ingest_decode_errors_total{scope="json"}`` > 0
+=========== =====================================================================
+
+The evidence says more than the signal: the confidence fault's compares the
+calibrated estimate with the labelled accuracy and the mean confidence,
+averaged over the polls whose drift window lies wholly after the injection; the
+canary's carries the canary judge's verdict and score, and its verdict at the
+last poll before the injection (the healthy phase, :attr:`FaultState.before`).
 
 With Prometheus, :data:`EXPECTED_ALERTS` names the alerts each fault must
 fire; every other alert must stay quiet.
@@ -28,18 +39,22 @@ from inferwatch_sidecar.demo.promtext import Scrape
 
 #: The P999 latency objective's target (alerts/source.py LATENCY_OBJECTIVES): slower calls burn its budget.
 P999_TARGET_S = 2.5
-#: The confidence drop (reference mean - current mean) that the confidence alert fires on.
-CONFIDENCE_DROP = 0.1
+#: The drop of the calibrated estimate below the reference accuracy that InferwatchEstimatedAccuracyDrop fires on.
+ACCURACY_DROP = 0.05
+#: The sidecar's drift window (supervise.sidecar_config): polls this long after the injection see only faults.
+DRIFT_WINDOW_S = 10.0
 
 #: The alerts each fault must bring to ``firing`` (with the labels that must match).
 EXPECTED_ALERTS: dict[str, list[tuple[str, dict[str, str]]]] = {
     "latency": [("InferwatchStageLatencyP999BudgetBurn", {"stage": "inference"})],
     "drift": [("InferwatchFeatureDrift", {"model_version": mdl.STABLE}),
               ("InferwatchPredictionDrift", {"model_version": mdl.STABLE})],
-    "confidence": [("InferwatchConfidenceDrop", {"model_version": mdl.STABLE}),
+    "long_inputs": [],
+    "confidence": [("InferwatchEstimatedAccuracyDrop", {"model_version": mdl.STABLE}),
                    ("InferwatchEstimatedAccuracyLow", {"model_version": mdl.STABLE})],
     "gpu_leak": [("InferwatchGPUMemoryLeak", {})],
-    "canary": [("InferwatchCanaryDiverging", {"model_version": mdl.CANARY})],
+    "canary": [("InferwatchCanaryDiverging", {"model_version": mdl.CANARY}),
+               ("InferwatchCanaryFailing", {"model_version": mdl.CANARY})],
     "bad_events": [("InferwatchIngestDecodeErrors", {"scope": "json"})],
 }
 
@@ -54,6 +69,22 @@ def _latency(snap: Snapshot, scrape: Scrape, leak_pid: int | None) -> tuple[bool
             f"inference P99.9 {report.seconds(p999)} (target {P999_TARGET_S:g}s)")
 
 
+def tail_summary(snap: Snapshot, version: str = mdl.STABLE) -> tuple[str | None, str | None, str]:
+    """The slowest 1% of ``version``'s last tail window: culprit stage, first distinguishing feature, sentence."""
+    p99 = (snap.tail.get((mdl.NAME, version)) or {}).get("tails", {}).get("p99") or {}
+    if p99.get("status") != "ok":
+        return None, None, ""
+    feature = next((f["feature"] for f in p99.get("features", []) if f.get("distinguishes")), None)
+    return p99.get("culprit"), feature, p99.get("summary", "")
+
+
+def _long_inputs(snap: Snapshot, scrape: Scrape, leak_pid: int | None) -> tuple[bool, str]:
+    culprit, feature, sentence = tail_summary(snap)
+    if culprit is None:
+        return False, "no tail window with a slowest 1% yet"
+    return culprit == "queue" and feature == "input_tokens", f"tail of {mdl.STABLE}: {sentence}"
+
+
 def _drift(snap: Snapshot, scrape: Scrape, leak_pid: int | None) -> tuple[bool, str]:
     stable = _stable(snap)
     ratio = stable.get("drifted_ratio")
@@ -64,11 +95,49 @@ def _drift(snap: Snapshot, scrape: Scrape, leak_pid: int | None) -> tuple[bool, 
         f"{ratio:.0%}" if ratio is not None else "no drift evaluation yet")
 
 
+def _accuracy_values(snap: Snapshot) -> dict[str, float | None] | None:
+    """The stable version's calibrated estimate, its interval and reference, labelled accuracy, mean confidence."""
+    d = _stable(snap)
+    iv = d.get("estimated_interval", {})
+    if not d.get("calibrated") or d.get("estimated_accuracy") is None or d.get("reference_accuracy") is None \
+            or "upper" not in iv or "lower" not in iv:
+        return None
+    return {"estimate": d["estimated_accuracy"], "lower": iv["lower"], "upper": iv["upper"],
+            "reference": d["reference_accuracy"], "labelled": d.get("accuracy"), "confidence": d["confidence"][0],
+            "reference_confidence": d["confidence"][1]}
+
+
+def _accuracy_text(v: dict[str, float | None], polls: int = 0) -> str:
+    def num(k: str) -> str:
+        x = v.get(k)
+        return "-" if x is None else f"{x:.3f}"
+
+    return (f"estimated accuracy {num('estimate')} (95% {num('lower')}-{num('upper')}, calibrated) vs reference "
+            f"{num('reference')}; labelled {num('labelled')}; mean confidence {num('confidence')} vs reference "
+            f"{num('reference_confidence')}" + (f" (mean of {polls} polls)" if polls else ""))
+
+
 def _confidence(snap: Snapshot, scrape: Scrape, leak_pid: int | None) -> tuple[bool, str]:
-    cur, ref = _stable(snap).get("confidence", [None, None])
-    if cur is None or ref is None:
-        return False, "no confidence window yet"
-    return ref - cur > CONFIDENCE_DROP, f"mean confidence {cur:.3f} vs reference {ref:.3f}"
+    v = _accuracy_values(snap)
+    if v is None:
+        return False, "no calibrated accuracy estimate yet"
+    ref, est, upper = v["reference"], v["estimate"], v["upper"]
+    assert ref is not None and est is not None and upper is not None
+    return ref - est > ACCURACY_DROP and upper < ref, _accuracy_text(v)
+
+
+def _confidence_mean(st: FaultState, snap: Snapshot, detail: str) -> str:
+    """The confidence evidence averaged over the polls whose drift window holds only faulty traffic.
+
+    One window's labels are a few hundred, so one poll's labelled accuracy is noisy to a few points.
+    """
+    v = _accuracy_values(snap)
+    if v is None or st.injected_at is None or snap.t < st.injected_at + DRIFT_WINDOW_S:
+        return detail
+    for k, x in v.items():
+        if x is not None:
+            st.series.setdefault(k, []).append(x)
+    return _accuracy_text({k: sum(xs) / len(xs) for k, xs in st.series.items()}, len(st.series["estimate"]))
 
 
 def _gpu_leak(snap: Snapshot, scrape: Scrape, leak_pid: int | None) -> tuple[bool, str]:
@@ -81,14 +150,27 @@ def _gpu_leak(snap: Snapshot, scrape: Scrape, leak_pid: int | None) -> tuple[boo
     return False, f"pid {leak_pid} not sampled yet"
 
 
+def canary_verdict(snap: Snapshot, version: str = mdl.CANARY) -> str:
+    """The canary judge's verdict on ``version`` at this poll, with its score and failing metrics ('' for none)."""
+    j = next((j for j in snap.canary if j.get("model") == mdl.NAME and j.get("canary_version") == version), None)
+    if j is None:
+        return ""
+    failed = [m["name"] if m.get("stage") is None else f"{m['name']}[{m['stage']}]"
+              for m in j.get("metrics", []) if m.get("result") == "fail"]
+    return (f"canary judge {j['verdict'].upper()} {j['score']:.0f}/100"
+            + (f" (failing: {', '.join(failed)})" if failed else ""))
+
+
 def _canary(snap: Snapshot, scrape: Scrape, leak_pid: int | None) -> tuple[bool, str]:
     cols = snap.drift.get((mdl.NAME, mdl.CANARY), {}).get("canary_columns")
     if cols is None:
         return False, "no canary comparison yet"
     differs = cols.get("prediction", False)
     differing = sorted(c for c, d in cols.items() if d)
+    verdict = canary_verdict(snap)
     return differs, (f"{mdl.CANARY} vs {mdl.STABLE}: prediction mix {'differs' if differs else 'the same'}"
-                     + (f"; differing: {', '.join(differing)}" if differing else ""))
+                     + (f"; differing: {', '.join(differing)}" if differing else "")
+                     + (f"; {verdict}" if verdict else ""))
 
 
 def _bad_events(snap: Snapshot, scrape: Scrape, leak_pid: int | None) -> tuple[bool, str]:
@@ -99,6 +181,7 @@ def _bad_events(snap: Snapshot, scrape: Scrape, leak_pid: int | None) -> tuple[b
 #: Fault -> its detection signal: (detected now, the evidence).
 SIGNALS: dict[str, Callable[[Snapshot, Scrape, int | None], tuple[bool, str]]] = {
     "latency": _latency,
+    "long_inputs": _long_inputs,
     "drift": _drift,
     "confidence": _confidence,
     "gpu_leak": _gpu_leak,
@@ -115,8 +198,14 @@ def judge(faults: dict[str, FaultState], snap: Snapshot, scrape: Scrape, leak_pi
     """
     for name, st in faults.items():
         if st.injected_at is None:
+            if name == "canary":
+                st.before = canary_verdict(snap) or st.before
             continue
         ok, detail = SIGNALS[name](snap, scrape, leak_pid)
+        if name == "confidence":
+            detail = _confidence_mean(st, snap, detail)
+        elif name == "canary" and st.before:
+            detail += f"; before the fault: {st.before}"
         if ok and st.detected_at is None:
             st.detected_at = snap.t
         if ok or not st.detail:

@@ -2,9 +2,12 @@
 
 Threads send ``POST /predict`` (and a share of ``POST /generate``) at a fixed
 total rate over keep-alive connections, until a request count or a time
-limit is reached. Inputs come from the demo dataset's generator: healthy, or
-shifted while ``drift`` is on. While ``canary_share`` > 0 that share of the
-predictions goes to the canary server. The true labels of a share of the
+limit is reached. Inputs come from the demo dataset's generator: healthy,
+shifted while ``drift`` is on, and a ``hard_share`` of them from the hard
+segment (the confidence fault). Each prediction carries an applicant's
+free-text ``note`` of :data:`SHORT_TOKENS` words, a ``long_share`` of them
+:data:`LONG_TOKENS` (the ``long_inputs`` fault). While ``canary_share`` > 0
+that share of the predictions goes to the canary server. The true labels of a share of the
 predictions are posted to the sidecar's ``/v1/labels`` a moment later, joined
 there by the request ID the generator sets in ``X-Request-ID``.
 
@@ -30,6 +33,17 @@ import numpy as np
 
 from inferwatch_sidecar.demo import model as mdl
 from inferwatch_sidecar.demo.config import ENGINES
+
+#: Words in a note: a healthy one, and a long one (the ``long_inputs`` fault), as (low, high) bounds.
+SHORT_TOKENS = (8, 48)
+LONG_TOKENS = (1500, 2500)
+_WORDS = ("income", "rent", "salary", "loan", "car", "family", "job", "moved", "paid", "late", "bonus", "debt")
+
+
+def note(rng: np.random.Generator, long: bool) -> str:
+    """An applicant's free-text note: words drawn from a small vocabulary."""
+    lo, hi = LONG_TOKENS if long else SHORT_TOKENS
+    return " ".join(_WORDS[i] for i in rng.integers(0, len(_WORDS), int(rng.integers(lo, hi + 1))))
 
 
 def _loopback(url: str) -> tuple[str, int]:
@@ -128,6 +142,8 @@ class LoadGenerator:
         self.model = model
         self.timeout_s = timeout_s
         self.drift = False
+        self.hard_share = 0.0
+        self.long_share = 0.0
         self.canary_share = 0.0
         #: While True, post one malformed event (a confidence that is not a number) to /v1/events per cycle.
         self.bad_events = False
@@ -189,7 +205,7 @@ class LoadGenerator:
         end = self.started_at + plan.max_seconds
         nxt = time.monotonic() + interval * i / n
         rows: mdl.Batch | None = None
-        rows_drift = False
+        rows_kind = (False, 0.0)
         k = 0
         seq = 0
         try:
@@ -210,9 +226,9 @@ class LoadGenerator:
                 if self.engine == "fastapi" and rng.random() < plan.generate_share:
                     self._generate(stable, rid, rng)
                     continue
-                drift = self.drift
-                if rows is None or k >= len(rows) or rows_drift != drift:
-                    rows, rows_drift, k = mdl.sample(256, rng, drift=drift), drift, 0
+                kind = (self.drift, self.hard_share)
+                if rows is None or k >= len(rows) or rows_kind != kind:
+                    rows, rows_kind, k = mdl.sample(256, rng, drift=kind[0], hard=kind[1]), kind, 0
                 use_canary = canary is not None and rng.random() < self.canary_share
                 self._predict(canary if use_canary and canary is not None else stable, rid, rows, k,
                               "canary" if use_canary else "stable", rng)
@@ -232,7 +248,8 @@ class LoadGenerator:
                 status, body = conn.post(f"/v2/models/{mdl.NAME}/infer", triton_body(rows, k),
                                          {"traceparent": f"00-{rid}-{rid[16:]}-01"})
             else:
-                status, body = conn.post("/predict", {"features": rows.row(k)}, {"X-Request-ID": rid})
+                body_in = {"features": rows.row(k), "note": note(rng, rng.random() < self.long_share)}
+                status, body = conn.post("/predict", body_in, {"X-Request-ID": rid})
         except (OSError, http.client.HTTPException):
             self._count("connection_errors")
             return

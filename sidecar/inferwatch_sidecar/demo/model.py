@@ -3,8 +3,18 @@
 The data imitate a small credit-decision service: eight numeric features, one
 categorical feature (``region``) and three classes. Labels come from a hidden
 "true" linear model plus sampling noise, so the trained model is good but not
-perfect and its confidences are roughly calibrated (which the label-free
-accuracy estimate relies on).
+perfect. It is served **overconfident** (its logits times
+:data:`OVERCONFIDENCE`, as a gradient-boosted model is): mean confidence 0.98
+at an accuracy of 0.87, so the mean confidence is a poor accuracy estimate and
+the reference profile carries a calibration fitted on the labelled training
+data (CBPE-style, :mod:`~inferwatch_sidecar.components.drift.performance`).
+
+The confidence fault sends inputs from a *hard segment*: applicants near the
+hidden model's decision boundary (its top class probability below
+:data:`HARD_MAX_P`). Labels still come from the hidden model, so this is a
+covariate shift: accuracy falls to about 0.64, the overconfident model's mean
+confidence only to about 0.94, and the calibrated estimate follows the
+accuracy.
 
 Everything is deterministic for a given seed: every model-server worker trains
 the same model at start-up, and the scenario runner trains it once more to
@@ -47,6 +57,10 @@ DRIFT_SHIFT: dict[str, float] = {
 DRIFT_REGION_P: tuple[float, ...] = (0.1, 0.2, 0.2, 0.5)
 #: The canary model's class-bias offsets: it declines more and approves less.
 CANARY_BIAS: tuple[float, ...] = (-3.5, 0.0, 3.5)
+#: The served model's logits are multiplied by this: it is overconfident (the predicted classes do not change).
+OVERCONFIDENCE = 10.0
+#: The hard segment of the confidence fault: rows whose hidden top-class probability is below this.
+HARD_MAX_P = 0.8
 
 
 @dataclass(frozen=True)
@@ -81,31 +95,48 @@ def _true_weights(seed: int) -> tuple[np.ndarray, np.ndarray]:
     return w, b
 
 
-def sample(n: int, rng: np.random.Generator, *, drift: bool = False, seed: int = 0) -> Batch:
+def sample(n: int, rng: np.random.Generator, *, drift: bool = False, hard: float = 0.0, seed: int = 0) -> Batch:
     """Draw ``n`` rows with labels from the healthy (or drifted) distribution.
 
     Args:
         n: rows.
         rng: the random generator (the caller owns the seed).
         drift: shift :data:`DRIFT_SHIFT` features and the region mix.
+        hard: share of the rows drawn from the hard segment (the confidence fault): rows of the same
+            distribution whose hidden top-class probability is below :data:`HARD_MAX_P`.
         seed: the dataset seed, which fixes the hidden labelling model.
     """
+    z, ridx, probs = _draw(n, rng, drift, seed)
+    k = int(rng.binomial(n, hard)) if hard > 0 else 0
+    parts = [(z[k:], ridx[k:], probs[k:])]
+    while k > 0:
+        hz, hr, hp = _draw(4 * k, rng, drift, seed)
+        keep = np.flatnonzero(hp.max(axis=1) < HARD_MAX_P)[:k]
+        parts.append((hz[keep], hr[keep], hp[keep]))
+        k -= keep.size
+    if len(parts) > 1:
+        order = rng.permutation(n)
+        z = np.vstack([p[0] for p in parts])[order]
+        ridx = np.concatenate([p[1] for p in parts])[order]
+        probs = np.vstack([p[2] for p in parts])[order]
+    mu = np.array([m for m, _ in NUMERIC.values()])
+    sd = np.array([s for _, s in NUMERIC.values()])
+    # Labels are sampled from the hidden model's probabilities: realistic noise, calibrated signal.
+    u = rng.random(n)[:, None]
+    lab = (probs.cumsum(axis=1) < u).sum(axis=1).clip(0, len(CLASSES) - 1)
+    return Batch(mu + sd * z, [REGIONS[i] for i in ridx], [CLASSES[i] for i in lab])
+
+
+def _draw(n: int, rng: np.random.Generator, drift: bool, seed: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Standardized numeric inputs, region indices and the hidden model's class probabilities of ``n`` rows."""
     z = rng.standard_normal((n, len(NUMERIC)))
     if drift:
         for j, name in enumerate(NUMERIC_NAMES):
             z[:, j] += DRIFT_SHIFT.get(name, 0.0)
-    mu = np.array([m for m, _ in NUMERIC.values()])
-    sd = np.array([s for _, s in NUMERIC.values()])
-    numeric = mu + sd * z
     p = DRIFT_REGION_P if drift else REGION_P
     ridx = rng.choice(len(REGIONS), size=n, p=p)
     w, b = _true_weights(seed)
-    logits = _design(z, ridx) @ w + b
-    # Labels are sampled from the hidden model's probabilities: realistic noise, calibrated signal.
-    probs = _softmax(logits * 1.5)
-    u = rng.random(n)[:, None]
-    lab = (probs.cumsum(axis=1) < u).sum(axis=1).clip(0, len(CLASSES) - 1)
-    return Batch(numeric, [REGIONS[i] for i in ridx], [CLASSES[i] for i in lab])
+    return z, ridx, _softmax((_design(z, ridx) @ w + b) * 1.5)
 
 
 def _design(z: np.ndarray, ridx: np.ndarray) -> np.ndarray:
@@ -142,8 +173,11 @@ class Model:
         return _design(z, ridx)
 
     def predict_proba(self, numeric: np.ndarray, region: list[str], temperature: float = 1.0) -> np.ndarray:
-        """Class probabilities, shape (n, 3). ``temperature`` > 1 flattens them (the confidence-drop fault)."""
-        return _softmax((self.design(numeric, region) @ self.w + self.b) / temperature)
+        """Class probabilities, shape (n, 3), overconfident by :data:`OVERCONFIDENCE`.
+
+        ``temperature`` > 1 flattens them (``confidence_temperature`` of the fault file, a manual knob).
+        """
+        return _softmax((self.design(numeric, region) @ self.w + self.b) * (OVERCONFIDENCE / temperature))
 
     def predict(self, numeric: np.ndarray, region: list[str], temperature: float = 1.0) -> tuple[list[str], np.ndarray]:
         """Predicted class names and their confidences."""
@@ -152,8 +186,12 @@ class Model:
         return [CLASSES[i] for i in k], p[np.arange(len(k)), k]
 
     def canary(self) -> Model:
-        """The canary version: same weights, shifted class biases (a different prediction mix)."""
+        """The faulty canary version: same weights, shifted class biases (a different prediction mix)."""
         return replace(self, b=self.b + np.array(CANARY_BIAS), version=CANARY)
+
+    def healthy_canary(self) -> Model:
+        """The canary version before its fault: the stable model released as :data:`CANARY`."""
+        return replace(self, version=CANARY)
 
 
 def train(seed: int = 0, n: int = 5000, iterations: int = 150, lr: float = 1.0, l2: float = 1e-3) -> tuple[Model, Batch]:
@@ -189,11 +227,16 @@ def reference_columns(model: Model, data: Batch) -> tuple[dict[str, np.ndarray],
 def build_reference(path: str, seed: int = 0) -> dict[str, Any]:
     """Train the model and write its reference profile (the drift package's builder) to ``path``.
 
+    The training data's labels calibrate the label-free accuracy estimate (what ``inferwatch reference
+    build ... --label label`` does for a file): the profile stores P(correct | confidence) and the
+    realized accuracy.
+
     Returns:
-        A short description: rows, columns and the training accuracy.
+        A short description: rows, columns, the training accuracy and mean confidence, and the calibration.
     """
     # Imported here: the model servers (the Triton one runs in PyTriton's own Python, without scipy) need
     # only numpy.
+    from inferwatch_sidecar.components.drift import performance
     from inferwatch_sidecar.components.drift import profile as prof
 
     model, data = train(seed)
@@ -201,8 +244,7 @@ def build_reference(path: str, seed: int = 0) -> dict[str, Any]:
     order = [*NUMERIC_NAMES, CATEGORICAL_NAME, "prediction", "confidence"]
     p = prof.build(numeric, categorical, prediction="prediction", confidence="confidence",
                    source=f"inferwatch demo training data (seed {seed})", order=order)
+    p.performance = performance.fit(categorical["prediction"], numeric["confidence"], data.label, label="label")
     p.save(path)
-    pred = categorical["prediction"]
-    acc = float(np.mean([a == b for a, b in zip(pred, data.label, strict=True)]))
-    return {"rows": len(data), "columns": len(order), "train_accuracy": acc,
-            "confidence_mean": float(numeric["confidence"].mean())}
+    return {"rows": len(data), "columns": len(order), "train_accuracy": p.performance.reference_accuracy,
+            "confidence_mean": float(numeric["confidence"].mean()), "calibration": p.performance.calibration.method}

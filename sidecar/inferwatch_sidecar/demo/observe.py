@@ -30,6 +30,8 @@ class Snapshot:
         t: seconds since the sidecar started.
         stages: stage -> {0.5, 0.99, 0.999: seconds or None, "rate": calls/s} over the last 10 s.
         gpu: devices and processes from /v1/status, with leak verdicts.
+        canary: the canary judge's judgements from /v1/status (verdict, score, metrics, reasons).
+        tail: (model, version) -> the tail attribution of the last complete window, from /v1/status.
         drift: (model, version) -> {"features": {name: {"drifted", "scores", "p"}},
             "confidence": [current mean, reference mean], ...} (see :func:`drift_by_version`).
         faults: fault name -> FaultState.
@@ -44,6 +46,8 @@ class Snapshot:
     t: float
     stages: dict[str, dict[Any, Any]] = field(default_factory=dict)
     gpu: dict[str, Any] = field(default_factory=dict)
+    canary: list[dict[str, Any]] = field(default_factory=list)
+    tail: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
     drift: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
     faults: dict[str, FaultState] = field(default_factory=dict)
     alerts: dict[str, str] = field(default_factory=dict)
@@ -100,7 +104,11 @@ class Observer:
             self._recent.pop(0)
         old = self._recent[0] if len(self._recent) > 1 else None
         snap.stages = stage_quantiles(scrape, old)
-        snap.gpu = (status.get("components") or {}).get("gpu") or {}
+        components = status.get("components") or {}
+        snap.gpu = components.get("gpu") or {}
+        snap.canary = (components.get("canary") or {}).get("judgements") or []
+        snap.tail = {(m.get("model", ""), m.get("version", "")): m
+                     for m in (components.get("tail") or {}).get("models") or []}
         snap.drift = drift_by_version(scrape)
         if loadgen is not None:
             snap.load = loadgen.snapshot()
@@ -173,6 +181,12 @@ def drift_by_version(scrape: promtext.Scrape) -> dict[tuple[str, str], dict[str,
         entry(lab).setdefault("canary_columns", {})[lab["feature"]] = v == 1.0
     for lab, v in scrape.get("inferwatch_drift_estimated_accuracy_ratio"):
         entry(lab)["estimated_accuracy"] = v
+    for lab, v in scrape.get("inferwatch_drift_estimated_accuracy_bound_ratio"):
+        entry(lab).setdefault("estimated_interval", {})[lab["bound"]] = v
+    for lab, v in scrape.get("inferwatch_drift_estimated_accuracy_calibrated"):
+        entry(lab)["calibrated"] = v == 1.0
+    for lab, v in scrape.get("inferwatch_drift_reference_accuracy_ratio"):
+        entry(lab)["reference_accuracy"] = v
     for lab, v in scrape.get("inferwatch_drift_accuracy_ratio"):
         entry(lab)["accuracy"] = v
     for lab, v in scrape.get("inferwatch_drift_window_events"):

@@ -6,17 +6,18 @@ import math
 from dataclasses import dataclass
 
 from inferwatch_sidecar.demo.alertmanager import Notification
-from inferwatch_sidecar.demo.config import ALL_FAULTS
+from inferwatch_sidecar.demo.config import KNOWN_FAULTS
 from inferwatch_sidecar.demo.inject import FaultState
 
 MiB = 2**20
 
 FAULT_TITLES = {
     "latency": "latency spike in the inference stage",
+    "long_inputs": "long inputs fill the batch and the queue",
     "drift": "feature drift (6 of 9 inputs shifted)",
-    "confidence": "confidence drop (model temperature x6)",
+    "confidence": "accuracy drop: traffic from a hard segment",
     "gpu_leak": "GPU memory leak in one worker (fake NVML)",
-    "canary": "canary v2 with a different prediction mix",
+    "canary": "canary v2 turns bad: other mix, 30 ms slower",
     "bad_events": "a client posting malformed JSON events",
 }
 
@@ -98,7 +99,7 @@ def summary_lines(faults: dict[str, FaultState], injection_time: float,
         notifications: what Alertmanager delivered; None without Alertmanager (no notification lines).
     """
     lines = ["fault                                          injected  detected  after   evidence"]
-    for name in ALL_FAULTS:
+    for name in KNOWN_FAULTS:
         st = faults.get(name)
         if st is None:
             continue

@@ -2,8 +2,8 @@
 
 One :class:`Scenario` is shared by ``inferwatch demo`` and the end-to-end test:
 
-1. :meth:`Scenario.start` trains the model and writes its reference profile,
-   starts the stable model server (uvicorn, two workers) and the canary
+1. :meth:`Scenario.start` trains the model and writes its reference profile
+   (calibrated on the training labels), starts the stable model server (uvicorn, two workers) and the canary
    server (one worker), waits for their worker PIDs, writes the sidecar's
    config (short drift windows, the fake NVML backend scripting a leak in one
    stable worker, an admin token) and starts ``inferwatch sidecar``
@@ -85,6 +85,10 @@ class Scenario:
     def sidecar_target(self) -> str:
         """``host:port`` of the sidecar's /metrics, for a Prometheus scrape config."""
         return f"127.0.0.1:{self.sidecar_port}"
+
+    def scrape_targets(self) -> list[str]:
+        """``host:port`` of every /metrics Prometheus scrapes: the sidecar's (and the vLLM scenario's engine's)."""
+        return [self.sidecar_target]
 
     @property
     def fault_file(self) -> str:
@@ -192,10 +196,9 @@ class Scenario:
         """
         c = self.cfg
         plan = LoadPlan(rate_per_s=c.rate_per_s, max_requests=c.max_requests,
-                        max_seconds=c.duration_s + (5 if stop_load else linger_s), threads=32, seed=c.seed + 1)
-        canary = self.canary_url if "canary" in c.faults else None
-        self.loadgen = LoadGenerator(self.stable_url, canary, self.sidecar_url, plan, model=mdl.NAME,
-                                     engine=c.engine).start()
+                        max_seconds=c.duration_s + (5 if stop_load else linger_s), threads=32, label_share=1.0,
+                        seed=c.seed + 1)
+        self.loadgen = self.load_generator(plan).start()
         inject_at = c.injection_time()
         injected = False
         while True:
@@ -221,6 +224,16 @@ class Scenario:
             self.stop_load()
         snap.phase = "done"
         return snap
+
+    def load_generator(self, plan: LoadPlan) -> LoadGenerator:
+        """The load generator :meth:`run` starts (the vLLM scenario streams completions instead)."""
+        canary = self.canary_url if "canary" in self.cfg.faults else None
+        lg = LoadGenerator(self.stable_url, canary, self.sidecar_url, plan, model=mdl.NAME, engine=self.cfg.engine)
+        if canary is not None and self.cfg.engine == "fastapi":
+            # The FastAPI canary serves v2 healthy until its fault (the judge reads pass), so it gets its share
+            # from the start; Triton's canary serves the faulty v2 from the start, so only from the injection.
+            lg.canary_share = self.cfg.canary_share
+        return lg
 
     def stop_load(self) -> None:
         """Stop the load generator (and post its pending labels)."""

@@ -8,10 +8,11 @@ Run it the way the scenario does (several workers need the import string)::
 Each worker trains the model at start-up (seeded, so every worker serves the
 same model) and then serves:
 
-- ``POST /predict`` ``{"features": {...}}``: five stages per request: ``ingress``
-  (the SDK middleware), ``preprocess``, ``queue`` (waiting for the dynamic
-  batcher), ``inference`` (the batch the request rode in) and ``postprocess``,
-  which calls ``inferwatch.record(prediction, confidence, features)``. The
+- ``POST /predict`` ``{"features": {...}, "note": "..."}``: five stages per
+  request: ``ingress`` (the SDK middleware), ``preprocess``, ``queue`` (waiting
+  for the dynamic batcher, :class:`Batcher`), ``inference`` (the batch the
+  request rode in) and ``postprocess``, which calls ``inferwatch.record(prediction,
+  confidence, features)`` with the note's length as ``input_tokens``. The
   batcher reports batch sizes and the queue depth.
 - ``POST /generate`` ``{"prompt": ..., "max_tokens": n}``: a streamed token
   generator timed by a ``decode`` stage (time to first token, inter-token gaps,
@@ -41,6 +42,7 @@ import logging
 import os
 import random
 import time
+from collections import deque
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
@@ -65,6 +67,14 @@ log = logging.getLogger("inferwatch.demo.server")
 
 MAX_BATCH = 32
 BATCH_WAIT_S = 0.002
+#: Device time per padded token of a batch (a full batch of long notes takes about 0.15 s).
+TOKEN_S = 10e-6
+#: Notes longer than this many tokens go to the long-input bucket.
+LONG_NOTE = 256
+#: Padded tokens a batch holds at most (a long-input batch is full at about 7 notes of 2000 tokens).
+TOKEN_BUDGET = 16384
+#: The long-input bucket's max wait: its oldest request waits at most this long for the batch to fill.
+LONG_WAIT_S = 0.8
 TOKENS = ("the", "model", "says", "approve", "review", "decline", "because", "of", "income", "and", "debt", ".")
 
 
@@ -72,6 +82,7 @@ class PredictBody(BaseModel):
     features: dict[str, float | str | None] = Field(
         ..., description="Feature name -> value: the eight numeric features and 'region'."
     )
+    note: str = Field("", max_length=100_000, description="The applicant's free-text note (padded in its batch).")
 
 
 class GenerateBody(BaseModel):
@@ -80,29 +91,44 @@ class GenerateBody(BaseModel):
 
 
 class _Item:
-    __slots__ = ("numeric", "region", "started", "done")
+    __slots__ = ("numeric", "region", "tokens", "queued_at", "started", "done")
 
-    def __init__(self, numeric: list[float], region: str, loop: asyncio.AbstractEventLoop) -> None:
+    def __init__(self, numeric: list[float], region: str, tokens: int, loop: asyncio.AbstractEventLoop) -> None:
         self.numeric = numeric
         self.region = region
+        self.tokens = tokens
+        self.queued_at = loop.time()
         self.started = asyncio.Event()
         self.done: asyncio.Future[tuple[str, float]] = loop.create_future()
 
 
 class Batcher:
-    """A dynamic batcher: collects requests for ``wait_s`` (up to ``max_batch``) and runs them together.
+    """A dynamic batcher in front of one (simulated) device, with a bucket for long inputs.
 
-    Batches run as separate tasks, so a slow batch (the latency fault) does not
-    hold up the queue behind it: the spike shows in ``inference`` only.
+    A batch is padded to its longest note, so its compute takes :data:`TOKEN_S` per padded token
+    (``len(batch) * max(tokens)``), and the device runs one batch at a time: requests behind a long batch
+    wait in the ``queue`` stage. To keep padding down, notes longer than :data:`LONG_NOTE` tokens go to
+    their own bucket, which waits until a batch of them fills :data:`TOKEN_BUDGET` padded tokens or its
+    oldest has waited :data:`LONG_WAIT_S` (no fast lane: the ``long_inputs`` fault shows what that costs).
+    Short requests are collected for ``wait_s`` (up to ``max_batch``).
+
+    The latency fault's sleep and the faulty canary's slowdown happen after the device is released, as
+    separate tasks, so they show in ``inference`` only and do not hold up the queue.
     """
 
     def __init__(self, state: State, max_batch: int = MAX_BATCH, wait_s: float = BATCH_WAIT_S) -> None:
         self.state = state
         self.max_batch = max_batch
         self.wait_s = wait_s
-        self.queue: asyncio.Queue[_Item] = asyncio.Queue()
+        self.short: deque[_Item] = deque()
+        self.long: deque[_Item] = deque()
+        self._wake = asyncio.Event()
         self._tasks: set[asyncio.Task[None]] = set()
         self._loop_task: asyncio.Task[None] | None = None
+
+    def put(self, item: _Item) -> None:
+        (self.long if item.tokens > LONG_NOTE else self.short).append(item)
+        self._wake.set()
 
     def start(self) -> None:
         self._loop_task = asyncio.get_running_loop().create_task(self._loop())
@@ -115,33 +141,76 @@ class Batcher:
             except asyncio.CancelledError:
                 pass
 
+    def _take_long(self, now: float) -> list[_Item]:
+        """The long bucket's batch when it is full or its oldest waited LONG_WAIT_S, else nothing."""
+        n, longest = 0, 0
+        for it in self.long:
+            if n == self.max_batch or (n + 1) * max(longest, it.tokens) > TOKEN_BUDGET:
+                break
+            n, longest = n + 1, max(longest, it.tokens)
+        if not self.long:
+            return []
+        full = n < len(self.long) or n == self.max_batch
+        if not full and now - self.long[0].queued_at < LONG_WAIT_S:
+            return []
+        return [self.long.popleft() for _ in range(max(n, 1))]
+
     async def _loop(self) -> None:
+        loop = asyncio.get_running_loop()
         while True:
-            items = [await self.queue.get()]
+            if not self.short and not self.long:
+                self._wake.clear()
+                await self._wake.wait()
             await asyncio.sleep(self.wait_s)
-            while len(items) < self.max_batch and not self.queue.empty():
-                items.append(self.queue.get_nowait())
-            inferwatch.set_queue_depth(self.queue.qsize())
+            items = self._take_long(loop.time())
+            if not items and self.short:
+                items = [self.short.popleft() for _ in range(min(self.max_batch, len(self.short)))]
+            if not items:
+                # Only long inputs, their batch not due yet: wait for its deadline or the next request.
+                self._wake.clear()
+                due = self.long[0].queued_at + LONG_WAIT_S - loop.time()
+                try:
+                    await asyncio.wait_for(self._wake.wait(), max(due, 0.0))
+                except TimeoutError:
+                    pass
+                continue
+            inferwatch.set_queue_depth(len(self.short) + len(self.long))
             inferwatch.observe_batch(len(items))
             for it in items:
                 it.started.set()
-            t = asyncio.get_running_loop().create_task(self._run(items))
-            self._tasks.add(t)
-            t.add_done_callback(self._tasks.discard)
+            await self._run(items)
 
     async def _run(self, items: list[_Item]) -> None:
         try:
             f = self.state.faults.get()
+            model = self.state.model_for(f)
             numeric = np.array([it.numeric for it in items], dtype=np.float64)
-            pred, conf = self.state.model.predict(numeric, [it.region for it in items], f.confidence_temperature)
+            pred, conf = model.predict(numeric, [it.region for it in items], f.confidence_temperature)
+            # The device is busy for the padded batch: the next batch waits (in the queue stage).
+            await asyncio.sleep(TOKEN_S * len(items) * max(it.tokens for it in items))
+        except Exception as e:  # a failed batch fails its requests, never the batcher
+            _fail(items, e)
+            return
+        t = asyncio.get_running_loop().create_task(self._finish(items, f, pred, conf.tolist()))
+        self._tasks.add(t)
+        t.add_done_callback(self._tasks.discard)
+
+    async def _finish(self, items: list[_Item], f: fl.Faults, pred: list[str], conf: list[float]) -> None:
+        try:
             await self.state.maybe_delay("inference", f)
-            for it, p, c in zip(items, pred, conf.tolist(), strict=True):
+            if f.canary_fault and self.state.role == "canary":
+                await asyncio.sleep(fl.CANARY_SLOWDOWN_S)
+            for it, p, c in zip(items, pred, conf, strict=True):
                 if not it.done.done():
                     it.done.set_result((p, c))
-        except Exception as e:  # a failed batch fails its requests, never the batcher
-            for it in items:
-                if not it.done.done():
-                    it.done.set_exception(e)
+        except Exception as e:
+            _fail(items, e)
+
+
+def _fail(items: list[_Item], e: Exception) -> None:
+    for it in items:
+        if not it.done.done():
+            it.done.set_exception(e)
 
 
 class State:
@@ -157,12 +226,18 @@ class State:
         # The allocator probe runs on the SDK's sender thread: it gets its own reader.
         self.alloc_faults = fl.FaultReader(self.fault_path, check_s=0.5)
         model, _ = mdl.train(self.seed)
-        self.model = model.canary() if self.role == "canary" else model
+        self.model = model.healthy_canary() if self.role == "canary" else model
+        #: What the canary serves once its fault is on (``canary_fault``).
+        self.bad_model = model.canary()
         self.batcher = Batcher(self)
         self.rng = random.Random(os.getpid())
         #: Share of predictions failing with 503 (a flaky feature store): the error panels are never empty,
         #: and the error-rate alert (5%) stays quiet.
         self.error_share = float(os.environ.get("INFERWATCH_DEMO_ERROR_SHARE", "0.003"))
+
+    def model_for(self, f: fl.Faults) -> mdl.Model:
+        """The model this worker serves under the faults ``f``."""
+        return self.bad_model if f.canary_fault and self.role == "canary" else self.model
 
     async def maybe_delay(self, stage: str, f: fl.Faults) -> None:
         if f.latency_stage == stage and f.latency_delay_s > 0 and self.rng.random() < f.latency_share:
@@ -243,10 +318,11 @@ async def predict(body: PredictBody, request: Request) -> dict[str, Any]:
             raise HTTPException(503, "feature store timed out (simulated)")
         # A missing numeric value is imputed with the training mean (and recorded as missing).
         x = [m if v != v else v for v, m in zip(numeric, st.model.mean.tolist(), strict=True)]
+        tokens = len(body.note.split())
         await st.maybe_delay("preprocess", f)
-    item = _Item(x, region, asyncio.get_running_loop())
+    item = _Item(x, region, tokens, asyncio.get_running_loop())
     with inferwatch.stage("queue"):
-        st.batcher.queue.put_nowait(item)
+        st.batcher.put(item)
         await item.started.wait()
     with inferwatch.stage("inference"):
         pred, conf = await item.done
@@ -254,6 +330,9 @@ async def predict(body: PredictBody, request: Request) -> dict[str, Any]:
         await st.maybe_delay("postprocess", f)
         recorded: dict[str, Any] = dict(zip(mdl.NUMERIC_NAMES, numeric, strict=True))
         recorded[mdl.CATEGORICAL_NAME] = region or None
+        # A request attribute, not a model input: the tail attribution finds it; drift leaves it out (the
+        # reference has no such column).
+        recorded["input_tokens"] = tokens
         inferwatch.record(prediction=pred, confidence=conf, features=recorded)
         out = {"prediction": pred, "confidence": round(conf, 4), "model_version": st.model.version,
                "request_id": inferwatch.current_request_id()}

@@ -246,7 +246,7 @@ def start_sidecar(config_path: Path, log_dir: Path) -> Process:
 
 def sidecar_config(*, socket_path: str, port: int, token: str, reference: str,
                    gpu_processes: list[dict[str, Any]], seed: int) -> dict[str, Any]:
-    """The sidecar's config: loopback HTTP with an admin token, short drift windows, the fake NVML backend.
+    """The sidecar's config: loopback HTTP with an admin token, the fake NVML backend, short windows.
 
     Args:
         socket_path: the ingest socket.
@@ -270,6 +270,12 @@ def sidecar_config(*, socket_path: str, port: int, token: str, reference: str,
             "enabled": True, "reference": reference, "window_seconds": 10, "subwindows": 5,
             "evaluate_interval_s": 1, "min_samples": 100,
         },
+        # The canary judged every second over the last 10 s, from 50 requests a version: the healthy canary
+        # has a verdict a few seconds after the load starts, before the faults. The stable version is the
+        # busiest (60% of the predictions); Triton's spans name the versions 1 and 2, not v1 and v2.
+        "canary": {"window_seconds": 10, "subwindows": 5, "evaluate_interval_s": 1, "min_requests": 50},
+        # 15 s windows hold about 500 requests of v1: enough for a slowest 1% of 5.
+        "tail": {"window_seconds": 15, "min_tail_requests": 5},
     }
 
 

@@ -9,9 +9,9 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
+from inferwatch_sidecar.demo import judge, report
 from inferwatch_sidecar.demo import model as mdl
-from inferwatch_sidecar.demo import report
-from inferwatch_sidecar.demo.config import ALL_FAULTS
+from inferwatch_sidecar.demo.config import KNOWN_FAULTS
 from inferwatch_sidecar.demo.observe import Snapshot
 from inferwatch_sidecar.demo.scenario import Scenario
 
@@ -80,7 +80,8 @@ def _drift_table(snap: Snapshot) -> Table:
             txt = "-" if s is None else f"{s:.2f}"
             cells.append(Text(txt + (" *" if f.get("drifted") else ""), style="bold red" if f.get("drifted") else ""))
         t.add_row(n, *cells)
-    for label, key in (("mean confidence (ref)", "confidence"), ("estimated accuracy", "estimated_accuracy"),
+    for label, key in (("mean confidence (ref)", "confidence"),
+                       ("estimated accuracy [95%] (ref)", "estimated_accuracy"),
                        ("accuracy (labels)", "accuracy"), ("share of inputs drifted", "drifted_ratio"),
                        ("canary: columns differing from v1", "canary_columns"), ("window events", "window_events")):
         values: list[str] = []
@@ -93,6 +94,8 @@ def _drift_table(snap: Snapshot) -> Table:
             elif key == "confidence":
                 cur, ref = d["confidence"]
                 values.append("-" if cur is None else f"{cur:.3f} ({ref:.3f})" if ref is not None else f"{cur:.3f}")
+            elif key == "estimated_accuracy":
+                values.append(_estimate(d))
             else:
                 x = d.get(key)
                 values.append("-" if x is None else f"{x:.0f}" if key == "window_events" else f"{x:.1%}")
@@ -100,11 +103,48 @@ def _drift_table(snap: Snapshot) -> Table:
     return t
 
 
+def _estimate(d: dict[str, Any]) -> str:
+    """The accuracy estimate: calibrated with its interval and the reference accuracy, or marked uncalibrated."""
+    x = d.get("estimated_accuracy")
+    if x is None:
+        return "-"
+    if not d.get("calibrated"):
+        return f"{x:.1%} (mean confidence, uncalibrated)"
+    iv = d.get("estimated_interval", {})
+    ref = d.get("reference_accuracy")
+    return (f"{x:.1%} [{iv.get('lower', float('nan')):.1%}-{iv.get('upper', float('nan')):.1%}]"
+            + (f" ({ref:.1%})" if ref is not None else ""))
+
+
+def _canary_table(snap: Snapshot) -> Table:
+    t = Table(title="canary judge (inferwatch canary --sidecar URL)", expand=True, title_justify="left")
+    for h in ("canary", "verdict", "score", "requests", "why"):
+        t.add_column(h)
+    for j in snap.canary:
+        v = j.get("verdict", "-")
+        style = {"pass": "green", "marginal": "yellow", "fail": "bold red"}.get(v, "")
+        t.add_row(f"{j.get('canary_version')} vs {j.get('baseline_version')}", Text(v.upper(), style=style),
+                  f"{j.get('score', 0):.0f}/100", f"{j.get('canary_requests')} vs {j.get('baseline_requests')}",
+                  "; ".join(j.get("reasons", [])) or "-")
+    if not snap.canary:
+        t.add_row(Text("(no canary with enough requests yet)", style="dim"), "", "", "", "")
+    return t
+
+
+def _tail_text(snap: Snapshot) -> Text:
+    out = Text("why the slowest 1% is slow (tail attribution, last window): ", style="bold")
+    sentences = [f"{ver}: {s}" for (model, ver) in sorted(snap.tail) if model == mdl.NAME
+                 for _, _, s in [judge.tail_summary(snap, ver)] if s]
+    out.append("; ".join(sentences) if sentences else "no window with a slowest 1% yet",
+               style="" if sentences else "dim")
+    return out
+
+
 def _fault_table(snap: Snapshot) -> Table:
     t = Table(title="faults and alerts", expand=True, title_justify="left")
     for h in ("fault", "injected", "detected", "evidence"):
         t.add_column(h)
-    for name in ALL_FAULTS:
+    for name in KNOWN_FAULTS:
         st = snap.faults.get(name)
         if st is None:
             continue
@@ -159,7 +199,8 @@ def render(snap: Snapshot, sc: Scenario) -> Group:
     top.add_column(ratio=1)
     top.add_column(ratio=1)
     top.add_row(_stage_table(snap), _gpu_table(snap, sc))
-    parts: list[RenderableType] = [Panel(head), top, _drift_table(snap), _fault_table(snap), _alerts_text(snap, sc)]
+    parts: list[RenderableType] = [Panel(head), top, _tail_text(snap), _drift_table(snap), _canary_table(snap),
+                                   _fault_table(snap), _alerts_text(snap, sc)]
     if sc.receiver is not None:
         parts.append(_notifications_table(snap))
     return Group(*parts)
@@ -170,8 +211,9 @@ def progress_line(snap: Snapshot) -> str:
     det = ", ".join(f"{n}{'+' if st.detected else '-'}" for n, st in snap.faults.items())
     inf = snap.stages.get("inference", {})
     firing = sorted(n for n, s in snap.alerts.items() if s == "firing")
+    canary = next((f" canary {j['verdict']} {j['score']:.0f}" for j in snap.canary), "")
     return (f"t={snap.t:5.1f}s {snap.phase:<8} requests={snap.load.get('predict_stable', 0)}+"
             f"{snap.load.get('predict_canary', 0)}+{snap.load.get('generate', 0)} "
-            f"inference p99.9={report.seconds(inf.get(0.999))} detected: {det}"
+            f"inference p99.9={report.seconds(inf.get(0.999))}{canary} detected: {det}"
             + (f" firing: {', '.join(firing)}" if firing else "")
             + (f" notifications: {len(snap.notifications)}" if snap.notifications else ""))
