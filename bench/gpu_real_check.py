@@ -1,10 +1,14 @@
-"""Real-GPU check (needs an NVIDIA GPU, nvidia-ml-py and torch): NVML sampling + leak verdict.
+"""Real-GPU check (needs an NVIDIA GPU, nvidia-ml-py and torch): NVML sampling, leak verdict, copies.
 
-Starts a PyTorch child process that leaks 64 MiB per second for two minutes,
-runs the gpu component on the real ``pynvml`` next to it (1 s interval, a
-short detector scale so two minutes are enough), feeds it the child's
-allocator stats the way the SDK's torch probe would, and prints the
-per-process series, the verdict and the classification (expected: tensor).
+Starts a PyTorch child process that leaks 64 MiB per second for two minutes and
+two "worker" children that each hold the same 2 GiB for the whole run (one model
+loaded twice), runs the gpu component on the real ``pynvml`` next to them (1 s
+interval, a short detector scale and a 30 s flatness window so two minutes are
+enough), feeds it the leaking child's allocator stats the way the SDK's torch
+probe would, and prints the per-process series, the verdict, the classification
+(expected: tensor), the device-wide time to OOM (free memory over the summed
+rates of the leaking processes) beside the process's own, and the duplicated
+copies figure (expected: the two workers, 2 copies, about 2 GiB beyond one).
 
 Usage (on the GPU machine, from the repository root):
     python bench/gpu_real_check.py [--seconds 120] [--out DIR]
@@ -36,6 +40,15 @@ while time.time() < t_end:
     time.sleep(1.0)
 """
 
+#: A worker holding one copy of a "model" (2 GiB) until killed.
+HOLDER = r"""
+import sys, time, torch
+weights = torch.empty(2 * 2**30, dtype=torch.uint8, device="cuda")
+torch.cuda.synchronize()
+print("loaded", flush=True)
+time.sleep(float(sys.argv[1]))
+"""
+
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -54,8 +67,8 @@ def main() -> int:
     from inferwatch_sidecar.components.gpu.component import build
     from inferwatch_sidecar.components.gpu.config import GpuConfig
 
-    cfg = GpuConfig(backend="nvml", interval_s=1.0, detector={
-        "scales": [[64, 4]], "confirm_s": 8})
+    cfg = GpuConfig(backend="nvml", interval_s=1.0, detector={"scales": [[64, 4]], "confirm_s": 8},
+                    duplicates={"flat_s": 30.0})
     comp = build(cfg, ComponentContext())
     comp.tick()
     first = comp.status()
@@ -64,6 +77,11 @@ def main() -> int:
         return 2
     print(f"NVML ok: driver {first['driver_version']}, NVML {first['nvml_version']}, "
           f"memory info {first['memory_info_version']}, devices {[d['name'] for d in first['devices']]}")
+    holders = [subprocess.Popen([sys.executable, "-c", HOLDER, str(args.seconds + 10)], stdout=subprocess.PIPE,
+                                text=True) for _ in range(2)]
+    for h in holders:
+        assert h.stdout is not None
+        h.stdout.readline()  # "loaded": both copies are on the device before the leak starts
     comp.start()
     child = subprocess.Popen([sys.executable, "-c", CHILD, str(args.seconds)], stdout=subprocess.PIPE, text=True)
     series = []
@@ -75,23 +93,39 @@ def main() -> int:
         procs = [p for d in st["devices"] for p in d["processes"] if p["pid"] == child.pid]
         if procs:
             p = procs[0]
-            series.append((round(time.time(), 1), p["used_bytes"], p["verdict"], p.get("kind")))
+            dup = [c["copies"] for c in st["duplicate_model_copies"]]
+            series.append((round(time.time(), 1), p["used_bytes"], p["verdict"], p.get("kind"),
+                           p["device_time_to_oom_s"], dup))
             print(f"t={series[-1][0]} pid={child.pid} nvml_used={p['used_bytes'] / 2**20:.0f} MiB "
                   f"allocated={alloc / 2**20:.0f} MiB verdict={p['verdict']} kind={p.get('kind')} "
-                  f"rate={(p['rate_bytes_per_s'] or 0) / 2**20:.1f} MiB/s ttoom={p['time_to_oom_s']}", flush=True)
+                  f"rate={(p['rate_bytes_per_s'] or 0) / 2**20:.1f} MiB/s ttoom={p['time_to_oom_s']} "
+                  f"device_ttoom={p['device_time_to_oom_s']} duplicate_copies={dup}", flush=True)
     child.wait()
     time.sleep(1.5)
     st = comp.status()
+    copies = st["duplicate_model_copies"]
+    for h in holders:
+        h.kill()
+        h.wait()
     comp.stop(5.0)
     os.makedirs(args.out, exist_ok=True)
     with open(os.path.join(args.out, "gpu_real_check.json"), "w") as f:
         json.dump({"status": st, "series": series}, f, indent=1, default=str)
     print(json.dumps({k: st[k] for k in ("backend", "driver_version", "nvml_version", "memory_info_version",
-                                         "leaks", "episodes", "faults")}, indent=1, default=str))
+                                         "leaks", "episodes", "duplicate_model_copies", "faults")},
+                     indent=1, default=str))
     ok = any(x["pid"] == child.pid and x["kind"] == "tensor" for x in st["leaks"]) or any(
         s[2] == "leak" for s in series)
+    ttoom = [s[4] for s in series if s[4] is not None]
     print("RESULT:", "leak detected" if ok else "NO LEAK DETECTED")
-    return 0 if ok else 1
+    print("device-wide time to OOM (last while leaking):", f"{ttoom[-1]:.0f} s" if ttoom else "none")
+    holder_pids = {h.pid for h in holders}
+    dup_ok = any(holder_pids <= set(c["pids"]) for c in copies)
+    for c in copies:
+        print(f"duplicate copies on GPU {c['gpu']}: {c['copies']} (pids {c['pids']}), "
+              f"{c['extra_bytes'] / 2**30:.2f} GiB beyond one copy")
+    print("RESULT:", "duplicate copies found" if dup_ok else f"NO DUPLICATE COPIES FOUND for pids {holder_pids}")
+    return 0 if ok and dup_ok and ttoom else 1
 
 
 if __name__ == "__main__":

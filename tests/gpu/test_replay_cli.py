@@ -127,11 +127,13 @@ def test_analyze_json_contract(tmp_path: Path, capsys: pytest.CaptureFixture[str
     assert main(["gpu", "analyze", g, a, "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     res = {(r["device"], r["pid"]): r for r in out["results"]}
-    assert set(res) == {("0", None), (UUID, 4242), (UUID, 4243)}
+    # Process rows name the device by the index the GPU log joins to their UUID.
+    assert set(res) == {("0", None), ("0", 4242), ("0", 4243)}
+    assert {r["uuid"] for r in out["results"]} == {UUID}
     for r in out["results"]:
         assert set(r) >= {"device", "pid", "verdict", "leak_rate_bytes_per_s", "time_to_oom_s", "detected_at"}
         assert r["verdict"] in ("leak", "no_leak", "insufficient_data")
-    leak = res[(UUID, 4242)]
+    leak = res[("0", 4242)]
     assert leak["verdict"] == "leak"
     assert leak["leak_rate_bytes_per_s"] == pytest.approx(2**20, rel=0.05)
     # Detected within 15 minutes of the onset at 12:20:00, stamped with the log's own timestamp.
@@ -140,7 +142,7 @@ def test_analyze_json_contract(tmp_path: Path, capsys: pytest.CaptureFixture[str
     free = (81559 - 30720 - 4) * 2**20
     assert leak["time_to_oom_s"] == pytest.approx(free / leak["leak_rate_bytes_per_s"], rel=0.01)
     assert res[("0", None)]["verdict"] == "no_leak" and res[("0", None)]["detected_at"] is None
-    assert res[(UUID, 4243)]["verdict"] == "no_leak" and res[(UUID, 4243)]["time_to_oom_s"] is None
+    assert res[("0", 4243)]["verdict"] == "no_leak" and res[("0", 4243)]["time_to_oom_s"] is None
 
 
 def restart_logs(tmp: Path) -> tuple[str, str]:
@@ -180,10 +182,10 @@ def test_analyze_lists_an_episode_that_a_restart_ended(tmp_path: Path, capsys: p
     lo, hi = ep["rate_ci_bytes_per_s"]
     assert lo <= ep["rate_bytes_per_s"] <= hi and ep["kind"] is None
     # The leaking process vanished from the log with the restart: its episode ends with its last row.
-    old = res[(UUID, 4242)]
+    old = res[("0", 4242)]
     assert [e["end"] for e in old["episodes"]] == ["series_ended"]
     assert old["episodes"][0]["cleared_at"] == "2024/01/31 12:59:55.000"
-    assert res[(UUID, 4300)]["episodes"] == []
+    assert res[("0", 4300)]["episodes"] == []
 
 
 def test_analyze_short_log_is_insufficient_data(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -17,11 +17,14 @@ def register(subparsers: Any) -> None:
         help="detect memory leaks in nvidia-smi CSV logs",
         description=(
             "Run the sidecar's leak detector over logs recorded with\n"
-            "  nvidia-smi --query-gpu=timestamp,index,uuid,memory.total,memory.used,memory.free --format=csv -l 1\n"
+            "  nvidia-smi --query-gpu=timestamp,index,name,uuid,memory.total,memory.used,memory.free "
+            "--format=csv -l 1\n"
             "  nvidia-smi --query-compute-apps=timestamp,gpu_uuid,pid,used_memory --format=csv -l 1\n"
-            "and report a verdict and every leak episode per device and per process.\n"
-            "Exit status 0 whatever the verdicts;\n"
-            "1 when a file cannot be read or parsed."
+            "and report a verdict and every leak episode per device and per process, the time to OOM\n"
+            "(the series' own and the device's, with every growing process together) and duplicated\n"
+            "model copies (several processes each holding a similar, large, flat amount).\n"
+            "Exit status 0 whatever the verdicts; 1 when a file cannot be read or parsed\n"
+            "or the plot cannot be written; 2 for bad options (or --plot FILE.png without matplotlib)."
         ),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -35,6 +38,9 @@ def register(subparsers: Any) -> None:
     a.add_argument("--warmup", type=float, default=None, metavar="SECONDS",
                    help="optional blind period at the start of each series (default 0: warm-up plateaus "
                         "are recognised from the data)")
+    a.add_argument("--plot", metavar="FILE",
+                   help="draw every series (release floor, trend, detections, projected OOM) into FILE.html "
+                        '(standard library) or FILE.png (needs matplotlib: pip install "inferwatch[plot]")')
     a.add_argument("--progress", choices=("auto", "always", "never"), default="auto",
                    help="progress bar on stderr (auto: on a terminal, for files over 1 MB)")
     a.set_defaults(func=_analyze)
@@ -57,7 +63,8 @@ def _scales(specs: list[str]) -> list[tuple[float, float]]:
 def _analyze(args: argparse.Namespace) -> int:
     from pydantic import ValidationError
 
-    from inferwatch_sidecar.components.gpu.analysis import analyze
+    from inferwatch_sidecar.components.gpu import plot
+    from inferwatch_sidecar.components.gpu.analysis import run
     from inferwatch_sidecar.components.gpu.config import DetectorConfig
     from inferwatch_sidecar.components.gpu.replay import LogError, file_size
 
@@ -68,6 +75,8 @@ def _analyze(args: argparse.Namespace) -> int:
         if args.warmup is not None:
             kw["warmup_s"] = args.warmup
         cfg = DetectorConfig(**kw)
+        if args.plot:
+            plot.check_target(args.plot)
     except (ValueError, ValidationError) as e:
         msg = e.errors()[0]["msg"] if isinstance(e, ValidationError) else str(e)
         print(f"inferwatch gpu analyze: {msg}", file=sys.stderr)
@@ -80,12 +89,16 @@ def _analyze(args: argparse.Namespace) -> int:
 
             with Progress(transient=True, console=_stderr_console()) as prog:
                 task = prog.add_task("reading logs", total=total)
-                result = analyze(args.files, cfg, progress=lambda done: prog.update(task, completed=done))
+                found = run(args.files, cfg, progress=lambda done: prog.update(task, completed=done),
+                            keep_series=bool(args.plot))
         else:
-            result = analyze(args.files, cfg)
-    except LogError as e:
+            found = run(args.files, cfg, keep_series=bool(args.plot))
+        if args.plot:
+            plot.write(args.plot, found.series)
+    except (LogError, plot.PlotError) as e:
         print(f"inferwatch gpu analyze: {e}", file=sys.stderr)
         return 1
+    result = found.result
     if args.json:
         print(json.dumps(result, indent=2))
     else:
@@ -115,36 +128,57 @@ def _fmt_s(v: float | None) -> str:
     return f"{v / 60:.0f} min"
 
 
+def _fmt_size(v: float) -> str:
+    return f"{v / 2**30:,.2f} GiB"
+
+
+def _device(r: dict[str, Any]) -> str:
+    """``0 NVIDIA H100 80GB HBM3``: the index (the whole UUID when no GPU log names one) and the name."""
+    return f"{r['device']} {r['name']}" if r.get("name") else str(r["device"])
+
+
 def _table(result: dict[str, Any]) -> None:
     from rich.console import Console
     from rich.table import Table
 
     t = Table(title="GPU memory leak analysis")
-    for col in ("device", "pid", "verdict", "rate", "95% CI", "time to OOM", "detected at", "samples"):
-        t.add_column(col)
+    for col in ("device", "pid", "verdict", "rate", "95% CI", "time to OOM", "device OOM (all growing)",
+                "detected at", "samples"):
+        t.add_column(col, overflow="fold")
     for r in result["results"]:
         ci = r.get("leak_rate_ci_bytes_per_s")
         t.add_row(
-            str(r["device"]), "-" if r["pid"] is None else str(r["pid"]), r["verdict"],
+            _device(r), "-" if r["pid"] is None else str(r["pid"]), r["verdict"],
             _fmt_bytes(r["leak_rate_bytes_per_s"]),
             f"{_fmt_bytes(ci[0])} .. {_fmt_bytes(ci[1])}" if ci else "-",
-            _fmt_s(r["time_to_oom_s"]), r["detected_at"] or "-", str(r["samples"]),
+            _fmt_s(r["time_to_oom_s"]), _fmt_s(r["device_time_to_oom_s"]), r["detected_at"] or "-",
+            str(r["samples"]),
         )
-    Console(width=140).print(t)
+    Console(width=160).print(t)
     e = Table(title="Leak episodes")
     for col in ("device", "pid", "onset (est.)", "detected at", "cleared at", "rate", "95% CI"):
-        e.add_column(col)
+        e.add_column(col, overflow="fold")
     n = 0
     for r in result["results"]:
         for ep in r["episodes"]:
             n += 1
             ci = ep["rate_ci_bytes_per_s"]
             cleared = ep["cleared_at"] or "still leaking"
-            e.add_row(str(r["device"]), "-" if r["pid"] is None else str(r["pid"]), ep["onset_estimate"],
+            e.add_row(_device(r), "-" if r["pid"] is None else str(r["pid"]), ep["onset_estimate"],
                       ep["detected_at"], cleared if not ep["end"] else f"{cleared} ({ep['end']})",
                       _fmt_bytes(ep["rate_bytes_per_s"]), f"{_fmt_bytes(ci[0])} .. {_fmt_bytes(ci[1])}")
     if n:
         Console(width=160).print(e)
+    if result["duplicate_model_copies"]:
+        d = Table(title="Duplicated model copies (several processes each holding a similar, flat amount)")
+        for col in ("device", "copies", "pids", "each", "beyond one copy", "first seen", "last seen"):
+            d.add_column(col, overflow="fold")
+        for c in result["duplicate_model_copies"]:
+            d.add_row(_device(c), str(c["copies"]), " ".join(map(str, c["pids"])), _fmt_size(c["copy_bytes"]),
+                      _fmt_size(c["extra_bytes"]), c["first_seen"],
+                      "still at the end of the log" if c["at_end"] else c["last_seen"])
+        Console(width=160).print(d)
+        print(f"Fix: {result['duplicate_model_copies'][0]['fix']}")
     for f in result["files"]:
         if f["skipped_rows"]:
             print(f"{f['path']}: skipped rows {f['skipped_rows']}", file=sys.stderr)

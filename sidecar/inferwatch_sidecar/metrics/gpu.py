@@ -130,6 +130,17 @@ GPU_LEAK_KIND = Metric(
     help="1 for the classified kind of growth: tensor, cache_fragmentation, native or unknown.",
 )
 
+# -- duplicated model copies ------------------------------------------------
+GPU_DUPLICATE_MODEL_COPIES = Metric(
+    name="inferwatch_gpu_duplicate_model_copies", type="gauge", labels=_D, component="gpu",
+    help="Processes on the GPU that each hold a similar, large, flat amount of memory (copies of one model); "
+         "0 when fewer than gpu.duplicates.min_copies do.",
+)
+GPU_DUPLICATE_MODEL_EXTRA_BYTES = Metric(
+    name="inferwatch_gpu_duplicate_model_extra_bytes", type="gauge", unit="bytes", labels=_D, component="gpu",
+    help="Memory those copies hold beyond one copy (their sum minus the smallest).",
+)
+
 # -- collector health -----------------------------------------------------
 GPU_COLLECTOR_UP = Metric(
     name="inferwatch_gpu_collector_up", type="gauge", component="gpu",
@@ -165,7 +176,7 @@ METRICS: tuple[Metric, ...] = (
     GPU_ALLOCATOR_OOMS_TOTAL, GPU_PROCESS_NON_ALLOCATOR_MEMORY_BYTES, GPU_FRAGMENTATION_WARNING, GPU_LEAK_DETECTED,
     GPU_LEAK_RATE_BYTES_PER_SECOND, GPU_LEAK_RATE_LOWER_BYTES_PER_SECOND, GPU_LEAK_RATE_UPPER_BYTES_PER_SECOND,
     GPU_LEAK_TIME_TO_OOM_SECONDS, GPU_LEAK_DETECTED_TIMESTAMP_SECONDS, GPU_LEAK_ONSET_TIMESTAMP_SECONDS,
-    GPU_LEAK_KIND, GPU_COLLECTOR_UP,
+    GPU_LEAK_KIND, GPU_DUPLICATE_MODEL_COPIES, GPU_DUPLICATE_MODEL_EXTRA_BYTES, GPU_COLLECTOR_UP,
     GPU_COLLECTOR_ERRORS_TOTAL, GPU_COLLECTOR_LAST_SUCCESS_AGE_SECONDS, GPU_COLLECTOR_SAMPLES_TOTAL,
     GPU_COLLECTOR_CPU_SECONDS_TOTAL, GPU_ALLOCATOR_RECORDS_DROPPED_TOTAL,
 )

@@ -2,37 +2,88 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
 
-from inferwatch_sidecar.components.gpu.config import DetectorConfig
+from inferwatch_sidecar.components.gpu.config import DetectorConfig, DuplicatesConfig
 from inferwatch_sidecar.components.gpu.detector import Episode, LeakDetector
+from inferwatch_sidecar.components.gpu.duplicates import BINS, Copies, FlatTracker, find_copies
+from inferwatch_sidecar.components.gpu.duplicates import FIX as DUPLICATES_FIX
 from inferwatch_sidecar.components.gpu.replay import Row, file_size, parse_log
 
 
+@dataclass
+class Series:
+    """One analysed series, kept for the plot.
+
+    Attributes:
+        label: ``GPU 0 (NVIDIA H100 80GB HBM3)``, plus `` pid 4242`` for a process.
+        t: sample times, seconds.
+        v: used bytes.
+        det: the detector after the whole series.
+        result: the series' entry of ``results``.
+        headroom: free device memory at the end of the log, bytes (None when unknown).
+    """
+
+    label: str
+    t: list[float]
+    v: list[float]
+    det: LeakDetector
+    result: dict[str, Any]
+    headroom: float | None
+
+
+@dataclass
+class Analysis:
+    """What :func:`run` found: the JSON-able result and the series behind it."""
+
+    result: dict[str, Any]
+    series: list[Series] = field(default_factory=list)
+
+
 def analyze(paths: list[str], cfg: DetectorConfig | None = None,
-            progress: Callable[[int], None] | None = None) -> dict[str, Any]:
-    """Run one detector per device and per (device, pid) series.
+            progress: Callable[[int], None] | None = None,
+            duplicates: DuplicatesConfig | None = None) -> dict[str, Any]:
+    """Run one detector per device and per (device, pid) series; see :func:`run`.
+
+    Returns:
+        ``{"results": [...], "duplicate_model_copies": [...], "files": [...]}``; each result has
+        ``device`` (the device index, or the UUID when no GPU log names the device), ``uuid``, ``name``
+        (the product name when a log has it), ``pid`` (None for a device), ``verdict`` (at the end of the
+        log), ``leak_rate_bytes_per_s``, ``time_to_oom_s`` (the series' own: free memory over its own
+        rate), ``device_time_to_oom_s`` (when the device runs out at the summed rate of every process
+        on it still leaking at the end of the log), ``detected_at`` (the log's timestamp of the first
+        detection of any episode, or None), the rate's interval, the sample count and ``episodes``:
+        every leak episode with ``onset_estimate``, ``detected_at``, ``cleared_at`` (None while still
+        leaking at the end of the log), ``end``, ``rate_bytes_per_s``, ``rate_ci_bytes_per_s`` and
+        ``kind`` (None: nvidia-smi logs carry no allocator data). ``duplicate_model_copies`` lists, per
+        device, the largest set of duplicated model copies seen (``components.gpu.duplicates``).
+
+    Raises:
+        LogError: a file cannot be read or parsed.
+    """
+    return run(paths, cfg, progress, duplicates).result
+
+
+def run(paths: list[str], cfg: DetectorConfig | None = None, progress: Callable[[int], None] | None = None,
+        duplicates: DuplicatesConfig | None = None, keep_series: bool = False) -> Analysis:
+    """Read the logs and analyse every series.
 
     Args:
         paths: nvidia-smi CSV logs.
         cfg: detector settings.
         progress: called with the total bytes read so far.
-
-    Returns:
-        ``{"results": [...], "files": [...]}``; each result has ``device``, ``pid``
-        (None for a device), ``verdict`` (at the end of the log), ``leak_rate_bytes_per_s``,
-        ``time_to_oom_s``, ``detected_at`` (the log's timestamp of the first detection of
-        any episode, or None), the rate's interval, the sample count and ``episodes``:
-        every leak episode with ``onset_estimate``, ``detected_at``, ``cleared_at`` (None
-        while still leaking at the end of the log), ``end``, ``rate_bytes_per_s``,
-        ``rate_ci_bytes_per_s`` and ``kind`` (None: nvidia-smi logs carry no allocator data).
+        duplicates: duplicated-copies thresholds.
+        keep_series: keep every series' samples in ``Analysis.series`` (for the plot).
 
     Raises:
         LogError: a file cannot be read or parsed.
     """
     cfg = cfg or DetectorConfig()
+    dcfg = duplicates or DuplicatesConfig()
     logs = []
     base = 0
     for p in paths:
@@ -43,14 +94,20 @@ def analyze(paths: list[str], cfg: DetectorConfig | None = None,
     for log in logs:
         for r in log.rows:
             series.setdefault((r.device, r.pid), []).append(r)
-    # Device free memory over time, for the per-process time to OOM (joined by UUID).
+    # Device identity by UUID (GPU logs give the index and maybe the name; compute-apps logs only the UUID
+    # and maybe the name), and free memory over time, for the time to OOM.
+    index_of: dict[str, str] = {}
+    name_of: dict[str, str] = {}
     free_by_uuid: dict[str, list[Row]] = {}
-    for (_dev, pid), rows in series.items():
-        if pid is None:
-            for r in rows:
-                if r.uuid:
-                    free_by_uuid.setdefault(r.uuid, []).append(r)
+    for log in logs:
+        for r in log.rows:
+            if r.uuid and r.pid is None:
+                index_of[r.uuid] = r.device
+                free_by_uuid.setdefault(r.uuid, []).append(r)
+            if r.uuid and r.name:
+                name_of.setdefault(r.uuid, r.name)
     log_end = max((r.t for log in logs for r in log.rows), default=0.0)
+    out = Analysis({})
     results = []
     for (dev, pid), rows in sorted(series.items(), key=lambda kv: (kv[0][0], kv[0][1] is not None, kv[0][1] or 0)):
         rows.sort(key=lambda r: r.t)
@@ -74,22 +131,104 @@ def analyze(paths: list[str], cfg: DetectorConfig | None = None,
         # A process that leaked until it vanished from the log (a restart, an exit): its episode ended there.
         ended = rows[-1].t < log_end
         eps = [_episode(e, rows[-1].t if ended else None) for e in det.episodes]
-        results.append({
-            "device": dev,  # as the log gives it: the index in GPU logs, the UUID in compute-apps logs
+        uuid = rows[-1].uuid
+        index = dev if pid is None else index_of.get(dev, dev)
+        name = name_of.get(uuid) or None
+        res = {
+            "device": index,
+            "uuid": uuid or None,
+            "name": name,
             "pid": pid,
             "verdict": det.verdict,
             "leak_rate_bytes_per_s": det.rate if det.verdict != "insufficient_data" else None,
             "leak_rate_ci_bytes_per_s": list(det.ci) if det.ci and det.verdict != "insufficient_data" else None,
             "time_to_oom_s": det.time_to_oom(headroom) if leak else None,
+            "device_time_to_oom_s": None,
             "detected_at": eps[0]["detected_at"] if eps else None,
             "samples": det.samples,
             "episodes": eps,
-        })
-    return {
+            "_growing": leak and not ended and bool(det.rate) and (det.rate or 0.0) > 0,
+            "_headroom": headroom,
+        }
+        results.append(res)
+        if keep_series:
+            label = f"GPU {index}" + (f" ({name})" if name else "") + ("" if pid is None else f" pid {pid}")
+            out.series.append(Series(label, [r.t for r in rows if r.used is not None],
+                                     [float(r.used) for r in rows if r.used is not None], det, res, headroom))
+    # Several processes growing together: the device runs out at their summed rate.
+    rate_by_uuid: dict[str, float] = {}
+    for res in results:
+        if res["pid"] is not None and res["_growing"] and res["uuid"]:
+            rate_by_uuid[res["uuid"]] = rate_by_uuid.get(res["uuid"], 0.0) + res["leak_rate_bytes_per_s"]
+    for res in results:
+        rate = rate_by_uuid.get(res["uuid"] or "")
+        headroom = res.pop("_headroom")
+        res.pop("_growing")
+        if rate and headroom is not None:
+            res["device_time_to_oom_s"] = max(0.0, headroom) / rate
+    copies = []
+    procs_by_uuid: dict[str, dict[int, list[Row]]] = {}
+    for (dev, pid), rows in series.items():
+        if pid is not None:
+            procs_by_uuid.setdefault(dev, {})[pid] = rows
+    for uuid, procs in sorted(procs_by_uuid.items()):
+        found = _copies(procs, dcfg, log_end)
+        if found is not None:
+            copies.append({"device": index_of.get(uuid, uuid), "uuid": uuid or None, "name": name_of.get(uuid),
+                           **found, "fix": DUPLICATES_FIX})
+    out.result = {
         "results": results,
+        "duplicate_model_copies": copies,
         "files": [{"path": lg.path, "kind": lg.kind, "rows": len(lg.rows), "skipped_rows": dict(lg.bad_rows)}
                   for lg in logs],
     }
+    return out
+
+
+def _copies(procs: dict[int, list[Row]], dcfg: DuplicatesConfig, log_end: float) -> dict[str, Any] | None:
+    """The set of duplicated model copies with the most extra bytes seen on one device, over the log.
+
+    Processes count as listed at a timestamp when their last row is at most one tracker bin old
+    (nvidia-smi stamps each row of one pass separately).
+    """
+    events = sorted((r.t, pid, float(r.used)) for pid, rows in procs.items() for r in rows if r.used is not None)
+    tol = dcfg.flat_s / BINS
+    trackers: dict[int, FlatTracker] = {}
+    best: tuple[Copies, float] | None = None
+    first = last = None
+    judged = -math.inf
+    i = 0
+    while i < len(events):
+        t = events[i][0]
+        while i < len(events) and events[i][0] == t:
+            _, pid, used = events[i]
+            trackers.setdefault(pid, FlatTracker(dcfg.flat_s)).update(t, used)
+            i += 1
+        # Judged four times per tracker bin (and at the end), so a week of 1 s samples costs little.
+        if t - judged < tol / 4 and i < len(events):
+            continue
+        judged = t
+        levels = {}
+        for pid, tr in list(trackers.items()):
+            if tr.last_t is not None and tr.last_t < t - tol:
+                del trackers[pid]  # gone from the log (exited, restarted)
+                continue
+            v = tr.flat_level(t, dcfg)
+            if v is not None:
+                levels[pid] = v
+        found = find_copies(levels, dcfg)
+        if found is None:
+            continue
+        first = t if first is None else first
+        last = t
+        if best is None or found.extra_bytes > best[0].extra_bytes:
+            best = (found, t)
+    if best is None or first is None or last is None:
+        return None
+    cp = best[0]
+    return {"copies": cp.copies, "pids": list(cp.pids), "used_bytes": list(cp.sizes), "copy_bytes": cp.copy_bytes,
+            "extra_bytes": cp.extra_bytes, "at": stamp(best[1]), "first_seen": stamp(first),
+            "last_seen": stamp(last), "at_end": last >= log_end - tol}
 
 
 def stamp(t: float) -> str:

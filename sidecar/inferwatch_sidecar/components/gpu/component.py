@@ -21,6 +21,8 @@ from inferwatch.wire import EV_ALLOC
 from inferwatch_sidecar.components.base import ComponentContext
 from inferwatch_sidecar.components.gpu.config import GpuConfig
 from inferwatch_sidecar.components.gpu.detector import Episode, LeakDetector
+from inferwatch_sidecar.components.gpu.duplicates import FIX as DUPLICATES_FIX
+from inferwatch_sidecar.components.gpu.duplicates import Copies, FlatTracker, find_copies
 from inferwatch_sidecar.components.gpu.sampler import FIX, DeviceSample, Fault, NvmlSampler, Snapshot, container_hint
 from inferwatch_sidecar.components.worker import PeriodicWorker
 from inferwatch_sidecar.metrics import families
@@ -39,6 +41,7 @@ class _Proc:
     pid: int
     container: str | None
     det: LeakDetector
+    flat: FlatTracker
     used: int | None = None
     last_seen: float = 0.0
     kind: str | None = None
@@ -87,6 +90,18 @@ def _leak_dict(det: LeakDetector, headroom: float | None) -> dict[str, Any]:
         "onset_estimate": eps[-1].onset_estimate if eps and eps[-1].cleared_at is None else None,
         "episodes": [_episode_dict(e) for e in eps],
     }
+
+
+def _device_time_to_oom(headroom: float | None, growing_rate: float | None) -> float | None:
+    """Seconds until the device is full when its growing processes keep their summed rate, or None."""
+    if headroom is None or not growing_rate or growing_rate <= 0:
+        return None
+    return max(0.0, headroom) / growing_rate
+
+
+def _copies_dict(cp: Copies) -> dict[str, Any]:
+    return {"copies": cp.copies, "pids": list(cp.pids), "used_bytes": list(cp.sizes),
+            "copy_bytes": cp.copy_bytes, "extra_bytes": cp.extra_bytes}
 
 
 def _fake_sampler(cfg: GpuConfig, ctx: ComponentContext) -> NvmlSampler:
@@ -145,6 +160,8 @@ class GpuComponent:
         self._labelled_pids: set[str] = set()
         #: Episodes of process series that were removed (the process exited), newest last.
         self.past_episodes: deque[dict[str, Any]] = deque(maxlen=EPISODE_HISTORY)
+        #: Duplicated model copies per GPU, with the time the same set of PIDs was first seen.
+        self.copies: dict[str, tuple[Copies, float]] = {}
 
     # -- lifecycle ---------------------------------------------------------------
     def start(self) -> None:
@@ -234,11 +251,30 @@ class GpuComponent:
                 st = self.procs.get(key)
                 if st is None:
                     hint = container_hint(p.pid, self.cfg.proc_root) if self.cfg.resolve_containers else None
-                    st = self.procs[key] = _Proc(d.gpu, p.pid, hint, LeakDetector(self.cfg.detector))
+                    st = self.procs[key] = _Proc(d.gpu, p.pid, hint, LeakDetector(self.cfg.detector),
+                                                 FlatTracker(self.cfg.duplicates.flat_s))
                 st.last_seen = t
                 st.used = p.used_bytes
                 if p.used_bytes is not None:
                     st.det.update(t, float(p.used_bytes))
+                    st.flat.update(t, float(p.used_bytes))
+            if d.processes is not None:
+                self._find_copies(d.gpu, t)
+
+    def _find_copies(self, gpu: str, t: float) -> None:
+        """Duplicated model copies among the processes this pass listed on ``gpu``."""
+        levels = {}
+        for st in self.procs.values():
+            if st.gpu == gpu and st.last_seen == t:
+                v = st.flat.flat_level(t, self.cfg.duplicates)
+                if v is not None:
+                    levels[st.pid] = v
+        found = find_copies(levels, self.cfg.duplicates)
+        if found is None:
+            self.copies.pop(gpu, None)
+            return
+        old = self.copies.get(gpu)
+        self.copies[gpu] = (found, old[1] if old is not None and old[0].pids == found.pids else t)
 
     def _feed_allocator(self) -> None:
         for key, (rec, seen) in list(self._latest.items()):
@@ -384,6 +420,10 @@ class GpuComponent:
                 det = self.dev_det.get(gpu)
                 if det is not None:
                     self._put_leak(put, (g[0], ""), det, self._headroom(gpu), None)
+                if d.processes is not None:
+                    cp = self.copies.get(gpu)
+                    put("inferwatch_gpu_duplicate_model_copies", g, cp[0].copies if cp else 0)
+                    put("inferwatch_gpu_duplicate_model_extra_bytes", g, cp[0].extra_bytes if cp else 0)
             for st in self.procs.values():
                 put("inferwatch_gpu_process_memory_used_bytes",
                     (G(st.gpu), P(str(st.pid)), self._ctr_lim.get(st.container or "")), st.used)
@@ -451,8 +491,13 @@ class GpuComponent:
             ]
             procs_by_gpu: dict[str, list[dict[str, Any]]] = {}
             leaks = []
+            growing: dict[str, float] = {}  # gpu -> summed leak rate of its leaking processes
+            for gpu, _p, _c, det, _k, _a in self._process_view():
+                if det.verdict == "leak" and det.rate and det.rate > 0:
+                    growing[gpu] = growing.get(gpu, 0.0) + det.rate
             for gpu, pid, cont, det, kind, _a in self._process_view():
                 entry: dict[str, Any] = {"pid": pid, "container": cont, **_leak_dict(det, self._headroom(gpu))}
+                entry["device_time_to_oom_s"] = _device_time_to_oom(self._headroom(gpu), growing.get(gpu))
                 st = self.procs.get((gpu, pid))
                 entry["used_bytes"] = st.used if st else None
                 entry["series"] = "nvml" if st else "allocator_reserved"
@@ -462,6 +507,9 @@ class GpuComponent:
                                   "time_to_oom_s": entry["time_to_oom_s"], "detected_at": det.detected_at})
                 procs_by_gpu.setdefault(gpu, []).append(entry)
             devices = []
+            copies = []
+            for gpu, (cp, since) in sorted(self.copies.items()):
+                copies.append({"gpu": gpu, **_copies_dict(cp), "since": since, "fix": DUPLICATES_FIX})
             for gpu, d in self.devices.items():
                 det = self.dev_det[gpu]
                 leak = _leak_dict(det, self._headroom(gpu))
@@ -474,6 +522,8 @@ class GpuComponent:
                     "utilization": d.util_gpu, "temperature_c": d.temperature_c, "power_w": d.power_w,
                     "per_process_memory": d.processes is not None,
                     "leak": leak, "processes": procs_by_gpu.get(gpu, []),
+                    "device_time_to_oom_s": _device_time_to_oom(self._headroom(gpu), growing.get(gpu)),
+                    "duplicate_model_copies": next((c for c in copies if c["gpu"] == gpu), None),
                 })
             episodes = list(self.past_episodes)
             for gpu, pid, _c, det, kind, a in self._process_view():
@@ -512,6 +562,7 @@ class GpuComponent:
                 "devices": devices,
                 "allocator": allocator,
                 "leaks": leaks,
+                "duplicate_model_copies": copies,
                 "episodes": episodes[-EPISODE_HISTORY:],
                 "faults": faults,
                 "allocator_records_dropped": dict(self.alloc_drops),

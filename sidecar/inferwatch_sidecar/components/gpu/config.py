@@ -13,6 +13,8 @@ Example::
         processes: [{pid: 4242, base_gib: 20, leak_mib_per_s: 2, leak_start_s: 60}]
       replay:                # only with backend: replay
         files: [gpu.csv, apps.csv]
+      duplicates:            # duplicated model copies (one model loaded by several workers)
+        min_bytes: 1073741824
 """
 
 from __future__ import annotations
@@ -89,6 +91,32 @@ class DetectorConfig(BaseModel):
         return sorted(v)
 
 
+class DuplicatesConfig(BaseModel):
+    """When several processes on one GPU hold copies of one model (docs/gpu.md, "Duplicated model copies").
+
+    A set of copies is at least ``min_copies`` processes on one GPU, each holding at least ``min_bytes``,
+    all within ``similarity`` of each other (largest minus smallest, over the largest), each flat: over
+    the last ``flat_s`` seconds, which it must have been seen for, its range (highest minus lowest
+    sample) stayed under ``flat_ratio`` of its highest. A loading or leaking worker is not flat; a
+    sawtooth of the caching allocator wider than ``flat_ratio`` hides a copy until the worker idles.
+
+    Attributes:
+        min_copies: fewest processes that make a set.
+        min_bytes: each copy holds at least this much device memory.
+        similarity: the copies' sizes differ by at most this share of the largest.
+        flat_s: the window over which each copy must be flat.
+        flat_ratio: a copy's range over ``flat_s``, over its highest sample, stays below this.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    min_copies: int = Field(2, ge=2, le=1024)
+    min_bytes: float = Field(float(2**30), gt=0)
+    similarity: float = Field(0.10, gt=0, lt=1)
+    flat_s: float = Field(300.0, gt=0)
+    flat_ratio: float = Field(0.05, gt=0, lt=1)
+
+
 class FakeProcess(BaseModel):
     """One scripted process on every fake device."""
 
@@ -150,6 +178,7 @@ class GpuConfig(BaseModel):
     detector: DetectorConfig = Field(default_factory=DetectorConfig)
     fake: FakeConfig = Field(default_factory=FakeConfig)
     replay: ReplayConfig = Field(default_factory=ReplayConfig)
+    duplicates: DuplicatesConfig = Field(default_factory=DuplicatesConfig)
     #: A PID missing from NVML's process list (and silent on the allocator
     #: channel) for this long is dead: its series and detectors are removed.
     pid_ttl_s: float = Field(30.0, gt=0)

@@ -2,16 +2,19 @@
 
 Two query formats are accepted, with or without ``nounits`` and ``noheader``:
 
-- ``nvidia-smi --query-gpu=timestamp,index,uuid,memory.total,memory.used,memory.free --format=csv -l 1``::
+- ``nvidia-smi --query-gpu=timestamp,index,name,uuid,memory.total,memory.used,memory.free --format=csv -l 1``::
 
-    timestamp, index, uuid, memory.total [MiB], memory.used [MiB], memory.free [MiB]
-    2024/01/31 12:00:00.123, 0, GPU-5d1c..., 81559 MiB, 1024 MiB, 80535 MiB
+    timestamp, index, name, uuid, memory.total [MiB], memory.used [MiB], memory.free [MiB]
+    2024/01/31 12:00:00.123, 0, NVIDIA H100 80GB HBM3, GPU-5d1c..., 81559 MiB, 1024 MiB, 80535 MiB
 
 - ``nvidia-smi --query-compute-apps=timestamp,gpu_uuid,pid,used_memory --format=csv -l 1``::
 
     timestamp, gpu_uuid, pid, used_gpu_memory [MiB]
     2024/01/31 12:00:00.123, GPU-5d1c..., 4242, 20480 MiB
 
+With a header, the columns may come in any order, and ``name`` (``gpu_name`` in compute-apps logs),
+``pci.bus_id`` / ``gpu_bus_id`` and ``process_name`` may be added or left out; without one, the
+documented orders above are inferred from the width (the GPU query with or without ``name``).
 Values may carry units (``MiB``, also KiB/GiB/B) or not; ``[N/A]`` and
 ``[Not Supported]`` become missing. Header lines repeated mid-file (a restarted
 ``nvidia-smi -l``) are skipped; rows that cannot be parsed are counted by reason.
@@ -45,8 +48,14 @@ _ALIASES = {
     "pid": "pid",
     "used_memory": "pid_used",
     "used_gpu_memory": "pid_used",
+    "name": "name",
+    "gpu_name": "name",
+    "pci.bus_id": "bus_id",
+    "gpu_bus_id": "bus_id",
+    "process_name": "process",
 }
 _GPU_COLS = ("timestamp", "index", "uuid", "total", "used", "free")
+_GPU_NAMED_COLS = ("timestamp", "index", "name", "uuid", "total", "used", "free")
 _APPS_COLS = ("timestamp", "uuid", "pid", "pid_used")
 
 
@@ -66,6 +75,8 @@ class Row:
     total: int | None = None
     free: int | None = None
     uuid: str = ""
+    #: The device's product name when the log has it (``name`` / ``gpu_name``).
+    name: str = ""
 
 
 @dataclass
@@ -162,6 +173,8 @@ def parse_log(path: str, progress: Callable[[int], None] | None = None) -> Parse
                 # noheader output: infer the documented column order from the width.
                 if len(cells) == len(_GPU_COLS):
                     names, units, out.kind = list(_GPU_COLS), ["mib"] * 6, "gpu"
+                elif len(cells) == len(_GPU_NAMED_COLS):
+                    names, units, out.kind = list(_GPU_NAMED_COLS), ["mib"] * 7, "gpu"
                 elif len(cells) == len(_APPS_COLS):
                     names, units, out.kind = list(_APPS_COLS), ["mib"] * 4, "apps"
                 else:
@@ -181,12 +194,13 @@ def parse_log(path: str, progress: Callable[[int], None] | None = None) -> Parse
                         t, stamp, dev, None, parse_bytes(rec.get("used", ""), unit.get("used", "mib")),
                         parse_bytes(rec.get("total", ""), unit.get("total", "mib")),
                         parse_bytes(rec.get("free", ""), unit.get("free", "mib")), rec.get("uuid", "").strip(),
+                        rec.get("name", "").strip(),
                     ))
                 else:
                     dev = rec.get("uuid", "").strip()
                     out.rows.append(Row(t, stamp, dev, int(rec["pid"]),
                                         parse_bytes(rec.get("pid_used", ""), unit.get("pid_used", "mib")),
-                                        uuid=dev))
+                                        uuid=dev, name=rec.get("name", "").strip()))
             except (ValueError, KeyError) as e:
                 reason = "bad_timestamp" if "timestamp" in str(e) else "bad_value"
                 out.bad_rows[reason] += 1
@@ -234,11 +248,11 @@ class ReplaySampler:
             for r in by_t[t]:
                 if r.pid is None:
                     d = devs.setdefault(r.device, DeviceSample(r.device))
-                    d.uuid, d.total, d.used, d.free = r.uuid, r.total, r.used, r.free
+                    d.uuid, d.name, d.total, d.used, d.free = r.uuid, r.name, r.total, r.used, r.free
             for r in by_t[t]:
                 if r.pid is not None:
                     name = uuid_to_dev.get(r.uuid, r.device)
-                    d = devs.setdefault(name, DeviceSample(name, uuid=r.uuid))
+                    d = devs.setdefault(name, DeviceSample(name, uuid=r.uuid, name=r.name))
                     if d.processes is None:
                         d.processes = []
                     d.processes.append(ProcessSample(r.pid, r.used))
