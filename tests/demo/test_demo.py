@@ -217,6 +217,37 @@ def test_demo_with_triton_serving_detects_every_injected_fault() -> None:
     # The latency spike is seen in Triton's own compute time (its spans' inference stage).
     latency = next(m for t, m in rows.items() if t.startswith("latency spike"))
     assert float(re.search(r"P99\.9 (\d+\.\d+)s", latency.group(5)).group(1)) > 2.5  # type: ignore[union-attr]
+    # The canary judge on Triton's versions 2 vs 1 (its spans): pass while the canary served the stable model,
+    # fail once its fault made it 30 ms slower (latency is critical). Its records (v2) differ in their mix.
+    canary = next(m for t, m in rows.items() if t.startswith("canary")).group(5)
+    assert canary.startswith("v2 vs v1: prediction mix differs"), canary
+    assert re.search(r"; canary judge FAIL \d+/100 \(failing: [^)]*\blatency\b[^)]*\); before the fault: "
+                     r"canary judge PASS \d+/100$", canary), canary
+
+
+def test_triton_scenario_has_prometheus_scrape_both_tritons_metrics_and_judge_their_versions() -> None:
+    from inferwatch_sidecar.demo.config import ScenarioConfig
+    from inferwatch_sidecar.demo.judge import canary_verdict
+    from inferwatch_sidecar.demo.observe import Snapshot
+    from inferwatch_sidecar.demo.scenario import Scenario
+
+    with Scenario(ScenarioConfig(engine="triton")) as sc:
+        metrics = [f"127.0.0.1:{sc.triton_ports[r][1]}" for r in ("stable", "canary")]
+        assert sc.scrape_targets() == [f"127.0.0.1:{sc.sidecar_port}", *metrics]
+        assert len(set(sc.scrape_targets())) == 3
+    with Scenario(ScenarioConfig()) as fastapi:
+        assert fastapi.scrape_targets() == [f"127.0.0.1:{fastapi.sidecar_port}"]
+
+    def judgement(canary: str, baseline: str) -> dict[str, object]:
+        return {"model": mdl.NAME, "canary_version": canary, "baseline_version": baseline, "verdict": "pass",
+                "score": 98.0, "metrics": [{"name": "latency", "stage": None, "result": "pass"}]}
+
+    # Triton's spans name the versions 1 and 2, the SDK v1 and v2: either pair is the canary against the stable.
+    for canary, baseline in (("2", "1"), ("v2", "v1")):
+        assert canary_verdict(Snapshot(t=1.0, phase="baseline", canary=[judgement(canary, baseline)])) == \
+            "canary judge PASS 98/100"
+    # The stable version judged against the canary (a wrong baseline) is no verdict on the canary.
+    assert canary_verdict(Snapshot(t=1.0, phase="baseline", canary=[judgement("1", "2")])) == ""
 
 
 def test_demo_with_triton_says_what_to_install_when_pytriton_is_missing() -> None:

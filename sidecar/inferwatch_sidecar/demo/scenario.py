@@ -87,8 +87,8 @@ class Scenario:
         return f"127.0.0.1:{self.sidecar_port}"
 
     def scrape_targets(self) -> list[str]:
-        """``host:port`` of every /metrics Prometheus scrapes: the sidecar's (and the vLLM scenario's engine's)."""
-        return [self.sidecar_target]
+        """``host:port`` of every /metrics Prometheus scrapes: the sidecar's, and each Triton's (their engine's)."""
+        return [self.sidecar_target, *(f"127.0.0.1:{metrics}" for _, metrics in self.triton_ports.values())]
 
     @property
     def fault_file(self) -> str:
@@ -229,9 +229,8 @@ class Scenario:
         """The load generator :meth:`run` starts (the vLLM scenario streams completions instead)."""
         canary = self.canary_url if "canary" in self.cfg.faults else None
         lg = LoadGenerator(self.stable_url, canary, self.sidecar_url, plan, model=mdl.NAME, engine=self.cfg.engine)
-        if canary is not None and self.cfg.engine == "fastapi":
-            # The FastAPI canary serves v2 healthy until its fault (the judge reads pass), so it gets its share
-            # from the start; Triton's canary serves the faulty v2 from the start, so only from the injection.
+        if canary is not None:
+            # The canary serves v2 healthy until its fault (the judge reads pass), so it gets its share from the start.
             lg.canary_share = self.cfg.canary_share
         return lg
 

@@ -10,7 +10,10 @@ It serves the model ``credit-risk`` with dynamic batching and :data:`INSTANCES`
 instances (one thread each here): ``--role stable`` serves the stable model as
 Triton version 1 (SDK version ``v1``), ``--role canary`` the canary model as
 Triton version 2 (SDK version ``v2``), each in its own process, as the FastAPI
-demo runs a canary server beside the stable one.
+demo runs a canary server beside the stable one. As there, the canary serves
+the stable model until the fault file's ``canary_fault`` is set, then the
+faulty one (other class biases), :data:`~inferwatch_sidecar.demo.faults.CANARY_SLOWDOWN_S`
+slower per batch: the canary judge passes it, then fails it.
 
 Inputs per request: ``numeric`` (FP32, the eight numeric features in
 :data:`~inferwatch_sidecar.demo.model.NUMERIC_NAMES` order) and ``region``
@@ -27,10 +30,11 @@ for each of Triton's, so there is no request ID for ground-truth labels to
 join, and the load generator sends none.
 
 The faults come from the demo's fault file (``INFERWATCH_DEMO_STATE_DIR``),
-as in the FastAPI server: the latency spike sleeps in the callable (Triton's
-compute infer time), the confidence temperature divides the logits, and the
-leaking allocator feeds the SDK's allocator probe. SIGTERM stops Triton with
-``triton.stop()``: without it tritonserver outlives this process.
+as in the FastAPI server: the latency spike and the faulty canary's slowdown
+sleep in the callable (Triton's compute infer time), the confidence
+temperature divides the logits, and the leaking allocator feeds the SDK's
+allocator probe. SIGTERM stops Triton with ``triton.stop()``: without it
+tritonserver outlives this process.
 """
 
 from __future__ import annotations
@@ -72,22 +76,33 @@ SERVICE = "demo-credit-triton"
 
 
 class Instance:
-    """One model instance's callable: predicts a batch of requests, applies the faults, records each request."""
+    """One model instance's callable: predicts a batch of requests, applies the faults, records each request.
 
-    def __init__(self, model: mdl.Model, faults: fl.FaultReader, seed: int) -> None:
+    Args:
+        model: the model served while ``canary_fault`` is off.
+        bad_model: the model served once it is on (None: the fault does not touch this role).
+        faults: the fault file's view.
+        seed: the latency fault's random draws.
+    """
+
+    def __init__(self, model: mdl.Model, bad_model: mdl.Model | None, faults: fl.FaultReader, seed: int) -> None:
         self.model = model
+        self.bad_model = bad_model
         self.faults = faults
         self.rng = random.Random(seed)
 
     def __call__(self, requests: list[Any]) -> list[dict[str, np.ndarray]]:
         f = self.faults.get()
+        model = self.bad_model if f.canary_fault and self.bad_model is not None else self.model
         sizes = [len(r["numeric"]) for r in requests]
         numeric = np.concatenate([r["numeric"] for r in requests]).astype(np.float64)
         regions = [v.decode() if isinstance(v, bytes) else str(v)
                    for r in requests for v in r["region"].reshape(-1)]
-        pred, conf = self.model.predict(numeric, regions, f.confidence_temperature)
+        pred, conf = model.predict(numeric, regions, f.confidence_temperature)
         if f.latency_stage == "inference" and f.latency_delay_s > 0 and self.rng.random() < f.latency_share:
             time.sleep(f.latency_delay_s)
+        if model is self.bad_model:
+            time.sleep(fl.CANARY_SLOWDOWN_S)
         out: list[dict[str, np.ndarray]] = []
         start = 0
         for n in sizes:
@@ -137,9 +152,11 @@ def bind_model(triton: Triton, role: str, state_dir: str | None, seed: int) -> N
     """Bind the role's model with :data:`INSTANCES` callables."""
     fault_path = os.path.join(state_dir, "faults.json") if state_dir else None
     stable, _ = mdl.train(seed)
-    model = stable.canary() if role == "canary" else stable
+    canary = role == "canary"
+    model = stable.healthy_canary() if canary else stable
+    bad_model = stable.canary() if canary else None
     funcs: list[Callable[[list[Any]], list[dict[str, np.ndarray]]]] = [
-        Instance(model, fl.FaultReader(fault_path), seed=os.getpid() * 100 + i) for i in range(INSTANCES)]
+        Instance(model, bad_model, fl.FaultReader(fault_path), seed=os.getpid() * 100 + i) for i in range(INSTANCES)]
     triton.bind(
         model_name=mdl.NAME, model_version=ROLES[role][0], infer_func=funcs,
         inputs=[Tensor(name="numeric", dtype=np.float32, shape=(len(mdl.NUMERIC_NAMES),)),
