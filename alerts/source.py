@@ -305,6 +305,12 @@ _WHERE = "{labels.model} {labels.model_version} ({labels.service})"
 _MV = "{labels.model} version {labels.model_version}"
 
 
+def _version_query(metric: str, condition: str = "") -> str:
+    """The Go template pipeline that queries ``metric`` of the alert's model version, for ``{{ with ... }}``."""
+    return (f'printf "{metric}{{{{model=\'%s\',model_version=\'%s\'}}}}{condition}" $labels.model '
+            "$labels.model_version | query")
+
+
 #: ``{service, model, model_version}`` of the alert's series, as a PromQL matcher built by printf in a Go template.
 _VERSION_MATCH = "service='%s',model='%s',model_version='%s'"
 _VERSION_ARGS = "$labels.service $labels.model $labels.model_version"
@@ -465,6 +471,19 @@ def _gpu_alerts() -> list[Alert]:
                         "{value:humanize} out-of-memory errors in the last {window:10m}.",
         ),
         Alert(
+            # The sidecar already requires each copy to be flat for gpu.duplicates.flat_s (5 min), so the
+            # rule only rides out a worker restart.
+            name="InferwatchGPUDuplicateModelCopies", group="inferwatch-gpu", severity="warning", for_s=600,
+            expr="inferwatch_gpu_duplicate_model_copies >= {min_copies}",
+            summary="GPU {labels.gpu} holds {value} copies of what looks like one model.",
+            description="{value} processes on GPU {labels.gpu} each hold a similar, large and flat amount of "
+                        "memory: one model loaded once per worker process"
+                        '{{{{ with printf "inferwatch_gpu_duplicate_model_extra_bytes{{gpu=\'%s\'}}" $labels.gpu '
+                        "| query }}}}, {{{{ . | first | value | humanize1024 }}}}B beyond one copy{{{{ end }}}}. "
+                        "Serve it from one process per GPU, or from Triton or vLLM.",
+            thresholds=(Threshold(name="min_copies", value=2, doc="similar copies on one GPU"),),
+        ),
+        Alert(
             # last_success_age is -1 until the first good sample: a host without a GPU (backend auto, no
             # NVML) never pages; a collector that worked and stopped does, and so does a failed component.
             name="InferwatchGPUCollectorDown", group="inferwatch-gpu", severity="warning", for_s=300,
@@ -480,13 +499,35 @@ def _gpu_alerts() -> list[Alert]:
 def _drift_alerts() -> list[Alert]:
     return [
         Alert(
+            # The dataset verdict with at least one drifted column; without one, only the joint test can have
+            # made the verdict, and InferwatchJointDrift fires instead.
             name="InferwatchFeatureDrift", group="inferwatch-drift", severity="warning", for_s=900,
-            expr="inferwatch_drift_dataset_drifted_ratio\nand on (model, model_version)\n"
+            expr="inferwatch_drift_dataset_drifted_ratio > 0\nand on (model, model_version)\n"
                  "(inferwatch_drift_dataset_drifted == 1)",
             summary="The inputs of " + _MV + " drifted from the reference.",
             description="{value:humanizePercentage} of the input features of " + _MV + " differ significantly "
                         "from the reference profile (after multiple-testing correction and effect-size floors) for "
-                        "{window:15m}.",
+                        "{window:15m}."
+                        "{{{{ with " + _version_query("inferwatch_drift_multivariate_drifted", " == 1") + " }}}}"
+                        " The joint test fired too: the relations between the features changed as well."
+                        "{{{{ end }}}}",
+        ),
+        Alert(
+            # Joint-only drift: every column keeps its distribution (a join that attaches values to the wrong rows).
+            name="InferwatchJointDrift", group="inferwatch-drift", severity="warning", for_s=900,
+            expr="inferwatch_drift_multivariate_statistic\nand on (model, model_version)\n"
+                 "(inferwatch_drift_multivariate_drifted == 1)\nunless on (model, model_version)\n"
+                 "(inferwatch_drift_dataset_drifted_ratio > 0)",
+            summary="The relations between the inputs of " + _MV + " changed, though no single input drifted.",
+            description="No input feature of " + _MV + " drifted on its own, but the joint test did for "
+                        "{window:15m}: the window's rows reconstruct worse from the reference's principal components "
+                        '(AUC {value:printf "%.3f"}'
+                        "{{{{ with " + _version_query("inferwatch_drift_multivariate_threshold") + " }}}}"
+                        ' against a threshold of {{{{ . | first | value | printf "%.3f" }}}}{{{{ end }}}}'
+                        "{{{{ with " + _version_query("inferwatch_drift_multivariate_adjusted_p_value") + " }}}}"
+                        ', adjusted p {{{{ . | first | value | printf "%.2g" }}}}{{{{ end }}}}). '
+                        "Each column keeps its distribution while the relations between columns broke, as when a "
+                        "join or a pipeline attaches values to the wrong rows.",
         ),
         Alert(
             name="InferwatchPredictionDrift", group="inferwatch-drift", severity="warning", for_s=900,

@@ -1,4 +1,4 @@
-"""Drift: per-feature drift, prediction mix, confidence, estimated vs real accuracy, canary vs stable."""
+"""Drift: per-feature and joint drift, prediction mix, confidence, estimated vs real accuracy, canary vs stable."""
 
 from __future__ import annotations
 
@@ -40,7 +40,7 @@ def build() -> Dashboard:
     conf = f'{DRIFT}, feature=~"{CONFIDENCE_FEATURES}"'
     return dashboard(
         uid=UID, title="inferwatch / Drift",
-        description="Per-feature drift, prediction mix, confidence, estimated vs real accuracy, canary vs stable.",
+        description="Per-feature and joint drift, prediction mix, confidence, estimated vs real accuracy, canary vs stable.",
         variables=variables,
         items=[
             Row("Features"),
@@ -70,6 +70,28 @@ def build() -> Dashboard:
                                    "reference.",
                        targets=[target(f"min by (feature) (inferwatch_drift_feature_adjusted_p_value{{{DRIFT}}})",
                                        "{{feature}}")]),
+            timeseries(title="Joint drift: reconstruction-error AUC vs threshold", w=8, minimum=0, maximum=1,
+                       description="The joint (multivariate) test, for relations between features that no per-column "
+                                   "test sees (a join that attaches values to the wrong rows): the AUC of the "
+                                   "window's PCA reconstruction errors against the reference's (0.5: no change) and "
+                                   "the AUC it must reach at this window size. It drifts when the AUC reaches the "
+                                   "threshold and its adjusted p-value is at most alpha.",
+                       targets=[target(f"inferwatch_drift_multivariate_statistic{{{DRIFT}}}", "{{model_version}} AUC"),
+                                target(f"inferwatch_drift_multivariate_threshold{{{DRIFT}}}",
+                                       "{{model_version}} threshold")]),
+            timeseries(title="Joint drift: adjusted p-value", w=8, log_scale=True, thresholds=[(0.05, "green")],
+                       description="Benjamini-Hochberg adjusted p-value of the joint test, corrected in the same "
+                                   "family as the per-feature tests (log scale).",
+                       targets=[target(f"inferwatch_drift_multivariate_adjusted_p_value{{{DRIFT}}}",
+                                       "{{model_version}}")]),
+            stat(title="Dataset drifted: per-column share or joint test", w=8, thresholds=[(1, "red")],
+                 description="1 when the model version's window drifted, and 1 on the joint line when the joint "
+                             "test fired it: with the joint line at 1 and no drifted feature, only the relations "
+                             "between features changed (InferwatchJointDrift rather than InferwatchFeatureDrift).",
+                 targets=[target(f"max by (model, model_version) (inferwatch_drift_dataset_drifted{{{DRIFT}}})",
+                                 "{{model_version}} dataset"),
+                          target(f"max by (model, model_version) (inferwatch_drift_multivariate_drifted{{{DRIFT}}})",
+                                 "{{model_version}} joint test")]),
             Row("Predictions and confidence"),
             timeseries(title="Prediction mix", unit="percentunit", stack=True, minimum=0, maximum=1, w=8,
                        description="Share of each predicted class in the current window.",

@@ -91,6 +91,9 @@ class _HTTPRequest(request):
     _asgi_receive: Receive
     _resp_start: int
     _resp_done: bool
+    # _body_done and _listening are left unset until ``receive`` first sets them (two stores fewer on every
+    # request); only _start_watch reads them, with a default.
+    #: The request body has been read to its end.
     _body_done: bool
     #: The app is waiting in ``receive`` (Starlette's disconnect listener): it will see the disconnect.
     _listening: bool
@@ -158,13 +161,13 @@ class _HTTPRequest(request):
         Not when the app is already waiting in ``receive`` (it will see the disconnect, and so will
         we), and only under asyncio; elsewhere the middleware sees what the app receives.
         """
-        if self._listening:
+        if getattr(self, "_listening", False):
             # The app listens for the disconnect itself: a second reader of receive could take
             # the message from it (servers with a message queue hand each message out once).
             self._watch = False
             return
-        if not self._body_done:
-            for name, value in self._headers:
+        if not getattr(self, "_body_done", False):
+            for name, value in self._headers or ():
                 if name == b"transfer-encoding" or (name == b"content-length" and value.strip() != b"0"):
                     self._watch = False
                     return  # a body the app has not read: its messages are the app's to take
@@ -179,12 +182,14 @@ class _HTTPRequest(request):
             self._watch = False
 
     def send(self, message: Message) -> Awaitable[None]:
-        if message["type"] == "http.response.body":
+        if self._resp_start:
+            # After http.response.start every message is the body (or its trailers): the one without
+            # more_body completes the response, the first with it starts a stream.
             if not message.get("more_body", False):
                 self._resp_done = True
             elif self._watch is None:
                 self._start_watch()
-        elif not self._resp_start and message["type"] == "http.response.start":
+        elif message["type"] == "http.response.start":
             self._resp_start = self._rt.clock()  # type: ignore[union-attr]
             status = message.get("status", 200)
             if type(status) is int and status >= 500:
@@ -276,10 +281,8 @@ class InferwatchMiddleware:
             req._asgi_receive = receive
             req._resp_start = 0
             req._resp_done = False
-            req._body_done = False
-            req._listening = False
             req._watch = None
-            req._headers = headers or ()
+            req._headers = headers
             req._echo = self.echo
             req._token = _req_set(req)
         except Exception:  # never let the SDK fail a request
