@@ -1,4 +1,4 @@
-"""GPU memory: device and per-process memory, leak verdicts, allocator fragmentation, collector health."""
+"""GPU memory: device and per-process memory, leaks, duplicated model copies, fragmentation, collector health."""
 
 from __future__ import annotations
 
@@ -29,6 +29,7 @@ def build() -> Dashboard:
     frag = threshold("InferwatchGPUAllocatorFragmented", "ratio")
     free_warn = threshold("InferwatchGPUMemoryFillingUp", "free_ratio")
     free_crit = threshold("InferwatchGPUMemoryFillingUpSoon", "free_ratio")
+    min_copies = threshold("InferwatchGPUDuplicateModelCopies", "min_copies")
     variables = [
         datasource_var(),
         query_var("instance", "Sidecar", "label_values(inferwatch_gpu_collector_up, instance)"),
@@ -36,8 +37,8 @@ def build() -> Dashboard:
     ]
     return dashboard(
         uid=UID, title="inferwatch / GPU memory",
-        description="Device and per-process GPU memory, leak verdicts with rate and time-to-OOM, allocator "
-                    "fragmentation, utilization and collector health.",
+        description="Device and per-process GPU memory, leak verdicts with rate and time-to-OOM, duplicated model "
+                    "copies, allocator fragmentation, utilization and collector health.",
         variables=variables,
         items=[
             Row("Memory"),
@@ -76,6 +77,18 @@ def build() -> Dashboard:
                  description="Seconds until device memory runs out at the leak rate (only while leaking).",
                  targets=[target(f"min by (gpu, pid) (inferwatch_gpu_leak_time_to_oom_seconds{{{GPU}}})",
                                  "GPU {{gpu}} pid {{pid}}")]),
+            Row("Duplicated model copies"),
+            # Both gauges exist, 0 without copies, on every device that lists its processes.
+            timeseries(title="Model copies per GPU", minimum=0, h=6, thresholds=[(min_copies, "red")],
+                       description="Processes on the GPU that each hold a similar, large, flat amount of memory: "
+                                   "one model loaded once per worker process (0 below gpu.duplicates.min_copies). "
+                                   f"InferwatchGPUDuplicateModelCopies fires at {min_copies:g} for 10 minutes; "
+                                   "/v1/status lists the PIDs and the fix.",
+                       targets=[target(f"inferwatch_gpu_duplicate_model_copies{{{GPU}}}", "GPU {{gpu}}")]),
+            timeseries(title="Memory held beyond one copy", unit="bytes", minimum=0, h=6,
+                       description="The copies' memory minus one copy (the smallest): what serving the model from "
+                                   "one process per GPU would free.",
+                       targets=[target(f"inferwatch_gpu_duplicate_model_extra_bytes{{{GPU}}}", "GPU {{gpu}}")]),
             Row("Fragmentation"),
             timeseries(title="Fragmentation ratio", unit="percentunit", minimum=0, maximum=1, w=8,
                        thresholds=[(frag, "red")],

@@ -1,7 +1,7 @@
 """The status page at ``GET /``: the latency section it reads, its safety, and the page itself in headless Chromium.
 
-The browser test runs a live sidecar (fake NVML with a leaking process, the
-drift engine on a warm-up reference), sends it traffic over the JSON
+The browser test runs a live sidecar (fake NVML with a leaking process and two
+copies of one model, the drift engine on a warm-up reference), sends it traffic over the JSON
 endpoint and from the real SDK, loads the page in Debian's ``chromium`` and
 checks the values in its DOM against the traffic and ``/v1/status``; it also
 saves a screenshot under the test's tmp dir.
@@ -9,9 +9,11 @@ saves a screenshot under the test's tmp dir.
 
 from __future__ import annotations
 
+import html
 import json
 import os
 import random
+import re
 import shutil
 import struct
 import subprocess
@@ -241,7 +243,9 @@ def test_status_page_in_chromium_shows_the_live_status(sidecar_factory: Any, tmp
           backend: fake
           interval_s: 0.05
           detector: {scales: [[2.0, 0.1]], warmup_s: 0, confirm_s: 0.2, clear_s: 30}
-          fake: {processes: [{pid: 4242, base_gib: 4, leak_mib_per_s: 256}, {pid: 4343, base_gib: 2}]}
+          duplicates: {flat_s: 0.5}
+          fake: {processes: [{pid: 4242, base_gib: 4, leak_mib_per_s: 256}, {pid: 4343, base_gib: 2},
+                             {pid: 4444, base_gib: 2}]}
         drift: {warmup_events: 100, window_events: 200, min_samples: 50, evaluate_interval_s: 0.2}
         """))
     sc = sidecar_factory("--config", str(cfg), "--set", "gpu.enabled=true", "--set", "drift.enabled=true",
@@ -272,7 +276,8 @@ def test_status_page_in_chromium_shows_the_live_status(sidecar_factory: Any, tmp
         feats = {f["feature"]: f for m in drift for f in m.get("features", [])}
         leaking = {p["pid"] for p in st["components"]["gpu"]["leaks"]}
         ok = (st["ingest"]["sdk_dropped"].get("buffer_full") == sdk["drops"]["buffer_full"]
-              and feats.get("x", {}).get("n_current") == 200 and 4242 in leaking)
+              and feats.get("x", {}).get("n_current") == 200 and 4242 in leaking
+              and st["components"]["gpu"]["duplicate_model_copies"])
         return st if ok else None
 
     wait_until(settled, timeout=30, interval=0.1, what="drops, a drift evaluation and a GPU leak in the status")
@@ -318,6 +323,16 @@ def test_status_page_in_chromium_shows_the_live_status(sidecar_factory: Any, tmp
     episodes = dom.tables["gpu-episode"]
     assert "4242" in {r["pid"][0] for r in episodes}
     assert all(r["detected_at"][1].endswith(" UTC") for r in episodes)
+    # The two flat 2 GiB workers are one model loaded twice; the leaking 4 GiB one is no copy of it.
+    (dup,) = dom.tables["gpu-duplicates"]
+    (want_dup,) = st["components"]["gpu"]["duplicate_model_copies"]
+    assert dup["gpu"] == ("0", "0") and dup["pids"][1] == "4343, 4444" and want_dup["pids"] == [4343, 4444]
+    assert dup["used_bytes"][1] == "2.00 GiB, 2.00 GiB"
+    assert float(dup["copy_bytes"][0] or "nan") == float(dup["extra_bytes"][0] or "nan") == 2 * 2**30
+    assert dup["copy_bytes"][1] == dup["extra_bytes"][1] == "2.00 GiB"
+    assert float(dup["since"][0] or "nan") == want_dup["since"] and dup["since"][1].endswith(" UTC")
+    fixes = re.findall(r'<p class="note" data-fix="duplicates">Fix: ([^<]*)</p>', out.stdout)
+    assert [html.unescape(f) for f in fixes] == [want_dup["fix"]] and "--preload" in fixes[0]
 
     drops = {r["key"][1]: r["value"][0] for r in dom.tables["sdk-drops"]}
     assert drops["buffer_full"] == str(sdk["drops"]["buffer_full"])
