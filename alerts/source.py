@@ -434,17 +434,19 @@ def _gpu_alerts() -> list[Alert]:
             # The description's Go template queries the time to OOM and the kind (tensor, cache_fragmentation,
             # native, unknown); the kind picks the runbook's branch.
             name="InferwatchGPUMemoryLeak", group="inferwatch-gpu", severity="warning", for_s=0,
-            expr="inferwatch_gpu_leak_rate_bytes_per_second\nand on (gpu, pid)\n(inferwatch_gpu_leak_detected == 1)",
+            expr="inferwatch_gpu_leak_rate_bytes_per_second\nand on (job, instance, gpu, pid)\n"
+                 "(inferwatch_gpu_leak_detected == 1)",
             summary="GPU memory leak on GPU {labels.gpu}{{{{ if $labels.pid }}}} in process {labels.pid}"
                     "{{{{ end }}}}.",
             description="The memory floor on GPU {labels.gpu}{{{{ if $labels.pid }}}} of process {labels.pid}"
                         "{{{{ end }}}} grows by {value:humanize1024}B/s; "
-                        '{{{{ with printf "inferwatch_gpu_leak_time_to_oom_seconds{{gpu=\'%s\',pid=\'%s\'}}" '
-                        "$labels.gpu $labels.pid | query }}}}at that rate the device runs out of memory in "
-                        "{{{{ . | first | value | humanizeDuration }}}}{{{{ else }}}}the time to OOM is not known "
-                        "yet{{{{ end }}}}."
-                        '{{{{ with printf "inferwatch_gpu_leak_kind{{gpu=\'%s\',pid=\'%s\'}} == 1" $labels.gpu '
-                        '$labels.pid | query }}}} Kind: {{{{ . | first | label "kind" }}}}.{{{{ end }}}}',
+                        '{{{{ with printf "inferwatch_gpu_leak_time_to_oom_seconds{{instance=\'%s\',gpu=\'%s\','
+                        'pid=\'%s\'}}" $labels.instance $labels.gpu $labels.pid | query }}}}at that rate the device '
+                        "runs out of memory in {{{{ . | first | value | humanizeDuration }}}}{{{{ else }}}}the time to "
+                        "OOM is not known yet{{{{ end }}}}."
+                        '{{{{ with printf "inferwatch_gpu_leak_kind{{instance=\'%s\',gpu=\'%s\',pid=\'%s\'}} == 1" '
+                        '$labels.instance $labels.gpu $labels.pid | query }}}} Kind: {{{{ . | first | label "kind" }}}}.'
+                        "{{{{ end }}}}",
         ),
         Alert(
             name="InferwatchGPUAllocatorFragmented", group="inferwatch-gpu", severity="warning", for_s=1800,
@@ -478,8 +480,9 @@ def _gpu_alerts() -> list[Alert]:
             summary="GPU {labels.gpu} holds {value} copies of what looks like one model.",
             description="{value} processes on GPU {labels.gpu} each hold a similar, large and flat amount of "
                         "memory: one model loaded once per worker process"
-                        '{{{{ with printf "inferwatch_gpu_duplicate_model_extra_bytes{{gpu=\'%s\'}}" $labels.gpu '
-                        "| query }}}}, {{{{ . | first | value | humanize1024 }}}}B beyond one copy{{{{ end }}}}. "
+                        '{{{{ with printf "inferwatch_gpu_duplicate_model_extra_bytes{{instance=\'%s\',gpu=\'%s\'}}" '
+                        "$labels.instance $labels.gpu | query }}}}, {{{{ . | first | value | humanize1024 }}}}B "
+                        "beyond one copy{{{{ end }}}}. "
                         "Serve it from one process per GPU, or from Triton or vLLM.",
             thresholds=(Threshold(name="min_copies", value=2, doc="similar copies on one GPU"),),
         ),

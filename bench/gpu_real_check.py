@@ -77,37 +77,47 @@ def main() -> int:
         return 2
     print(f"NVML ok: driver {first['driver_version']}, NVML {first['nvml_version']}, "
           f"memory info {first['memory_info_version']}, devices {[d['name'] for d in first['devices']]}")
-    holders = [subprocess.Popen([sys.executable, "-c", HOLDER, str(args.seconds + 10)], stdout=subprocess.PIPE,
-                                text=True) for _ in range(2)]
-    for h in holders:
-        assert h.stdout is not None
-        h.stdout.readline()  # "loaded": both copies are on the device before the leak starts
-    comp.start()
-    child = subprocess.Popen([sys.executable, "-c", CHILD, str(args.seconds)], stdout=subprocess.PIPE, text=True)
-    series = []
-    assert child.stdout is not None
-    for line in child.stdout:
-        ts, dev, alloc, res, active, split, retries, ooms = json.loads(line)
-        comp.handle(child.pid, 1, [(EV_ALLOC, ts, dev, alloc, res, active, split, retries, ooms, 0)])
+    holders: list[subprocess.Popen[str]] = []
+    child: subprocess.Popen[str] | None = None
+    try:
+        for _ in range(2):
+            holders.append(subprocess.Popen([sys.executable, "-c", HOLDER, str(args.seconds + 10)],
+                                            stdout=subprocess.PIPE, text=True))
+        for h in holders:
+            assert h.stdout is not None
+            # "loaded": both copies are on the device before the leak starts.
+            if h.stdout.readline().strip() != "loaded":
+                print(f"gpu_real_check: holder {h.pid} exited ({h.wait()}) before loading its 2 GiB", file=sys.stderr)
+                return 2
+        comp.start()
+        child = subprocess.Popen([sys.executable, "-c", CHILD, str(args.seconds)], stdout=subprocess.PIPE, text=True)
+        series = []
+        assert child.stdout is not None
+        for line in child.stdout:
+            ts, dev, alloc, res, active, split, retries, ooms = json.loads(line)
+            comp.handle(child.pid, 1, [(EV_ALLOC, ts, dev, alloc, res, active, split, retries, ooms, 0)])
+            st = comp.status()
+            procs = [p for d in st["devices"] for p in d["processes"] if p["pid"] == child.pid]
+            if procs:
+                p = procs[0]
+                dup = [c["copies"] for c in st["duplicate_model_copies"]]
+                series.append((round(time.time(), 1), p["used_bytes"], p["verdict"], p.get("kind"),
+                               p["device_time_to_oom_s"], dup))
+                print(f"t={series[-1][0]} pid={child.pid} nvml_used={p['used_bytes'] / 2**20:.0f} MiB "
+                      f"allocated={alloc / 2**20:.0f} MiB verdict={p['verdict']} kind={p.get('kind')} "
+                      f"rate={(p['rate_bytes_per_s'] or 0) / 2**20:.1f} MiB/s ttoom={p['time_to_oom_s']} "
+                      f"device_ttoom={p['device_time_to_oom_s']} duplicate_copies={dup}", flush=True)
+        child.wait()
+        time.sleep(1.5)
         st = comp.status()
-        procs = [p for d in st["devices"] for p in d["processes"] if p["pid"] == child.pid]
-        if procs:
-            p = procs[0]
-            dup = [c["copies"] for c in st["duplicate_model_copies"]]
-            series.append((round(time.time(), 1), p["used_bytes"], p["verdict"], p.get("kind"),
-                           p["device_time_to_oom_s"], dup))
-            print(f"t={series[-1][0]} pid={child.pid} nvml_used={p['used_bytes'] / 2**20:.0f} MiB "
-                  f"allocated={alloc / 2**20:.0f} MiB verdict={p['verdict']} kind={p.get('kind')} "
-                  f"rate={(p['rate_bytes_per_s'] or 0) / 2**20:.1f} MiB/s ttoom={p['time_to_oom_s']} "
-                  f"device_ttoom={p['device_time_to_oom_s']} duplicate_copies={dup}", flush=True)
-    child.wait()
-    time.sleep(1.5)
-    st = comp.status()
-    copies = st["duplicate_model_copies"]
-    for h in holders:
-        h.kill()
-        h.wait()
-    comp.stop(5.0)
+        copies = st["duplicate_model_copies"]
+    finally:
+        # Every child goes, whatever failed: each holder keeps 2 GiB of the device while it lives.
+        for proc in [*holders, *([child] if child is not None else [])]:
+            if proc.poll() is None:
+                proc.kill()
+            proc.wait()
+        comp.stop(5.0)
     os.makedirs(args.out, exist_ok=True)
     with open(os.path.join(args.out, "gpu_real_check.json"), "w") as f:
         json.dump({"status": st, "series": series}, f, indent=1, default=str)

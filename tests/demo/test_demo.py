@@ -435,6 +435,11 @@ def test_sidecar_config_passes_the_sidecars_own_validation(tmp_path: Path) -> No
     assert set(procs) == {101, 102, 103}
     assert procs[101].leak_mib_per_s == 64 and procs[101].leak_start_s == 20
     assert procs[102].leak_mib_per_s == procs[103].leak_mib_per_s == 0
+    # No two workers hold a similar amount: however long the demo runs, no duplicated model copies.
+    from inferwatch_sidecar.components.gpu.duplicates import find_copies
+
+    assert [procs[p].base_gib for p in (101, 102, 103)] == [4.75, 5.462, 6.282]
+    assert find_copies({p: procs[p].base_gib * 2**30 for p in procs}, cfg.gpu.duplicates) is None
     assert cfg.drift.reference == str(tmp_path / "reference.json") and cfg.drift.window_seconds == 10
     assert cfg.ingest.socket == sc.socket_path
     # The canary judge compares v2 with the busiest version (v1) over the drift windows' 10 s.
@@ -477,14 +482,15 @@ def test_server_predicts_and_applies_the_faults_it_is_given(tmp_path: Path, monk
 
                 async def timed(key: str, note: str, delay: float) -> None:
                     await asyncio.sleep(delay)
-                    t = time.monotonic()
+                    sent[key] = time.monotonic()
                     out[key] = await c.post("/predict", json={"features": row, "note": note})
-                    elapsed[key] = time.monotonic() - t
+                    done[key] = time.monotonic()
 
                 await asyncio.gather(timed("long", long_note, 0.0), timed("short", "rent paid", 0.1))
         return out
 
-    elapsed: dict[str, float] = {}
+    sent: dict[str, float] = {}
+    done: dict[str, float] = {}
 
     r = asyncio.run(scenario())
     assert r["ok"].status_code == 200, r["ok"].text
@@ -505,8 +511,11 @@ def test_server_predicts_and_applies_the_faults_it_is_given(tmp_path: Path, monk
     assert r["stream"].status_code == 200 and len(r["stream"].text.split()) == 5
     assert r["long"].status_code == r["short"].status_code == 200
     assert r["long"].json()["prediction"] == r["short"].json()["prediction"] == body["prediction"]
-    assert server.LONG_WAIT_S <= elapsed["long"] < server.LONG_WAIT_S + 0.5, elapsed
-    assert elapsed["short"] < 0.3, elapsed
+    # Order, not durations (a loaded machine stretches both): the long note is held for its bucket's
+    # deadline at least, and the short one, sent after it, is served before that deadline.
+    assert list(done) == ["short", "long"], (sent, done)
+    assert done["long"] - sent["long"] >= server.LONG_WAIT_S, (sent, done)
+    assert done["short"] < sent["long"] + server.LONG_WAIT_S, (sent, done)
     # Every worker writes its PID file (the scenario reads them to script the fake GPU processes).
     assert (tmp_path / "pids" / f"stable-{os.getpid()}").exists()
 
@@ -566,6 +575,12 @@ def test_live_view_renders_latency_gpu_drift_faults_and_alerts(tmp_path: Path) -
     assert re.search(r"ml-platform-tickets +│ InferwatchGPUMemoryLeak +│ firing", text), text
     assert re.search(r"v2 vs v1 +│ FAIL +│ 35/100", text), text
     line = progress_line(snap)
-    assert "canary fail 35" in line
+    assert " canary judge FAIL 35/100 detected: " in line
+    # The stable version judged against the canary is no verdict on the canary: the line names the canary's.
+    snap.canary.insert(0, {"model": MODEL, "canary_version": "v1", "baseline_version": "v2", "verdict": "pass",
+                           "score": 99.0, "metrics": []})
+    assert " canary judge FAIL 35/100 detected: " in progress_line(snap)
+    snap.canary = snap.canary[:1]
+    assert "canary" not in progress_line(snap)
     assert "gpu_leak+" in line and "firing: InferwatchGPUMemoryLeak" in line and "p99.9=4.97s" in line
     assert line.endswith("notifications: 2")

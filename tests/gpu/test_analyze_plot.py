@@ -20,17 +20,24 @@ MiB = 2**20
 TOTAL = 81559
 
 
-def logs(tmp: Path, procs: dict[int, object], seconds: int = 5400, step: int = 5) -> tuple[str, str]:
-    """A GPU log with the device name and a compute-apps log; ``procs`` maps pid -> f(second) in MiB."""
+def logs(tmp: Path, procs: dict[int, object], seconds: int = 5400, step: int = 5,
+         row_ms: int = 0) -> tuple[str, str]:
+    """A GPU log with the device name and a compute-apps log; ``procs`` maps pid -> f(second) in MiB.
+
+    ``row_ms``: each compute-apps row of a pass is stamped this many milliseconds after the one before, as
+    nvidia-smi does.
+    """
     t0 = datetime(2024, 1, 31, 12, 0, 0)
     g = ["timestamp, index, name, uuid, memory.total [MiB], memory.used [MiB], memory.free [MiB]"]
     a = ["timestamp, gpu_uuid, pid, used_gpu_memory [MiB]"]
+
+    def ts(i: int, ms: int = 0) -> str:
+        return (t0 + timedelta(seconds=i, milliseconds=ms)).strftime("%Y/%m/%d %H:%M:%S.%f")[:-3]
     for i in range(0, seconds, step):
-        ts = (t0 + timedelta(seconds=i)).strftime("%Y/%m/%d %H:%M:%S.") + "000"
         vals = {pid: int(f(i)) for pid, f in procs.items()}  # type: ignore[operator]
         used = 1024 + sum(vals.values())
-        g.append(f"{ts}, 0, {NAME}, {UUID}, {TOTAL} MiB, {used} MiB, {TOTAL - used} MiB")
-        a += [f"{ts}, {UUID}, {pid}, {v} MiB" for pid, v in vals.items()]
+        g.append(f"{ts(i)}, 0, {NAME}, {UUID}, {TOTAL} MiB, {used} MiB, {TOTAL - used} MiB")
+        a += [f"{ts(i, k * row_ms)}, {UUID}, {pid}, {v} MiB" for k, (pid, v) in enumerate(vals.items())]
     (tmp / "gpu.csv").write_text("\n".join(g) + "\n")
     (tmp / "apps.csv").write_text("\n".join(a) + "\n")
     return str(tmp / "gpu.csv"), str(tmp / "apps.csv")
@@ -104,7 +111,7 @@ def test_gpu_log_without_the_name_column_and_noheader_with_it(tmp_path: Path, ca
 
 
 def four_workers(tmp: Path, sizes: tuple[int, ...] = (14336, 14400, 14300, 14350), grow: int | None = None,
-                 seconds: int = 1800) -> tuple[str, str]:
+                 seconds: int = 1800, step: int = 5, row_ms: int = 0) -> tuple[str, str]:
     """gunicorn with four workers loading one model: each loads for 60 s, then holds its size (MiB); worker
     ``grow`` keeps growing by 4 MiB/s after loading (1.2 GiB per 5 minutes, over 5% of its size)."""
     def worker(size: int, k: int) -> object:
@@ -112,7 +119,8 @@ def four_workers(tmp: Path, sizes: tuple[int, ...] = (14336, 14400, 14300, 14350
             v = size * min(1.0, i / 60) + (i * (7 + k) % 9)
             return v + (4.0 * max(0, i - 60) if k == grow else 0.0)
         return f
-    return logs(tmp, {5000 + k: worker(s, k) for k, s in enumerate(sizes)}, seconds=seconds)
+    return logs(tmp, {5000 + k: worker(s, k) for k, s in enumerate(sizes)}, seconds=seconds, step=step,
+                row_ms=row_ms)
 
 
 def test_analyze_reports_duplicated_model_copies(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -130,6 +138,20 @@ def test_analyze_reports_duplicated_model_copies(tmp_path: Path, capsys: pytest.
     assert main(["gpu", "analyze", g, a]) == 0
     text = capsys.readouterr().out
     assert "Duplicated model copies" in text and "5000 5001 5002 5003" in text
+
+
+@pytest.mark.parametrize("step", [1, 10, 20, 60])
+def test_analyze_finds_copies_whose_rows_are_stamped_apart_at_any_sampling_step(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], step: int) -> None:
+    # 7 ms between rows of one pass: the four rows span 21 ms, and the next pass starts ``step`` s later.
+    g, a = four_workers(tmp_path, step=step, row_ms=7)
+    [dup] = analyze_json(capsys, g, a)["duplicate_model_copies"]
+    assert dup["copies"] == 4 and dup["pids"] == [5000, 5001, 5002, 5003]
+    assert dup["extra_bytes"] == pytest.approx((14336 + 14400 + 14350) * MiB, rel=0.002)
+    # Loaded at 12:01 and flat for flat_s (5 min): found within a sample and a judging step (15 s) of 12:06.
+    latest = datetime(2024, 1, 31, 12, 6, 0) + timedelta(seconds=step + 15)
+    assert "2024/01/31 12:06:00" <= dup["first_seen"] <= latest.strftime("%Y/%m/%d %H:%M:%S.999")
+    assert dup["at_end"] is True
 
 
 def test_analyze_finds_no_copies_of_different_sizes_and_skips_a_growing_worker(
@@ -225,3 +247,32 @@ def test_release_floor_is_the_lowest_sample_of_each_release() -> None:
     flat_t = [float(i) for i in range(7200)]
     xs, ys = plot.release_floor(flat_t, [5 * 2**30 + (i % 3) * MiB for i in range(len(flat_t))])
     assert len(xs) <= plot.BUCKETS + 2 and set(ys) == {5 * 2**30}
+
+
+def test_plot_draws_at_most_max_panels_leaking_and_fastest_growing_first(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # 28 processes: 3 leak from 12:10 (1, 2 and 0.5 MiB/s), 25 hold 1 to 25 GiB with noise. With the device,
+    # 29 series: 5 more than a plot draws.
+    procs: dict[int, object] = {
+        6000 + k: (lambda i, r=r: 8192 + r * max(0, i - 600) + i * 7919 % 7) for k, r in enumerate((1.0, 2.0, 0.5))}
+    procs |= {6100 + k: (lambda i, k=k: 1024 * (k + 1) + i * (104729 + k) % 5) for k in range(25)}
+    g, a = logs(tmp_path, procs, seconds=3600)
+    results = analyze_json(capsys, g, a)["results"]
+    assert len(results) == 29 and plot.MAX_PANELS == 24
+    out = tmp_path / "many.html"
+    assert main(["gpu", "analyze", g, a, "--plot", str(out)]) == 0
+    err = capsys.readouterr().err
+    assert f"--plot {out}: 5 more series left out: 24 panels at most, the leaking ones first" in err, err
+    page = out.read_text()
+    assert page.count("<svg ") == 24 and "5 more series left out" in page
+    drawn = {f"GPU 0 ({NAME})" + ("" if r["pid"] is None else f" pid {r['pid']}"): r for r in results}
+    shown = [label for label in drawn if f'data-series="{label}"' in page]
+    left = page.split('<section class="left-out"><h2>Left out (5)</h2><ul>')[1].split("</ul>")[0]
+    left_labels = [li.removesuffix("</li>") for li in left.split("<li>")[1:]]
+    assert len(shown) == 24 and len(left_labels) == 5 and set(shown) | set(left_labels) == set(drawn)
+    for pid in (6000, 6001, 6002):
+        assert f"GPU 0 ({NAME}) pid {pid}" in shown
+    # Every series left out is quiet and grows no faster than any quiet series drawn.
+    quiet_shown = [drawn[label]["leak_rate_bytes_per_s"] for label in shown if drawn[label]["verdict"] != "leak"]
+    assert all(drawn[label]["verdict"] != "leak" for label in left_labels)
+    assert max(drawn[label]["leak_rate_bytes_per_s"] for label in left_labels) <= min(quiet_shown)

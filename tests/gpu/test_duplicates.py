@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pynvml
 import pytest
 
 from inferwatch_sidecar.components.base import ComponentContext
@@ -54,6 +55,31 @@ def test_four_workers_holding_one_model_each_are_reported() -> None:
     assert "Triton" in dup["fix"] and "--preload" in dup["fix"]
     assert st["devices"][0]["duplicate_model_copies"] == dup
     assert copies_metric(comp) == (4.0, dup["extra_bytes"])
+
+
+def test_copies_leave_the_status_when_their_device_or_its_processes_cannot_be_read() -> None:
+    clock = Clock()
+    devs = [FakeDevice(processes=workers([14.0, 14.1, 13.95, 14.05])), FakeDevice(processes=workers([7.0, 7.0]))]
+    fake = FakeNvml(devs, clock=lambda: clock.t - 1000.0)
+    ctx = ComponentContext(clock=clock, monotonic=clock)
+    comp = build(GpuConfig(backend="nvml", resolve_containers=False, duplicates=FLAT), ctx,
+                 sampler=NvmlSampler(lambda: fake, clock=clock, monotonic=clock))
+
+    def ticks(n: int) -> list[tuple[str, int]]:
+        for _ in range(n):
+            comp.tick()
+            clock.t += 1
+        return [(d["gpu"], d["copies"]) for d in comp.status()["duplicate_model_copies"]]
+
+    assert ticks(90) == [("0", 4), ("1", 2)]
+    fake.fail("nvmlDeviceGetComputeRunningProcesses", pynvml.NVML_ERROR_NO_PERMISSION, times=1, device=0)
+    assert ticks(1) == [("1", 2)]
+    assert ticks(1) == [("0", 4), ("1", 2)]  # the trackers kept their history
+    fake.fail("nvmlDeviceGetMemoryInfo", pynvml.NVML_ERROR_GPU_IS_LOST, times=1, device=1)
+    assert ticks(1) == [("0", 4)]
+    assert values(comp)[("inferwatch_gpu_duplicate_model_copies", (("gpu", "1"),))] == 0
+    fake.fail("nvmlDeviceGetCount", pynvml.NVML_ERROR_DRIVER_NOT_LOADED, times=1)
+    assert ticks(1) == []
 
 
 def test_copies_need_flat_s_of_history() -> None:

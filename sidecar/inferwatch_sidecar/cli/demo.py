@@ -81,7 +81,8 @@ def register(sub: Any) -> None:
                    help="requests per second (default 50; 20 with --engine vllm)")
     p.add_argument("--seed", type=int, default=0, help="dataset and model seed (default 0)")
     p.add_argument("--engine", choices=("fastapi", "triton", "vllm"), default="fastapi",
-                   help="what serves the model: the SDK-instrumented FastAPI server (default) or Triton")
+                   help="what serves the model: the SDK-instrumented FastAPI server (default), Triton (PyTriton) "
+                        "or vLLM (a tiny LLM)")
     p.add_argument("--triton-python", default=None, metavar="PATH",
                    help="the Python that runs Triton, with nvidia-pytriton installed (default: .venv-triton/bin/python "
                         "of the source checkout when it exists, else this Python)")
@@ -152,8 +153,9 @@ def run(args: argparse.Namespace) -> int:
         if both:
             err.print(f"inferwatch demo: {'; '.join(both)}: inject one of them")
             return 2
-        if "long_inputs" in faults and args.engine == "triton":
-            err.print("inferwatch demo: long_inputs needs the FastAPI server's batcher (not --engine triton)")
+        if "long_inputs" in faults and args.engine != "fastapi":
+            err.print(f"inferwatch demo: long_inputs needs the FastAPI server's batcher (not --engine {args.engine})",
+                      soft_wrap=True)
             return 2
     if args.duration < 30:
         err.print("inferwatch demo: --duration must be at least 30 seconds (detection needs the windows to fill)")
@@ -175,9 +177,13 @@ def run(args: argparse.Namespace) -> int:
             err.print(f"inferwatch demo --engine vllm: {problem}", markup=False, soft_wrap=True)
             return 2
     rate = args.rate if args.rate is not None else 20.0 if args.engine == "vllm" else 50.0
-    cfg = ScenarioConfig(duration_s=args.duration, inject_at_s=args.inject_at, rate_per_s=rate,
-                         faults=faults, seed=args.seed, engine=args.engine, triton_python=triton_python,
-                         vllm_python=vllm_python)
+    try:
+        cfg = ScenarioConfig(duration_s=args.duration, inject_at_s=args.inject_at, rate_per_s=rate,
+                             faults=faults, seed=args.seed, engine=args.engine, triton_python=triton_python,
+                             vllm_python=vllm_python)
+    except ValueError as e:
+        err.print(f"inferwatch demo: {e}", markup=False, soft_wrap=True)
+        return 2
     inj = cfg.injection_time()
     if not 5 <= inj <= args.duration - 15:
         err.print(f"inferwatch demo: --inject-at {inj:g} must be between 5 and duration - 15 seconds")

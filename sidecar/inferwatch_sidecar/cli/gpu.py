@@ -94,7 +94,10 @@ def _analyze(args: argparse.Namespace) -> int:
         else:
             found = run(args.files, cfg, keep_series=bool(args.plot))
         if args.plot:
-            plot.write(args.plot, found.series)
+            left = plot.write(args.plot, found.series)
+            if left:
+                print(f"inferwatch gpu analyze: --plot {args.plot}: "
+                      f"{plot.left_out_note(len(found.series) - len(left), len(left))}", file=sys.stderr)
     except (LogError, plot.PlotError) as e:
         print(f"inferwatch gpu analyze: {e}", file=sys.stderr)
         return 1

@@ -2,9 +2,10 @@
 
 It answers what ``torch.cuda.memory_stats()`` would, for the SDK's allocator
 probe (``torch_stats_source``): a steady footprint, plus the leak fault's
-growth in the worker that is its target. The scenario starts each worker's
-fake NVML process from the same footprint (:data:`DEVICE_BASE_BYTES`), so the
-device and allocator views agree.
+growth in the worker that is its target. The scenario starts the first
+worker's fake NVML process from this footprint (:data:`DEVICE_BASE_BYTES`) and
+each next one a step above it (:func:`.inject.fake_gpu_processes`): the
+allocator's counters are every worker's, the rest is non-allocator memory.
 """
 
 from __future__ import annotations

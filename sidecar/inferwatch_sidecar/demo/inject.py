@@ -54,13 +54,24 @@ class FaultState:
         return self.detected_at - self.injected_at
 
 
+#: Each worker's device footprint is this much above the one before it: no two are within
+#: ``gpu.duplicates.similarity`` (10%), so a run of any length reports no duplicated model copies.
+WORKER_STEP = 1.15
+
+
 def fake_gpu_processes(cfg: ScenarioConfig, worker_pids: dict[str, list[int]],
                        leak_pid: int | None) -> list[dict[str, Any]]:
-    """The fake NVML's processes: one per model-server worker, ``leak_pid`` leaking from the injection on."""
-    base_gib = round(allocator.DEVICE_BASE_BYTES / 2**30, 3)
+    """The fake NVML's processes: one per model-server worker, ``leak_pid`` leaking from the injection on.
+
+    The first worker holds :data:`.allocator.DEVICE_BASE_BYTES`, each next one :data:`WORKER_STEP` times the
+    one before: the workers of one server differ in the workspaces their kernels picked and the batches
+    their allocator cached for (held outside the allocator's counters, in its non-allocator memory), and
+    the canary serves another model. The sidecar's duplicated-copies check stays quiet; the demo's
+    leak is the only GPU fault.
+    """
     procs: list[dict[str, Any]] = []
-    for pid in [*worker_pids.get("stable", []), *worker_pids.get("canary", [])]:
-        p: dict[str, Any] = {"pid": pid, "base_gib": base_gib}
+    for k, pid in enumerate([*worker_pids.get("stable", []), *worker_pids.get("canary", [])]):
+        p: dict[str, Any] = {"pid": pid, "base_gib": round(allocator.DEVICE_BASE_BYTES * WORKER_STEP**k / 2**30, 3)}
         if pid == leak_pid and "gpu_leak" in cfg.faults:
             p["leak_mib_per_s"] = cfg.leak_mib_per_s
             p["leak_start_s"] = cfg.injection_time()

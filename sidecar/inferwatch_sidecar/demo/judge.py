@@ -37,6 +37,11 @@ from inferwatch_sidecar.demo.inject import FaultState
 from inferwatch_sidecar.demo.observe import Snapshot
 from inferwatch_sidecar.demo.promtext import Scrape
 
+#: A fault's detection signal: (this poll, the sidecar's /metrics, the leaking worker) -> (detected now, evidence).
+Signal = Callable[[Snapshot, Scrape, int | None], tuple[bool, str]]
+#: Alert name and the labels that must match.
+Alerts = list[tuple[str, dict[str, str]]]
+
 #: The P999 latency objective's target (alerts/source.py LATENCY_OBJECTIVES): slower calls burn its budget.
 P999_TARGET_S = 2.5
 #: The drop of the calibrated estimate below the reference accuracy that InferwatchEstimatedAccuracyDrop fires on.
@@ -45,7 +50,7 @@ ACCURACY_DROP = 0.05
 DRIFT_WINDOW_S = 10.0
 
 #: The alerts each fault must bring to ``firing`` (with the labels that must match).
-EXPECTED_ALERTS: dict[str, list[tuple[str, dict[str, str]]]] = {
+EXPECTED_ALERTS: dict[str, Alerts] = {
     "latency": [("InferwatchStageLatencyP999BudgetBurn", {"stage": "inference"})],
     "drift": [("InferwatchFeatureDrift", {"model_version": mdl.STABLE}),
               ("InferwatchPredictionDrift", {"model_version": mdl.STABLE})],
@@ -188,7 +193,7 @@ def _bad_events(snap: Snapshot, scrape: Scrape, leak_pid: int | None) -> tuple[b
 
 
 #: Fault -> its detection signal: (detected now, the evidence).
-SIGNALS: dict[str, Callable[[Snapshot, Scrape, int | None], tuple[bool, str]]] = {
+SIGNALS: dict[str, Signal] = {
     "latency": _latency,
     "long_inputs": _long_inputs,
     "drift": _drift,
@@ -199,18 +204,30 @@ SIGNALS: dict[str, Callable[[Snapshot, Scrape, int | None], tuple[bool, str]]] =
 }
 
 
-def judge(faults: dict[str, FaultState], snap: Snapshot, scrape: Scrape, leak_pid: int | None) -> None:
+def judge(faults: dict[str, FaultState], snap: Snapshot, scrape: Scrape, leak_pid: int | None,
+          signals: dict[str, Signal] | None = None,
+          expected: dict[str, Alerts] | None = None) -> None:
     """Update every injected fault's record from this poll: detection time, evidence and alert states.
 
     The evidence is refreshed at every poll where the signal is on; at polls where it is off, the earlier
     evidence stays, so a later quiet poll does not overwrite what the detection showed.
+
+    Args:
+        faults: each configured fault's record.
+        snap: this poll.
+        scrape: the sidecar's /metrics at this poll.
+        leak_pid: the worker the GPU leak is scripted in.
+        signals: fault -> its detection signal (default :data:`SIGNALS`; the vLLM scenario has its own).
+        expected: fault -> the alerts it must fire (default :data:`EXPECTED_ALERTS`).
     """
+    signals = SIGNALS if signals is None else signals
+    expected = EXPECTED_ALERTS if expected is None else expected
     for name, st in faults.items():
         if st.injected_at is None:
             if name == "canary":
                 st.before = canary_verdict(snap) or st.before
             continue
-        ok, detail = SIGNALS[name](snap, scrape, leak_pid)
+        ok, detail = signals[name](snap, scrape, leak_pid)
         if name == "confidence":
             detail = _confidence_mean(st, snap, detail)
         elif name == "canary" and st.before:
@@ -219,7 +236,7 @@ def judge(faults: dict[str, FaultState], snap: Snapshot, scrape: Scrape, leak_pi
             st.detected_at = snap.t
         if ok or not st.detail:
             st.detail = detail
-        for alert, match in EXPECTED_ALERTS[name]:
+        for alert, match in expected[name]:
             st.alerts[alert] = _alert_state(snap, alert, match)
 
 
@@ -235,12 +252,15 @@ def _alert_state(snap: Snapshot, alert: str, match: dict[str, str]) -> str:
     return best
 
 
-def expected_alert_names(faults: Iterable[str]) -> set[str]:
-    """Every alert that ``faults`` must fire."""
-    return {a for f in faults for a, _ in EXPECTED_ALERTS[f]}
+def expected_alert_names(faults: Iterable[str],
+                         expected: dict[str, Alerts] | None = None) -> set[str]:
+    """Every alert that ``faults`` must fire (``expected``: as for :func:`judge`)."""
+    expected = EXPECTED_ALERTS if expected is None else expected
+    return {a for f in faults for a, _ in expected[f]}
 
 
-def unexpected_alerts(seen: dict[str, set[str]], faults: Iterable[str]) -> dict[str, set[str]]:
+def unexpected_alerts(seen: dict[str, set[str]], faults: Iterable[str],
+                      expected: dict[str, Alerts] | None = None) -> dict[str, set[str]]:
     """The alerts in ``seen`` (name -> states) that no fault in ``faults`` explains."""
-    want = expected_alert_names(faults)
+    want = expected_alert_names(faults, expected)
     return {n: s for n, s in seen.items() if n not in want}

@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import http.client
 import json
-import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -74,7 +73,8 @@ class LlmLoadGenerator(LoadGenerator):
         plan: the bounds (``generate_share`` and ``label_share`` do not apply: every request is a
             generation, and an LLM's answer has no label here).
         model: the served model name.
-        timeout_s: per-request timeout (a whole stream).
+        timeout_s: the timeout of each socket operation (connecting, sending, each read of the stream), not
+            of a whole stream: a stream that keeps sending tokens runs as long as it takes.
         long_share: share of requests made long while :attr:`latency` is on.
 
     Counters (:meth:`snapshot`): ``completions`` (streams read to their end with status 200),
@@ -95,23 +95,8 @@ class LlmLoadGenerator(LoadGenerator):
         plan = self.plan
         rng = np.random.default_rng(plan.seed * 1000 + i)
         conn = _Conn(self.stable_url, self.timeout_s)
-        interval = n / plan.rate_per_s
-        assert self.started_at is not None
-        end = self.started_at + plan.max_seconds
-        nxt = time.monotonic() + interval * i / n
-        seq = 0
         try:
-            while not self._stop.is_set():
-                now = time.monotonic()
-                if now >= end:
-                    break
-                if nxt > now and self._stop.wait(nxt - now):
-                    break
-                # Open loop, as in LoadGenerator: never bursts to catch up after a slow stream.
-                nxt = max(nxt + interval, time.monotonic() - interval)
-                if not self._take():
-                    break
-                seq += 1
+            for seq in self._paced(i, n):
                 shape = (LONG if self.latency and rng.random() < self.long_share
                          else DRIFTED if self.drift else HEALTHY)
                 # The trace ID: 32 hex digits, never all zero (the sidecar's request ID and exemplar).

@@ -26,6 +26,7 @@ import threading
 import time
 import urllib.parse
 from collections import Counter
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -195,31 +196,40 @@ class LoadGenerator:
             self._issued += 1
             return True
 
+    def _paced(self, i: int, n: int) -> Iterator[int]:
+        """Worker ``i`` of ``n``'s schedule: yields each request's sequence number (from 1) when it is due.
+
+        The workers share ``plan.rate_per_s``, staggered; the schedule ends at :meth:`stop`, after
+        ``plan.max_seconds`` or after ``plan.max_requests`` in all. Open loop: the schedule does not wait for
+        slow responses (a request's time in the caller's loop body), but never bursts to catch up.
+        """
+        interval = n / self.plan.rate_per_s
+        assert self.started_at is not None, "start() first"
+        end = self.started_at + self.plan.max_seconds
+        nxt = time.monotonic() + interval * i / n
+        seq = 0
+        while not self._stop.is_set():
+            now = time.monotonic()
+            if now >= end:
+                return
+            if nxt > now and self._stop.wait(nxt - now):
+                return
+            nxt = max(nxt + interval, time.monotonic() - interval)
+            if not self._take():
+                return
+            seq += 1
+            yield seq
+
     def _worker(self, i: int, n: int) -> None:
         plan = self.plan
         rng = np.random.default_rng(plan.seed * 1000 + i)
         stable = _Conn(self.stable_url, self.timeout_s)
         canary = _Conn(self.canary_url, self.timeout_s) if self.canary_url else None
-        interval = n / plan.rate_per_s
-        assert self.started_at is not None
-        end = self.started_at + plan.max_seconds
-        nxt = time.monotonic() + interval * i / n
         rows: mdl.Batch | None = None
         rows_kind = (False, 0.0)
         k = 0
-        seq = 0
         try:
-            while not self._stop.is_set():
-                now = time.monotonic()
-                if now >= end:
-                    break
-                if nxt > now and self._stop.wait(nxt - now):
-                    break
-                # Open loop: the schedule does not wait for slow responses, but never bursts to catch up.
-                nxt = max(nxt + interval, time.monotonic() - interval)
-                if not self._take():
-                    break
-                seq += 1
+            for seq in self._paced(i, n):
                 # Triton's request ID is the trace ID the callable sees: 32 hex digits, never all zero.
                 rid = (f"{plan.seed + 1:08x}{i:08x}{seq:016x}" if self.engine == "triton"
                        else f"lg{plan.seed}-{i}-{seq}")

@@ -6,7 +6,6 @@ import math
 from dataclasses import dataclass
 
 from inferwatch_sidecar.demo.alertmanager import Notification
-from inferwatch_sidecar.demo.config import KNOWN_FAULTS
 from inferwatch_sidecar.demo.inject import FaultState
 
 MiB = 2**20
@@ -88,7 +87,9 @@ def notification_lines(notifications: list[Notification]) -> list[str]:
 
 def summary_lines(faults: dict[str, FaultState], injection_time: float,
                   unexpected_alerts: dict[str, set[str]] | None,
-                  notifications: list[Notification] | None = None) -> list[str]:
+                  notifications: list[Notification] | None = None, *,
+                  titles: dict[str, str] | None = None, not_applicable: dict[str, str] | None = None,
+                  extra: list[str] | None = None, passed: bool | None = None) -> list[str]:
     """The end-of-run summary, one fault per line, then the verdict.
 
     Args:
@@ -97,29 +98,39 @@ def summary_lines(faults: dict[str, FaultState], injection_time: float,
         unexpected_alerts: alerts no injected fault explains, with the states they were seen in; None
             without Prometheus (no alert lines).
         notifications: what Alertmanager delivered; None without Alertmanager (no notification lines).
+        titles: fault -> its title, in the order of the lines (default :data:`FAULT_TITLES`).
+        not_applicable: faults the engine cannot show, with the reason, listed after the others.
+        extra: lines before the verdict (the vLLM scenario's counts side by side).
+        passed: the verdict (default: every fault detected).
     """
+    titles = FAULT_TITLES if titles is None else titles
+    not_applicable = not_applicable or {}
     lines = ["fault                                          injected  detected  after   evidence"]
-    for name in KNOWN_FAULTS:
+    for name, title in titles.items():
         st = faults.get(name)
         if st is None:
             continue
         inj = f"{st.injected_at:6.1f}s" if st.injected_at is not None else "     -"
         det = f"{st.detected_at:6.1f}s" if st.detected_at is not None else "    NO"
         after = f"{st.latency_s:5.1f}s" if st.latency_s is not None else "    -"
-        lines.append(f"{FAULT_TITLES[name]:<46} {inj}   {det}  {after}  {st.detail}")
+        lines.append(f"{title:<46} {inj}   {det}  {after}  {st.detail}")
         if unexpected_alerts is not None:
             for alert, state in st.alerts.items():
                 lines.append(f"{'':<46} alert {alert}: {state}")
+    lines += [f"{f + ': not applicable':<46} {why}" for f, why in not_applicable.items()]
     if unexpected_alerts is not None:
         lines.append("other alerts: " + (", ".join(f"{n} ({'/'.join(sorted(s))})" for n, s in
                                                   sorted(unexpected_alerts.items())) or "none (all quiet)"))
     if notifications is not None:
         lines += notification_lines(notifications)
+    lines += extra or []
     injected = [st for st in faults.values() if st.injected_at is not None]
     if not injected:
         lines.append(f"NOT RUN: stopped before the faults were injected (t={injection_time:.0f}s)")
         return lines
     n = sum(st.detected for st in injected)
-    verdict = "PASS" if all(st.detected for st in faults.values()) else "FAIL"
-    lines.append(f"{verdict}: {n} of {len(injected)} injected faults detected")
+    if passed is None:
+        passed = all(st.detected for st in faults.values())
+    lines.append(f"{'PASS' if passed else 'FAIL'}: {n} of {len(injected)} injected faults detected"
+                 + (f" ({len(not_applicable)} not applicable)" if not_applicable else ""))
     return lines

@@ -52,6 +52,11 @@ class Scenario:
         cfg: the scenario's knobs.
     """
 
+    #: Fault -> its detection signal, the alerts it must fire, and its title in the summary.
+    signals: dict[str, judge.Signal] = judge.SIGNALS
+    expected_alerts: dict[str, judge.Alerts] = judge.EXPECTED_ALERTS
+    titles: dict[str, str] = report.FAULT_TITLES
+
     def __init__(self, cfg: ScenarioConfig | None = None) -> None:
         self.cfg = cfg or ScenarioConfig()
         self._own_workdir = self.cfg.workdir is None
@@ -254,7 +259,7 @@ class Scenario:
         snap, scrape = self.observer.poll(self.now(), self.faults, self.loadgen, self.prometheus_url,
                                            self.receiver)
         if scrape is not None:
-            judge.judge(self.faults, snap, scrape, self.leak_pid)
+            judge.judge(self.faults, snap, scrape, self.leak_pid, self.signals, self.expected_alerts)
         return snap
 
     # -- results --------------------------------------------------------------------------------
@@ -263,17 +268,18 @@ class Scenario:
         return all(st.detected for st in self.faults.values())
 
     def expected_alert_names(self) -> set[str]:
-        return judge.expected_alert_names(self.cfg.faults)
+        return judge.expected_alert_names(self.faults, self.expected_alerts)
 
     def unexpected_alerts(self) -> dict[str, set[str]]:
         """Alerts seen pending or firing that no injected fault explains."""
-        return judge.unexpected_alerts(self.observer.alerts_seen, self.cfg.faults)
+        return judge.unexpected_alerts(self.observer.alerts_seen, self.faults, self.expected_alerts)
 
     def summary_lines(self) -> list[str]:
         """The end-of-run summary, one fault per line, then the verdict."""
         return report.summary_lines(self.faults, self.cfg.injection_time(),
                                     self.unexpected_alerts() if self.prometheus_url else None,
-                                    self.receiver.notifications() if self.receiver is not None else None)
+                                    self.receiver.notifications() if self.receiver is not None else None,
+                                    titles=self.titles, passed=self.all_detected())
 
     # -- stop -----------------------------------------------------------------------------------
     def stop(self) -> dict[str, int | None]:

@@ -102,6 +102,17 @@ class _Item:
         self.done: asyncio.Future[tuple[str, float]] = loop.create_future()
 
 
+def _batcher_ended(task: asyncio.Task[None]) -> None:
+    """Log a batcher loop that ended other than by :meth:`Batcher.stop`: its requests would wait forever."""
+    if task.cancelled():
+        return
+    exc = task.exception()
+    if exc is not None:
+        log.error("the batcher stopped: requests will not be served", exc_info=exc)
+    else:
+        log.error("the batcher returned: requests will not be served")
+
+
 class Batcher:
     """A dynamic batcher in front of one (simulated) device, with a bucket for long inputs.
 
@@ -132,6 +143,7 @@ class Batcher:
 
     def start(self) -> None:
         self._loop_task = asyncio.get_running_loop().create_task(self._loop())
+        self._loop_task.add_done_callback(_batcher_ended)
 
     async def stop(self) -> None:
         if self._loop_task is not None:
@@ -171,7 +183,7 @@ class Batcher:
                 due = self.long[0].queued_at + LONG_WAIT_S - loop.time()
                 try:
                     await asyncio.wait_for(self._wake.wait(), max(due, 0.0))
-                except TimeoutError:
+                except asyncio.TimeoutError:  # not the builtin TimeoutError before Python 3.11
                     pass
                 continue
             inferwatch.set_queue_depth(len(self.short) + len(self.long))

@@ -211,9 +211,9 @@ def progress_line(snap: Snapshot) -> str:
     det = ", ".join(f"{n}{'+' if st.detected else '-'}" for n, st in snap.faults.items())
     inf = snap.stages.get("inference", {})
     firing = sorted(n for n, s in snap.alerts.items() if s == "firing")
-    canary = next((f" canary {j['verdict']} {j['score']:.0f}" for j in snap.canary), "")
+    canary = judge.canary_verdict(snap)
     return (f"t={snap.t:5.1f}s {snap.phase:<8} requests={snap.load.get('predict_stable', 0)}+"
             f"{snap.load.get('predict_canary', 0)}+{snap.load.get('generate', 0)} "
-            f"inference p99.9={report.seconds(inf.get(0.999))}{canary} detected: {det}"
+            f"inference p99.9={report.seconds(inf.get(0.999))}{f' {canary}' if canary else ''} detected: {det}"
             + (f" firing: {', '.join(firing)}" if firing else "")
             + (f" notifications: {len(snap.notifications)}" if snap.notifications else ""))

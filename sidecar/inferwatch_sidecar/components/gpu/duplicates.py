@@ -5,7 +5,7 @@ the same model: the GPU holds four copies of the weights and runs out at start-u
 ``--preload`` does not help, since CUDA memory is never shared across a fork. docs/gpu.md and the
 runbook of ``InferwatchGPUDuplicateModelCopies`` give the fixes.
 
-Used by the live component (per sampling pass) and by ``gpu analyze`` (per log timestamp), with the same
+Used by the live component (per sampling pass) and by ``gpu analyze`` (per nvidia-smi pass), with the same
 thresholds (:class:`~inferwatch_sidecar.components.gpu.config.DuplicatesConfig`).
 """
 

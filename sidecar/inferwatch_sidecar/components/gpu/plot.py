@@ -1,6 +1,7 @@
 """``gpu analyze --plot``: each series with its release floor, fitted trend, detections and projected OOM.
 
-One panel per series (the device first, then its processes). What a panel holds is built once
+One panel per series (the device first, then its processes), at most :data:`MAX_PANELS` of them
+(:func:`choose`). What a panel holds is built once
 (:func:`panels`) and drawn by one of two renderers:
 
 - ``.html``: a self-contained page of inline SVG, written with the standard library only;
@@ -26,6 +27,9 @@ from datetime import datetime, timezone
 
 from inferwatch_sidecar.components.gpu.analysis import Series, stamp
 
+#: Most panels one plot draws: the leaking series first, fastest first, then the fastest-growing others
+#: (:func:`choose`); a log of hundreds of processes would give a page or image no one can read.
+MAX_PANELS = 24
 #: Without a release for this long, the release floor drawn is the lower envelope, seconds.
 FLOOR_S = 600.0
 #: Smallest fall below the peak counted as a release, bytes.
@@ -92,22 +96,46 @@ def check_target(path: str) -> str:
     raise PlotError(f"--plot {path}: the file must end in .png or .html")
 
 
-def write(path: str, series: list[Series]) -> None:
-    """Draw every series into ``path`` (.html or .png).
+def choose(series: list[Series], limit: int = MAX_PANELS) -> tuple[list[Series], list[Series]]:
+    """The series to draw (at most ``limit``, in their order) and those left out.
+
+    Leaking series (verdict ``leak``, or any episode) come first, fastest first; then the others by the
+    slope of the detector's shortest judged window, fastest-growing first.
+    """
+    def rank(k: int) -> tuple[bool, float, int]:
+        r = series[k].result
+        leaking = r["verdict"] == "leak" or bool(r["episodes"])
+        rate = r["leak_rate_bytes_per_s"]
+        return (not leaking, -(rate if rate is not None else -math.inf), k)
+
+    keep = set(sorted(range(len(series)), key=rank)[:limit])
+    return ([s for k, s in enumerate(series) if k in keep], [s for k, s in enumerate(series) if k not in keep])
+
+
+def write(path: str, series: list[Series], limit: int = MAX_PANELS) -> list[Series]:
+    """Draw the series :func:`choose` keeps into ``path`` (.html or .png); returns those left out.
 
     Raises:
         PlotError: bad target (see :func:`check_target`) or the file cannot be written.
     """
     kind = check_target(path)
-    ps = panels(series)
+    kept, left = choose(series, limit)
+    ps = panels(kept)
     try:
         if kind == "html":
             with open(path, "w", encoding="utf-8") as f:
-                f.write(render_html(ps))
+                f.write(render_html(ps, [s.label for s in left]))
         else:
-            render_png(ps, path)
+            render_png(ps, path, len(left))
     except OSError as e:
         raise PlotError(f"--plot {path}: cannot write: {e.strerror or e}") from e
+    return left
+
+
+def left_out_note(shown: int, left: int) -> str:
+    """What the plot says about the series it does not draw."""
+    return (f"{left} more series left out: {shown} panels at most, the leaking ones first, then the "
+            "fastest-growing")
 
 
 # -- what to draw ---------------------------------------------------------------------------------------------
@@ -357,18 +385,24 @@ def _svg(p: Panel) -> str:
     return "\n".join(out)
 
 
-def render_html(ps: list[Panel]) -> str:
-    """A self-contained HTML page: a legend, then one titled SVG panel per series."""
+def render_html(ps: list[Panel], left_out: list[str] | None = None) -> str:
+    """A self-contained HTML page: a legend, then one titled SVG panel per series, then the series left out."""
     e = html.escape
     legend = " ".join(f'<span style="color:{c}">&#9632; {e(n)}</span>' for n, (c, _) in STYLE.items())
+    head = f"<p>{legend}</p>\n"
+    if left_out:
+        head += f'<p class="left-out">{e(left_out_note(len(ps), len(left_out)))} (listed at the end).</p>\n'
     body = []
     for p in ps:
         notes = "".join(f"<li>{e(n)}</li>" for n in p.notes + [t for _, _, t in p.vlines])
         body.append(f'<section class="series"><h2>{e(p.label)}</h2><ul>{notes}</ul>\n{_svg(p)}\n</section>')
+    if left_out:
+        items = "".join(f"<li>{e(label)}</li>" for label in left_out)
+        body.append(f'<section class="left-out"><h2>Left out ({len(left_out)})</h2><ul>{items}</ul></section>')
     return ("<!doctype html>\n<html><head><meta charset=\"utf-8\"><title>inferwatch gpu analyze</title>"
             "<style>body{font-family:sans-serif;margin:1em}h2{font-size:1.05em;margin:1em 0 0}"
             "ul{margin:.2em 0;font-size:.9em}</style></head><body>\n<h1>GPU memory leak analysis</h1>\n"
-            f"<p>{legend}</p>\n" + "\n".join(body) + "\n</body></html>\n")
+            + head + "\n".join(body) + "\n</body></html>\n")
 
 
 # -- PNG through matplotlib ---------------------------------------------------------------------------------------
@@ -376,8 +410,9 @@ def render_html(ps: list[Panel]) -> str:
 PNG_WIDTH_IN, PNG_PANEL_IN, PNG_HEAD_IN, PNG_DPI = 12.0, 3.0, 0.5, 100
 
 
-def render_png(ps: list[Panel], path: str) -> None:
-    """Write the panels as one PNG (matplotlib's Agg backend, no display needed)."""
+def render_png(ps: list[Panel], path: str, left_out: int = 0) -> None:
+    """Write the panels as one PNG (matplotlib's Agg backend, no display needed); the title names how many
+    series were ``left_out``."""
     from matplotlib.figure import Figure
 
     n = max(1, len(ps))
@@ -386,7 +421,8 @@ def render_png(ps: list[Panel], path: str) -> None:
     top = 1 - PNG_HEAD_IN / height
     fig.subplots_adjust(left=0.07, right=0.98, top=top, bottom=0.35 / height, hspace=0.55)
     axes = fig.subplots(n, 1, squeeze=False)[:, 0]
-    fig.suptitle("GPU memory leak analysis", y=1 - 0.15 / height)
+    title = "GPU memory leak analysis" + (f" ({left_out_note(len(ps), left_out)})" if left_out else "")
+    fig.suptitle(title, y=1 - 0.15 / height)
     for ax, p in zip(axes, ps, strict=False):
         x0 = p.x_range[0]
         for name, xs, ys in p.lines:
