@@ -12,10 +12,17 @@ is described in docs/gpu.md ("The test family"). Per trace (one GPU, 80 GiB):
 - a daily traffic cycle (half the traces) that scales the sawtooth between 20% and 100%;
 - model loads and unloads (a third of the processes): about two a day, steps of 0.5-8 GiB;
 - 90% preallocation (one process in seven): the pool is taken at start, then flat;
-- per-sample Gaussian noise 0-80 MiB; sampling every 1, 5 or 10 s; 0-5% of samples missing plus
-  gaps of up to 2 min, 0-2% duplicated; values in 2 MiB granules;
+- per-sample Gaussian noise 0-80 MiB on each process; sampling every 1, 5 or 10 s; 0-5% of samples
+  missing plus gaps of up to 2 min, 0-2% duplicated (one NVML poll reads every process at once);
+  values in 2 MiB granules;
 - leaks of a given rate from a random onset, a quarter of them at process start; a quarter of the
-  leaks of 0.5 GiB/h and faster stop with a restart of the process (its memory drops and it loads again).
+  leaks of 0.5 GiB/h and faster stop with a restart of the process: it exits (its memory is freed) and a
+  new process (a new PID) loads again from scratch.
+
+A trace renders what NVML reports: each process's used memory (``procs``: one series per PID, NaN
+while the PID does not exist) and the device's (their sum plus 600 MiB of driver and contexts). A draw
+whose device memory would exceed the GPU's is redrawn: a GPU cannot hold it (it is an OOM at start-up,
+not a trace to judge).
 
 ``effective_onset``: a leak that starts during its process's warm-up is counted from the end of the
 warm-up plateau, the time when less than 64 MiB of the warm-up is still to come.
@@ -60,6 +67,9 @@ class Trace:
     Attributes:
         t: sample times (s), non-decreasing (duplicates included).
         used: device memory, bytes.
+        procs: per-PID used memory, one row per PID, NaN where the PID does not exist (aligned with ``t``).
+        leaker: the row of ``procs`` that leaks (None for a leak-free trace); a restart ends that PID,
+            the restarted process is another row.
         rate: leak rate, bytes/s (0 for a leak-free trace).
         onset: leak onset (s) or None.
         stop: when a restart ended the leak (s) or None.
@@ -73,6 +83,8 @@ class Trace:
     onset: float | None
     stop: float | None
     effective_onset: float | None
+    procs: np.ndarray = field(default_factory=lambda: np.zeros((0, 0)))
+    leaker: int | None = None
     desc: dict[str, object] = field(default_factory=dict)
 
 
@@ -164,7 +176,17 @@ def _process(p: Proc, t: np.ndarray, rng: np.random.Generator, daily: np.ndarray
 
 
 def make_trace(rng: np.random.Generator, rate_gib_h: float, duration: float | None = None) -> Trace:
-    """Draw one trace; ``rate_gib_h`` 0 gives a leak-free day (or ``duration`` seconds)."""
+    """Draw one trace; ``rate_gib_h`` 0 gives a leak-free day (or ``duration`` seconds).
+
+    Draws whose device memory would exceed the GPU's are redrawn (see the module docstring).
+    """
+    while True:
+        tr = _draw(rng, rate_gib_h, duration)
+        if tr is not None:
+            return tr
+
+
+def _draw(rng: np.random.Generator, rate_gib_h: float, duration: float | None) -> Trace | None:
     dt = float(rng.choice([1.0, 5.0, 10.0]))
     n_proc = int(rng.choice([1, 1, 2, 3]))
     procs = [draw_proc(rng) for _ in range(n_proc)]
@@ -187,7 +209,8 @@ def make_trace(rng: np.random.Generator, rate_gib_h: float, duration: float | No
     daily = np.ones(len(t))
     if rng.random() < 0.5:
         daily = 0.6 + 0.4 * np.sin(2 * math.pi * t / DAY + rng.uniform(0, 2 * math.pi))
-    used = np.full(len(t), 600.0 * MiB)  # CUDA contexts and driver outside the processes
+    noise = rng.uniform(0, 80) * MiB
+    rows = []
     for i, p in enumerate(procs):
         y = _process(p, t, rng, daily)
         if i == leaker and rate > 0:
@@ -195,24 +218,33 @@ def make_trace(rng: np.random.Generator, rate_gib_h: float, duration: float | No
             end_leak = stop if stop is not None else math.inf
             y = y + rate * np.clip(np.minimum(t, end_leak) - onset, 0, None) * (t < end_leak)
             if stop is not None:
-                # The restart: memory released, the process loads again from scratch (a new warm-up).
+                # The restart: the process exits, a new one (another PID) loads again from scratch.
                 again = Proc(**{**p.__dict__, "start": stop + 5.0, "warm_tau": _loguniform(rng, 60, 1200)})
                 after = t >= stop
-                y[after] = _process(again, t[after], rng, daily[after])
-        used += y
-    used = used + rng.normal(0, rng.uniform(0, 80) * MiB, len(t))
-    used = np.round(np.clip(used, 0, TOTAL) / (2 * MiB)) * 2 * MiB
-    # Missing samples, gaps and duplicates.
+                y2 = np.full(len(t), np.nan)
+                y2[after] = _process(again, t[after], rng, daily[after])
+                y2[t < again.start] = np.nan
+                y[after] = np.nan
+                rows.append(y2)
+        rows.insert(i, y)
+    on = np.array(rows)
+    on[:, :] = np.where(np.isnan(on), np.nan, on + rng.normal(0, noise, on.shape))
+    on = np.where(np.isnan(on), np.nan, np.round(np.clip(on, 0, None) / (2 * MiB)) * 2 * MiB)
+    used = 600.0 * MiB + np.nansum(on, axis=0)  # CUDA contexts and driver outside the processes
+    if used.max() > TOTAL:
+        return None
+    # Missing samples, gaps and duplicates: one NVML poll reads the device and every process.
     keep = rng.random(len(t)) >= rng.uniform(0, 0.05)
     for g in rng.uniform(0, duration, size=rng.poisson(duration / DAY * 6)):
         keep &= ~((t >= g) & (t < g + rng.uniform(10, 120)))
-    t, used = t[keep], used[keep]
+    t, used, on = t[keep], used[keep], on[:, keep]
     dup = rng.random(len(t)) < rng.uniform(0, 0.02)
     idx = np.sort(np.r_[np.arange(len(t)), np.flatnonzero(dup)])
-    t, used = t[idx], used[idx]
+    t, used, on = t[idx], used[idx], on[:, idx]
     eff = None if onset is None else max(onset, warmup_end(procs[leaker]))
     desc = {"dt": dt, "procs": n_proc, "saw_amp_gib": round(procs[leaker].saw_amp / GiB, 2),
             "saw_period_s": round(procs[leaker].saw_period), "shape": procs[leaker].saw_shape,
             "busy_idle": procs[leaker].busy_idle, "loads": procs[leaker].loads,
-            "prealloc": procs[leaker].prealloc, "warm_tau_s": round(procs[leaker].warm_tau)}
-    return Trace(t, used, rate, onset, stop, eff, desc)
+            "prealloc": procs[leaker].prealloc, "warm_tau_s": round(procs[leaker].warm_tau),
+            "noise_mib": round(noise / MiB)}
+    return Trace(t, used, rate, onset, stop, eff, on, leaker if rate > 0 else None, desc)

@@ -208,3 +208,16 @@ def test_status_keeps_the_episode_of_a_process_that_exited() -> None:
     (gone,) = [e for e in st["episodes"] if e["pid"] == 60]
     assert gone["end"] == "process_exited" and gone["cleared_at"] == last_seen
     assert gone["detected_at"] == ep["detected_at"]
+
+
+def test_device_detector_judges_the_memory_no_process_accounts_for() -> None:
+    """A leak in a listed process is that process's; the device's own series (used minus the
+    processes', here the driver's flat 512 MiB) stays quiet instead of reporting it twice."""
+    comp, _ = scenario("native")
+    st = comp.status()
+    dev = st["devices"][0]
+    assert dev["processes"][0]["verdict"] == "leak"
+    assert dev["leak"]["verdict"] == "no_leak"
+    assert [x["pid"] for x in st["leaks"]] == [50]
+    det = comp.dev_det["0"]
+    assert det.last == pytest.approx(512 * MiB)

@@ -97,7 +97,8 @@ GPU_FRAGMENTATION_WARNING = Metric(
 # -- leak detection -------------------------------------------------------
 GPU_LEAK_DETECTED = Metric(
     name="inferwatch_gpu_leak_detected", type="gauge", labels=_P, component="gpu",
-    help="1 while the leak detector's verdict is leak (pid empty: device level).",
+    help="1 while the leak detector's verdict is leak (pid empty: the device memory no listed process "
+         "accounts for, all of it where NVML lists none).",
 )
 GPU_LEAK_RATE_BYTES_PER_SECOND = Metric(
     name="inferwatch_gpu_leak_rate_bytes_per_second", type="gauge", unit="bytes_per_second", labels=_P, component="gpu",

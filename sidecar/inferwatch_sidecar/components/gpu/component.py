@@ -230,6 +230,8 @@ class GpuComponent:
                 self.last_good = self.ctx.monotonic()
                 self.absent_reason = None
                 self._ingest(snap)
+            else:
+                self.copies.clear()  # no device was sampled: none is known to hold copies now
             self._feed_allocator()
             self._prune(snap.t)
         self.cpu_s += time.thread_time() - c0
@@ -245,7 +247,11 @@ class GpuComponent:
             if det is None:
                 det = self.dev_det[d.gpu] = LeakDetector(self.cfg.detector)
             if d.used is not None:
-                det.update(t, float(d.used))
+                # The device's own detector judges what no listed process accounts for (driver,
+                # contexts, processes NVML cannot attribute): each process has its own, and the sum of
+                # several processes' sawtooths never returns to one floor.
+                known = sum(p.used_bytes for p in d.processes or () if p.used_bytes is not None)
+                det.update(t, float(d.used - known))
             for p in d.processes or ():
                 key = (d.gpu, p.pid)
                 st = self.procs.get(key)
@@ -260,6 +266,10 @@ class GpuComponent:
                     st.flat.update(t, float(p.used_bytes))
             if d.processes is not None:
                 self._find_copies(d.gpu, t)
+            else:
+                self.copies.pop(d.gpu, None)  # the processes could not be listed: nothing to judge them on
+        for gpu in [g for g in self.copies if g not in seen_devs]:
+            del self.copies[gpu]  # the device was not sampled this pass
 
     def _find_copies(self, gpu: str, t: float) -> None:
         """Duplicated model copies among the processes this pass listed on ``gpu``."""
