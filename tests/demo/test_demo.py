@@ -218,11 +218,13 @@ def test_demo_with_triton_serving_detects_every_injected_fault() -> None:
     latency = next(m for t, m in rows.items() if t.startswith("latency spike"))
     assert float(re.search(r"P99\.9 (\d+\.\d+)s", latency.group(5)).group(1)) > 2.5  # type: ignore[union-attr]
     # The canary judge on Triton's versions 2 vs 1 (its spans): pass while the canary served the stable model,
-    # fail once its fault made it 30 ms slower (latency is critical). Its records (v2) differ in their mix.
+    # fail once its fault made it 30 ms slower. Its records (v2) differ in their mix.
     canary = next(m for t, m in rows.items() if t.startswith("canary")).group(5)
     assert canary.startswith("v2 vs v1: prediction mix differs"), canary
-    assert re.search(r"; canary judge FAIL \d+/100 \(failing: [^)]*\blatency\b[^)]*\); before the fault: "
-                     r"canary judge PASS \d+/100$", canary), canary
+    # Triton's 3 s spikes queue both versions' requests, so the end-to-end latency may not show the canary's 30 ms;
+    # its compute stage does, and a slower stage is critical in the demo.
+    assert re.search(r"; canary judge FAIL \d+/100 \(failing: [^)]*\bstage_latency\[inference\][^)]*\); "
+                     r"before the fault: canary judge PASS \d+/100$", canary), canary
 
 
 def test_triton_scenario_has_prometheus_scrape_both_tritons_metrics_and_judge_their_versions() -> None:
