@@ -94,8 +94,25 @@ def test_the_configured_baseline_wins_over_the_busiest_version() -> None:
     assert judged(traffic(rng, "v1", 3000) + traffic(rng, "v2", 400)) == []
 
 
+def test_one_stage_can_be_critical() -> None:
+    rng = np.random.default_rng(11)
+    events = traffic(rng, "v1", 9500) + traffic(rng, "v2", 2000, tail_factor=3.0)
+    # The same canary as above: only the inference stage's P99 critical, it fails on it alone ...
+    (j,) = judged(events, CanaryConfig(critical=["stage_p99[inference]"]))
+    assert [(m.label, m.critical) for m in j.failed] == [("latency_p99", False), ("stage_p99[inference]", True)]
+    assert (j.verdict, round(j.score, 2)) == ("fail", 77.5)
+    # ... while the queue stage's, which did not move, leaves the verdict to the score.
+    (j,) = judged(events, CanaryConfig(critical=["stage_p99[queue]", "stage_latency[inference]"]))
+    assert not any(m.critical for m in j.failed)
+    assert [m.label for m in j.metrics if m.critical] == ["stage_latency[inference]", "stage_p99[queue]"]
+    assert j.verdict == "marginal"
+
+
 def test_config_rejects_unknown_critical_metrics_and_inverted_scores() -> None:
     with pytest.raises(ValueError, match="unknown metric"):
         CanaryConfig(critical=["latency_p50"])
+    for bad in ("latency[inference]", "stage_latency[]", "stage_p50[inference]"):
+        with pytest.raises(ValueError, match=r"unknown metric.*stage_latency\[STAGE\]"):
+            CanaryConfig(critical=[bad])
     with pytest.raises(ValueError, match="marginal_score"):
         CanaryConfig(pass_score=70, marginal_score=80)

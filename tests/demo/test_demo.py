@@ -222,7 +222,7 @@ def test_demo_with_triton_serving_detects_every_injected_fault() -> None:
     canary = next(m for t, m in rows.items() if t.startswith("canary")).group(5)
     assert canary.startswith("v2 vs v1: prediction mix differs"), canary
     # Triton's 3 s spikes queue both versions' requests, so the end-to-end latency may not show the canary's 30 ms;
-    # its compute stage does, and a slower stage is critical in the demo.
+    # its compute stage does, and the inference stage's latency is critical in the demo.
     assert re.search(r"; canary judge FAIL \d+/100 \(failing: [^)]*\bstage_latency\[inference\][^)]*\); "
                      r"before the fault: canary judge PASS \d+/100$", canary), canary
 

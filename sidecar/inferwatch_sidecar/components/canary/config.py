@@ -11,11 +11,29 @@ Example::
 
 from __future__ import annotations
 
+import re
+
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 #: The judged metrics, by name (docs/canary.md, "Metrics"). ``stage_*`` are judged once per stage.
 METRIC_NAMES = ("error_rate", "latency", "latency_p99", "stage_latency", "stage_p99", "prediction_mix",
                 "confidence", "estimated_accuracy")
+#: The metrics judged per stage: ``canary.critical`` may name one stage of them, as ``stage_latency[inference]``.
+STAGE_METRICS = ("stage_latency", "stage_p99")
+_STAGE_ENTRY = re.compile(r"([a-z_0-9]+)\[([^\[\]]+)\]")
+
+
+def _critical_metric(entry: str) -> str | None:
+    """The metric a ``canary.critical`` entry names (None: a stage given to a metric that has none)."""
+    m = _STAGE_ENTRY.fullmatch(entry)
+    if m is None:
+        return entry
+    return m.group(1) if m.group(1) in STAGE_METRICS else None
+
+
+def is_critical(critical: list[str], name: str, stage: str | None) -> bool:
+    """Whether metric ``name`` (of ``stage``, for a stage metric) is critical under ``critical``."""
+    return name in critical or (stage is not None and f"{name}[{stage}]" in critical)
 
 
 class Tolerances(BaseModel):
@@ -67,7 +85,8 @@ class CanaryConfig(BaseModel):
         alpha: false-discovery rate (Benjamini-Hochberg across the tests of one judgement).
         pass_score: score from which the verdict is pass.
         marginal_score: score from which the verdict is marginal (below it: fail).
-        critical: metrics whose failure fails the canary whatever the score.
+        critical: metrics whose failure fails the canary whatever the score; a stage metric may name one
+            stage (``stage_latency[inference]``), else it is critical for every stage.
         tolerances: per-metric tolerances.
         weights: per-group weights of the score.
         max_versions: (service, model, version) tracked at once; others are dropped and counted.
@@ -99,9 +118,10 @@ class CanaryConfig(BaseModel):
     def _check(self) -> CanaryConfig:
         if self.marginal_score > self.pass_score:
             raise ValueError("canary.marginal_score must not exceed canary.pass_score")
-        unknown = sorted(set(self.critical) - set(METRIC_NAMES))
+        unknown = sorted(c for c in self.critical if _critical_metric(c) not in METRIC_NAMES)
         if unknown:
-            raise ValueError(f"canary.critical: unknown metric(s) {unknown}; known: {list(METRIC_NAMES)}")
+            raise ValueError(f"canary.critical: unknown metric(s) {unknown}; known: {list(METRIC_NAMES)}, "
+                             f"and {list(STAGE_METRICS)} for one stage as {STAGE_METRICS[0]}[STAGE]")
         w = self.weights
         if w.errors + w.latency + w.stages + w.outputs <= 0:
             raise ValueError("canary.weights: at least one group needs a positive weight")

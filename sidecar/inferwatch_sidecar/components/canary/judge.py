@@ -34,7 +34,7 @@ from typing import Any
 
 import numpy as np
 
-from inferwatch_sidecar.components.canary.config import CanaryConfig
+from inferwatch_sidecar.components.canary.config import CanaryConfig, is_critical
 from inferwatch_sidecar.components.canary.window import LATENCY_EDGES, Summary, quantile
 from inferwatch_sidecar.components.drift import stats
 
@@ -148,7 +148,7 @@ def _error_rate(b: Summary, c: Summary, cfg: CanaryConfig) -> MetricResult:
 def _latency(name: str, stage: str | None, b: np.ndarray, c: np.ndarray, cfg: CanaryConfig) -> MetricResult:
     auc, _z, p = stats.mann_whitney_binned(b, c)
     return MetricResult(name, stage, "increase", quantile(b, 0.5), quantile(c, 0.5), "auc_shift", auc - 0.5,
-                        cfg.tolerances.latency_shift, p, name in cfg.critical)
+                        cfg.tolerances.latency_shift, p, is_critical(cfg.critical, name, stage))
 
 
 def _p99(name: str, stage: str | None, b: np.ndarray, c: np.ndarray, cfg: CanaryConfig) -> MetricResult:
@@ -160,7 +160,7 @@ def _p99(name: str, stage: str | None, b: np.ndarray, c: np.ndarray, cfg: Canary
     qb, qc = quantile(b, 0.99), quantile(c, 0.99)
     ratio = qc / qb if qb and qc is not None else None
     m = MetricResult(name, stage, "increase", qb, qc, "ratio", ratio, cfg.tolerances.latency_p99_ratio,
-                     _one_sided_greater(z, p), name in cfg.critical)
+                     _one_sided_greater(z, p), is_critical(cfg.critical, name, stage))
     if j >= LATENCY_EDGES.size:  # the stable P99 is in the overflow bin: nothing above it to count
         m.p_value = None
     return m
