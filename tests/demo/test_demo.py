@@ -27,8 +27,7 @@ from inferwatch_sidecar.demo import model as mdl
 from inferwatch_sidecar.demo import promtext
 from inferwatch_sidecar.demo.alertmanager import alertmanager_binary
 from tests.conftest import IN_CI
-
-CMD = [sys.executable, "-c", "import sys; from inferwatch._cli import main; sys.exit(main())"]
+from tests.demo.helpers import CMD, run_demo
 
 
 def _children(pid: int) -> set[int]:
@@ -56,21 +55,6 @@ def _alive(pid: int) -> bool:
     except OSError:
         return False
     return stat.rsplit(")", 1)[1].split()[0] != "Z"
-
-
-def _run_demo(*args: str, timeout: float = 150) -> tuple[str, str]:
-    """Run ``inferwatch demo ARGS`` to the end; returns stdout and stderr (exit status 0 asserted)."""
-    p = subprocess.Popen([*CMD, "demo", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                         start_new_session=True)
-    try:
-        out, err = p.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        os.killpg(p.pid, signal.SIGKILL)
-        out, err = p.communicate()
-        pytest.fail(f"demo did not finish in time:\n{out}\n{err}")
-    assert p.returncode == 0, f"exit {p.returncode}\nstdout:\n{out}\nstderr:\n{err}"
-    assert "did not stop cleanly" not in err, err
-    return out, err
 
 
 def _assert_every_fault_detected(out: str) -> dict[str, re.Match[str]]:
@@ -133,7 +117,7 @@ def test_demo_detects_every_injected_fault_lists_their_notifications_and_exits_0
     am_on_path = alertmanager_binary() is not None
     assert am_on_path or not IN_CI, "CI installs prometheus-alertmanager"
     # 55 s: the confidence alerts' `for:` ends about 30 s after the injection, then Alertmanager groups.
-    out, err = _run_demo("--duration", "55", "--inject-at", "12", "--no-ui")
+    out, err = run_demo("--duration", "55", "--inject-at", "12", "--no-ui")
     # The URLs a user opens.
     assert re.search(r"metrics\s+http://127\.0\.0\.1:\d+/metrics", out), out
     assert re.search(r"status\s+http://127\.0\.0\.1:\d+/v1/status", out), out
@@ -206,7 +190,7 @@ def test_demo_with_triton_serving_detects_every_injected_fault() -> None:
             pytest.fail(msg)
         pytest.skip(msg)
     # Without Prometheus: detection comes from the sidecar's own signals (the run takes about a minute).
-    out, err = _run_demo("--engine", "triton", "--triton-python", str(TRITON_PYTHON), "--duration", "32",
+    out, err = run_demo("--engine", "triton", "--triton-python", str(TRITON_PYTHON), "--duration", "32",
                          "--inject-at", "12", "--no-ui", "--no-prometheus", timeout=120)
     assert re.search(r"model server\s+http://127\.0\.0\.1:\d+/v2/models/credit-risk/infer$", out, re.M), out
     assert re.search(r"triton metrics\s+http://127\.0\.0\.1:\d+/metrics$", out, re.M), out

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 import re
-import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -17,8 +16,8 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import IN_CI
+from tests.demo.helpers import CMD, run_demo
 
-CMD = [sys.executable, "-c", "import sys; from inferwatch._cli import main; sys.exit(main())"]
 VLLM_PYTHON = Path(__file__).resolve().parents[2] / ".venv-vllm" / "bin" / "python"
 
 
@@ -37,17 +36,8 @@ def test_demo_with_vllm_serving_detects_the_faults_and_counts_match_vllms_own(tm
         pytest.skip(msg)
     # The model cache is this test's own: the run writes the tiny model as a first run does.
     env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path / "cache")}
-    p = subprocess.Popen([*CMD, "demo", "--engine", "vllm", "--vllm-python", str(VLLM_PYTHON), "--duration", "32",
-                          "--inject-at", "15", "--faults", "drift,latency,confidence", "--no-ui", "--no-prometheus"],
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, start_new_session=True)
-    try:
-        out, err = p.communicate(timeout=400)
-    except subprocess.TimeoutExpired:
-        os.killpg(p.pid, signal.SIGKILL)
-        out, err = p.communicate()
-        pytest.fail(f"demo did not finish in time:\n{out}\n{err}")
-    assert p.returncode == 0, f"exit {p.returncode}\nstdout:\n{out}\nstderr:\n{err}"
-    assert "did not stop cleanly" not in err, err
+    out, err = run_demo("--engine", "vllm", "--vllm-python", str(VLLM_PYTHON), "--duration", "32", "--inject-at", "15",
+                        "--faults", "drift,latency,confidence", "--no-ui", "--no-prometheus", timeout=400, env=env)
     assert "tiny model written to" in err and (tmp_path / "cache" / "inferwatch").is_dir(), err
     assert re.search(r"model server\s+http://127\.0\.0\.1:\d+/v1/completions$", out, re.M), out
     assert re.search(r"vllm metrics\s+http://127\.0\.0\.1:\d+/metrics$", out, re.M), out
