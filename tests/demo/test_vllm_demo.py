@@ -36,7 +36,7 @@ def test_demo_with_vllm_serving_detects_the_faults_and_counts_match_vllms_own(tm
         pytest.skip(msg)
     # The model cache is this test's own: the run writes the tiny model as a first run does.
     env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path / "cache")}
-    out, err = run_demo("--engine", "vllm", "--vllm-python", str(VLLM_PYTHON), "--duration", "32", "--inject-at", "15",
+    out, err = run_demo("--engine", "vllm", "--vllm-python", str(VLLM_PYTHON), "--duration", "40", "--inject-at", "15",
                         "--faults", "drift,latency,confidence", "--no-ui", "--no-prometheus", timeout=400, env=env)
     assert "tiny model written to" in err and (tmp_path / "cache" / "inferwatch").is_dir(), err
     assert re.search(r"model server\s+http://127\.0\.0\.1:\d+/v1/completions$", out, re.M), out

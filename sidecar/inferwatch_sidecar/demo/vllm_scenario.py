@@ -239,9 +239,13 @@ class VllmScenario(Scenario):
             st.injected_at = t
 
     def stop_load(self, wait_s: float = 15.0) -> None:
-        """Stop the load (the streams in flight end), wait for their spans, and set the counts side by side.
+        """Stop the load (the streams in flight end), wait for their spans, judge once more, and set the
+        counts side by side.
 
-        A /metrics that cannot be read leaves :attr:`reconciliation_error` instead: the run fails, saying why.
+        The streams still in flight at the end are the ones that queued longest behind the latency fault's
+        long generations; their spans reach the sidecar only when they end, so the faults are judged again
+        once they have. A /metrics that cannot be read leaves :attr:`reconciliation_error` instead: the run
+        fails, saying why.
         """
         lg = self.loadgen
         if not isinstance(lg, LlmLoadGenerator) or self.reconciliation is not None or self.reconciliation_error:
@@ -262,6 +266,7 @@ class VllmScenario(Scenario):
         except (OSError, http.client.HTTPException) as e:
             self.reconciliation_error = f"counts: NOT COMPARED: {url} could not be read ({e})"
             return
+        self.poll()
         m = {"model": ve.MODEL_NAME}
         v = {"model_name": ve.MODEL_NAME}
         self.reconciliation = Reconciliation(
