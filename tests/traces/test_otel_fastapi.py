@@ -66,13 +66,16 @@ def test_instrumented_fastapi_requests_arrive_as_exact_counts(app_server: Any) -
             assert client.get("/fail").status_code == 500
     assert provider.force_flush(10_000)
 
+    lab = {"service": "otel-app", "model": "", "model_version": ""}
+
     def counted() -> dict[Any, float] | None:
+        # Spans are counted as the receiver takes them, requests once aggregation has them: wait for both.
         m = parse_metrics(sc.metrics())
-        done = total(m, "inferwatch_otlp_spans_total", result="accepted", reason="request") >= N_OK + N_FAIL
+        done = (total(m, "inferwatch_otlp_spans_total", result="accepted", reason="request") >= N_OK + N_FAIL
+                and total(m, "inferwatch_requests_total", **lab) >= N_OK + N_FAIL)
         return m if done else None
 
     m = wait_until(counted, timeout=15, what="spans counted")
-    lab = {"service": "otel-app", "model": "", "model_version": ""}
     assert sample(m, "inferwatch_requests_total", **lab, outcome="ok") == N_OK
     assert sample(m, "inferwatch_requests_total", **lab, outcome="error") == N_FAIL
     assert sample(m, "inferwatch_request_errors_total", **lab, error_type="http_500") == N_FAIL

@@ -91,8 +91,12 @@ def test_vllm_spans_match_vllms_own_histograms(sidecar_factory: Any, tmp_path: P
                                    range(len(engine.TRAFFIC))))
 
         def counted() -> dict[Any, float] | None:
+            # Spans are counted as the receiver takes them, requests once aggregation has them: wait for both.
             m = parse_metrics(sc.metrics())
-            return m if total(m, "inferwatch_otlp_spans_total", reason="request") >= len(engine.TRAFFIC) else None
+            n = len(engine.TRAFFIC)
+            done = (total(m, "inferwatch_otlp_spans_total", reason="request") >= n
+                    and total(m, "inferwatch_requests_total", **LAB) >= n)
+            return m if done else None
 
         m = wait_until(counted, timeout=30, what="vLLM's spans counted")
         vm = parse_metrics(engine.scrape(port))
