@@ -17,6 +17,7 @@ import signal
 import subprocess
 import sys
 import time
+import urllib.request
 from pathlib import Path
 
 import numpy as np
@@ -182,13 +183,64 @@ def test_long_inputs_make_the_tail_attribution_name_the_queue_and_the_input_leng
 TRITON_PYTHON = Path(__file__).resolve().parents[2] / ".venv-triton" / "bin" / "python"
 
 
-@pytest.mark.slow
-def test_demo_with_triton_serving_detects_every_injected_fault() -> None:
+def _triton_python_or_skip() -> None:
     if not TRITON_PYTHON.is_file():
         msg = f"{TRITON_PYTHON} missing: scripts/test builds it from tests/traces/triton-requirements.txt"
         if IN_CI:
             pytest.fail(msg)
         pytest.skip(msg)
+
+
+@pytest.mark.slow
+def test_triton_server_starts_afresh_when_a_model_instance_loses_pytritons_handshake_race(tmp_path: Path) -> None:
+    """CI saw PyTriton's start-up race once (an instance refused by the handshake socket): the server restarts."""
+    from inferwatch_sidecar.demo.supervise import _package_dirs
+    from tests.conftest import free_port
+
+    _triton_python_or_skip()
+    http, grpc, metrics = free_port(), free_port(), free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "INFERWATCH_"))}
+    env["PYTHONPATH"] = os.pathsep.join(_package_dirs())
+    driver = Path(__file__).with_name("triton_race_driver.py")
+    out, err = tmp_path / "out", tmp_path / "err"
+    with out.open("w") as fo, err.open("w") as fe:
+        p = subprocess.Popen([str(TRITON_PYTHON), str(driver), "--role", "stable", "--sidecar-url",
+                              "http://127.0.0.1:9", "--http-port", str(http), "--grpc-port", str(grpc),
+                              "--metrics-port", str(metrics)], stdout=fo, stderr=fe, env=env, start_new_session=True)
+    body = json.dumps({"inputs": [
+        {"name": "numeric", "shape": [1, len(mdl.NUMERIC_NAMES)], "datatype": "FP32",
+         "data": [0.5] * len(mdl.NUMERIC_NAMES)},
+        {"name": "region", "shape": [1, 1], "datatype": "BYTES", "data": ["north"]}]}).encode()
+    answer = None
+    try:
+        deadline = time.monotonic() + 150
+        while answer is None and p.poll() is None and time.monotonic() < deadline:
+            if "starting Triton again" in err.read_text():
+                req = urllib.request.Request(f"http://127.0.0.1:{http}/v2/models/{mdl.NAME}/versions/1/infer", body,
+                                             {"Content-Type": "application/json"})
+                try:
+                    with urllib.request.urlopen(req, timeout=10) as r:
+                        answer = json.load(r)
+                except OSError:
+                    pass
+            time.sleep(0.5)
+        assert answer is not None, f"exit {p.poll()}\nstdout:\n{out.read_text()}\nstderr:\n{err.read_text()}"
+        assert sorted(o["name"] for o in answer["outputs"]) == ["confidence", "prediction"], answer
+        p.send_signal(signal.SIGTERM)  # the same PID serves after the restart: the supervisor's signal reaches it
+        assert p.wait(timeout=60) == 0, err.read_text()
+    finally:
+        if p.poll() is None:
+            os.killpg(p.pid, signal.SIGKILL)
+            p.wait()
+    log = err.read_text()
+    assert log.count("RAISING the handshake race") == 1, log
+    assert "(attempt 1 of 3); starting Triton again" in log, log
+    assert out.read_text().count("READY") == 1, out.read_text()
+
+
+@pytest.mark.slow
+def test_demo_with_triton_serving_detects_every_injected_fault() -> None:
+    _triton_python_or_skip()
     # Without Prometheus: detection comes from the sidecar's own signals (the run takes about a minute).
     out, err = run_demo("--engine", "triton", "--triton-python", str(TRITON_PYTHON), "--duration", "32",
                          "--inject-at", "12", "--no-ui", "--no-prometheus", timeout=120)

@@ -43,6 +43,7 @@ import argparse
 import os
 import random
 import signal
+import sys
 import sysconfig
 import threading
 import time
@@ -73,6 +74,9 @@ MAX_BATCH = 32
 BATCH_DELAY_US = 2000
 #: The service name the Triton spans and the SDK records report.
 SERVICE = "demo-credit-triton"
+#: Start-up attempts when a model instance loses PyTriton's handshake race (see :func:`run_triton`).
+START_ATTEMPTS = 3
+ATTEMPT_ENV = "INFERWATCH_DEMO_TRITON_ATTEMPT"
 
 
 class Instance:
@@ -168,6 +172,36 @@ def bind_model(triton: Triton, role: str, state_dir: str | None, seed: int) -> N
     )
 
 
+def handshake_race(e: BaseException) -> bool:
+    """Whether a failed ``triton.run()`` is PyTriton's start-up race between model instances.
+
+    PyTriton's first instance of a model opens a Unix socket that hands the other instances their
+    config; they wait only until its file exists, and under load one can connect between the socket's
+    ``bind()`` and ``listen()``, be refused, and fail the whole model's load ("load failed for model
+    ...: get_config_from_handshake_server ... ConnectionRefusedError"). Nothing in the model is wrong.
+    """
+    msg = str(e)
+    return "load failed" in msg and "handshake" in msg
+
+
+def restart_on_handshake_race(e: BaseException, argv: list[str], attempts: int = START_ATTEMPTS) -> None:
+    """After ``triton.run()`` failed with ``e``: on PyTriton's handshake race, start this server afresh.
+
+    The server re-executes itself (``python -m inferwatch_sidecar.demo.triton_server ARGV``, the same PID,
+    so the demo's supervisor and PID file stay right), counting attempts in
+    ``INFERWATCH_DEMO_TRITON_ATTEMPT``; a fresh process, because a second ``Triton.run()`` in this one
+    forks tritonserver with OpenTelemetry's after-fork hook in place, and that hook deadlocks the child.
+    Returns (the caller raises ``e``) for any other failure, or the race on the last attempt.
+    """
+    attempt = int(os.environ.get(ATTEMPT_ENV, "1"))
+    if attempt >= attempts or not handshake_race(e):
+        return
+    print(f"triton_server: a model instance lost PyTriton's start-up handshake race "
+          f"(attempt {attempt} of {attempts}); starting Triton again", file=sys.stderr, flush=True)
+    os.environ[ATTEMPT_ENV] = str(attempt + 1)
+    os.execv(sys.executable, [sys.executable, "-m", "inferwatch_sidecar.demo.triton_server", *argv])
+
+
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--role", choices=tuple(ROLES), required=True, help="serve the stable or the canary model")
@@ -175,6 +209,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--http-port", type=int, required=True)
     p.add_argument("--grpc-port", type=int, required=True)
     p.add_argument("--metrics-port", type=int, required=True)
+    argv = sys.argv[1:] if argv is None else argv
     args = p.parse_args(argv)
     state_dir = os.environ.get("INFERWATCH_DEMO_STATE_DIR")
     seed = int(os.environ.get("INFERWATCH_DEMO_SEED", "0"))
@@ -192,10 +227,17 @@ def main(argv: list[str] | None = None) -> None:
                        grpc_port=args.grpc_port, metrics_address="127.0.0.1", metrics_port=args.metrics_port,
                        log_verbose=0,
                        trace_config=trace_config(args.sidecar_url))
+
     triton = Triton(config=cfg)
     try:
         bind_model(triton, args.role, state_dir, seed)
-        triton.run()
+        try:
+            triton.run()
+        except Exception as e:
+            triton.stop()
+            inferwatch.shutdown()
+            restart_on_handshake_race(e, argv)
+            raise
         print("READY", flush=True)
         stop.wait()
     finally:
