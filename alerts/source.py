@@ -681,8 +681,10 @@ def _engine_alerts() -> list[Alert]:
     triton_compute = ("sum by (" + _TRITON + ") (\n  rate(nv_inference_compute_input_duration_us[{window:5m}])\n"
                       "  + rate(nv_inference_compute_infer_duration_us[{window:5m}])\n"
                       "  + rate(nv_inference_compute_output_duration_us[{window:5m}])\n)")
-    inferwatch_queue = ("service_model_version_stage:inferwatch_stage_duration_seconds:p99_5m"
-                        "{{model='%s',model_version='%s',stage='queue'}}")
+    # Nothing ties Triton's scrape instance to the sidecar's service label: of the services that report
+    # this model version, the highest (one value, whichever order the query returns them in).
+    inferwatch_queue = ("max(service_model_version_stage:inferwatch_stage_duration_seconds:p99_5m"
+                        "{{model='%s',model_version='%s',stage='queue'}})")
     return [
         Alert(
             name="InferwatchVLLMKVCacheFull", group="inferwatch-engines", severity="warning", for_s=300,
@@ -730,7 +732,7 @@ def _engine_alerts() -> list[Alert]:
         ),
         Alert(
             # The description adds inferwatch's own P99 queue wait of the same model version (from Triton's
-            # spans), joined on model and version.
+            # spans), joined on model and version, the highest over the services that report it.
             name="InferwatchTritonQueueDominatesCompute", group="inferwatch-engines", severity="warning",
             for_s=900,
             expr="sum by (" + _TRITON + ") (rate(nv_inference_queue_duration_us[{window:5m}]))\n/\n"
@@ -740,7 +742,7 @@ def _engine_alerts() -> list[Alert]:
                         '{value:printf "%.2g"}x their compute time waiting in the scheduler queue (threshold '
                         "{queue_to_compute_ratio}) for {window:15m}."
                         f'{{{{{{{{ with printf "{inferwatch_queue}" $labels.model $labels.version | query }}}}}}}}'
-                        " P99 queue wait from Triton's spans: {{{{ . | first | value | humanizeDuration }}}}."
+                        " Highest P99 queue wait in Triton's spans of that version: {{{{ . | first | value | humanizeDuration }}}}."
                         "{{{{ end }}}}",
             thresholds=(Threshold(name="queue_to_compute_ratio", value=1,
                                   doc="queue time over compute (input + infer + output) time"),),
