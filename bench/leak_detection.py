@@ -34,6 +34,7 @@ Usage:
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import os
 import shutil
@@ -276,13 +277,34 @@ def pct(v: list[float], q: float) -> float:
     return float(s[max(0, math.ceil(q / 100 * len(s)) - 1)])
 
 
+def _setting(kv: str) -> tuple[str, object]:
+    """``KEY=JSON`` (a bare word is a string) -> (KEY, value)."""
+    key, sep, raw = kv.partition("=")
+    if not sep or not key:
+        raise ValueError(f"{kv!r} is not KEY=VALUE")
+    if key not in DetectorConfig.model_fields:
+        raise ValueError(f"unknown detector setting {key!r}; one of {', '.join(sorted(DetectorConfig.model_fields))}")
+    try:
+        return key, json.loads(raw)
+    except json.JSONDecodeError:
+        return key, raw
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="smaller run")
     ap.add_argument("--seed", type=int, default=14)
     ap.add_argument("--check-promtool", action="store_true", help="cross-check predict_linear with promtool")
+    ap.add_argument("--set", action="append", default=[], metavar="KEY=JSON",
+                    help="a detector setting (gpu.detector.KEY) for a variant, e.g. --set max_quarter_share=0.75 "
+                         "or --set 'scales=[[900,10],[3600,30]]'; repeatable")
     args = ap.parse_args()
-    cfg = DetectorConfig()
+    try:
+        cfg = DetectorConfig(**dict(_setting(kv) for kv in args.set))
+    except ValueError as e:  # pydantic's ValidationError is one
+        ap.error(f"--set: {e}")
+    if args.set:
+        print("# detector variant: " + ", ".join(args.set))
     quiet_days = 4 if args.quick else 28
     per_rate = 6 if args.quick else 30
     rng = np.random.default_rng(args.seed)

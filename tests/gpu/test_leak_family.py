@@ -63,3 +63,14 @@ def test_leak_free_hours_stay_quiet_and_fast_leaks_are_found_within_15_minutes()
             elif tr.stop is not None:
                 assert o.cleared_after_stop is not None and o.cleared_after_stop <= 600
     assert late == []  # 9 traces: the 95% target allows none to be late at this size
+
+
+def test_the_benchmark_runs_detector_variants_from_set_options() -> None:
+    assert bench._setting("max_quarter_share=0.75") == ("max_quarter_share", 0.75)
+    assert bench._setting("scales=[[900,10],[3600,30]]") == ("scales", [[900, 10], [3600, 30]])
+    cfg = DetectorConfig(**dict(bench._setting(kv) for kv in ("min_blocks=4", "scales=[[900,10],[3600,30]]")))
+    assert cfg.min_blocks == 4 and [tuple(s) for s in cfg.scales] == [(900, 10), (3600, 30)]
+    with pytest.raises(ValueError, match="unknown detector setting 'bogus'; one of clear_s"):
+        bench._setting("bogus=1")
+    with pytest.raises(ValueError, match="is not KEY=VALUE"):
+        bench._setting("min_blocks")
