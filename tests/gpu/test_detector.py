@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from inferwatch_sidecar.components.gpu.config import DetectorConfig
-from inferwatch_sidecar.components.gpu.detector import LeakDetector, _norm_ppf, sen_mann_kendall
+from inferwatch_sidecar.components.gpu.detector import LeakDetector, _ar1_inflation, _hinge, _norm_ppf, sen_mann_kendall
 from tests.gpu.traces import GiB, MiB, creep, noise, quantised
 
 N = 3 * 3600
@@ -208,3 +208,35 @@ def test_nan_and_out_of_order_samples_are_ignored() -> None:
 def test_config_rejects_scales_with_too_few_bins() -> None:
     with pytest.raises(ValueError, match="bins per window"):
         DetectorConfig(scales=[(100, 10)])
+
+
+def test_serial_correlation_widens_the_error_for_curved_floors_not_for_a_leak_and_its_onset() -> None:
+    """The AR(1) widening used while a series has no slope history: ~1 for a ramp (or flat-then-ramp) in
+    independent noise, large for a warm-up's curve; drawn at random per case."""
+    rng = np.random.default_rng(7)
+    ramps, hinges, warmups = [], [], []
+    for _ in range(60):
+        n = int(rng.integers(8, 60))
+        t = np.sort(rng.uniform(0, 900, n))
+        sd = rng.uniform(2, 60) * MiB
+        rate = rng.uniform(0.25, 4) * GiB / 3600
+        ramps.append(_ar1_inflation(t, rate * t + rng.normal(0, sd, n), 900 * 0.75))
+        knot = rng.uniform(0, 0.6) * 900
+        hinges.append(_ar1_inflation(t, rate * np.maximum(0, t - knot) + rng.normal(0, sd, n), 900 * 0.75))
+        tau, amp = rng.uniform(120, 1200), rng.uniform(1, 6) * GiB
+        curve = amp * (1 - np.exp(-(t + rng.uniform(0, 600)) / tau))
+        warmups.append(_ar1_inflation(t, curve + rng.normal(0, 0.02 * amp / 3, n), 900 * 0.75))
+    # Independent residuals: rho near 0 (at most sqrt(1.9 / 0.1) = 4.4 by the 0.9 cap).
+    assert np.median(ramps) < 1.25 and np.median(hinges) < 1.25
+    assert np.quantile(ramps, 0.9) < 1.8 and np.quantile(hinges, 0.9) < 1.8
+    assert np.median(warmups) > 2.5 and np.quantile(warmups, 0.1) > 1.5
+    # Short or exactly fitted series are not widened.
+    assert _ar1_inflation(np.arange(4.0), np.arange(4.0), 3.0) == 1.0
+    assert _ar1_inflation(np.arange(10.0), 2 * np.arange(10.0), 7.0) == 1.0
+
+
+def test_hinge_finds_the_onset_and_rate_of_a_flat_then_rising_floor() -> None:
+    t = np.arange(0.0, 1800.0, 30.0)
+    g = 5 * GiB + 2 * MiB * np.maximum(0.0, t - 600.0)
+    c, r, lo, hi = _hinge(t, g, 1 * MiB, 1.96, 1350.0)
+    assert c == 600.0 and r == pytest.approx(2 * MiB) and lo < r < hi

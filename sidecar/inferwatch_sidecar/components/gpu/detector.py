@@ -24,7 +24,9 @@ in short, per series:
    own window slopes over its last 12 windows, read off the falling windows
    (a stationary background falls as often and as fast as it rises; a leak
    only adds rises), borrowed from a shorter scale until the scale has that
-   history; no quarter of the window carries more than ``max_quarter_share``
+   history (until then, the independent-block error is widened by the lag-1
+   autocorrelation of the blocks around their best hinge); no quarter of the
+   window carries more than ``max_quarter_share``
    of the rise (not concentrated in time: a fill or a step below the step
    threshold); the slope at the end of a quadratic fit over the window and half
    a window before is at least ``decel`` x the slope at its start (a warm-up
@@ -243,8 +245,11 @@ def _decel(t: np.ndarray, y: np.ndarray) -> float | None:
     return end / start if start > 0 else 0.0
 
 
-def _hinge(t: np.ndarray, g: np.ndarray, sigma: float, q: float, last_knot: float) -> tuple[float, float, float, float]:
-    """Fit ``g = a + r * max(0, t - c)`` over knots ``c`` at the block times up to ``last_knot``: (c, r, r - q SE, r + q SE)."""
+def _best_hinge(t: np.ndarray, g: np.ndarray, last_knot: float) -> tuple[float, float, float, np.ndarray]:
+    """Least-squares ``g = a + r * max(0, t - c)`` over knots ``c`` at the block times up to ``last_knot``.
+
+    Returns (c, r, the sum of squares of the centred hinge regressor, the residuals).
+    """
     n = len(t)
     knots = t[: max(1, min(n - 4, int(np.searchsorted(t, last_knot, side="right"))))]
     x = np.maximum(0.0, t[None, :] - knots[:, None])
@@ -256,8 +261,31 @@ def _hinge(t: np.ndarray, g: np.ndarray, sigma: float, q: float, last_knot: floa
         r = np.where(sxx > 0, sxy / sxx, 0.0)
     sse = ((g - gm) ** 2).sum() - r * sxy
     i = int(np.argmin(sse))
-    se = sigma / math.sqrt(float(sxx[i])) if sxx[i] > 0 else 0.0
-    return float(knots[i]), float(r[i]), float(r[i] - q * se), float(r[i] + q * se)
+    return float(knots[i]), float(r[i]), float(sxx[i]), (g - gm) - r[i] * (x[i] - xm[i])
+
+
+def _hinge(t: np.ndarray, g: np.ndarray, sigma: float, q: float, last_knot: float) -> tuple[float, float, float, float]:
+    """Fit ``g = a + r * max(0, t - c)`` over knots ``c`` at the block times up to ``last_knot``: (c, r, r - q SE, r + q SE)."""
+    c, r, sxx, _ = _best_hinge(t, g, last_knot)
+    se = sigma / math.sqrt(sxx) if sxx > 0 else 0.0
+    return c, r, r - q * se, r + q * se
+
+
+def _ar1_inflation(t: np.ndarray, g: np.ndarray, last_knot: float) -> float:
+    """sqrt((1 + rho) / (1 - rho)): how much serial correlation widens a trend slope's standard error.
+
+    ``rho`` is the lag-1 autocorrelation (0 to 0.9) of the residuals of the best hinge (flat, then a
+    slope) over the blocks: a leak's own onset is fitted and does not count; a warm-up's curvature, a
+    fill below the shift threshold, or a slow wander leaves correlated residuals.
+    """
+    if len(t) < 5:
+        return 1.0
+    res = _best_hinge(t, g, last_knot)[3]
+    den = float((res * res).sum())
+    if den <= 0:
+        return 1.0
+    rho = min(0.9, max(0.0, float((res[1:] * res[:-1]).sum()) / den))
+    return math.sqrt((1 + rho) / (1 - rho))
 
 
 def _hist_spread(sc: _Scale, now: float) -> float | None:
@@ -498,7 +526,13 @@ class LeakDetector:
         # The standard error above holds for independent blocks. A floor that wanders slowly (the
         # sawtooths of several processes beating, a daily cycle) has dependent blocks, and its window
         # slopes spread far wider: the series' own history of window slopes measures that spread.
-        se = max(se, self._null_spread(sc, now))
+        # While the history gives no spread (a series' first hour or two, or a floor that never fell),
+        # the standard error for independent blocks is widened by the serial correlation the blocks
+        # show around their best hinge.
+        spread = self._null_spread(sc, now)
+        if spread == 0.0:
+            se *= _ar1_inflation(tw, gw, edge - sc.window_s / 4)
+        se = max(se, spread)
         sc.hist.append((now, slope))
         q = _norm_ppf(0.5 + cfg.confidence / 2)
         lower, upper = slope - q * se, slope + q * se
