@@ -74,7 +74,7 @@ MAX_BATCH = 32
 BATCH_DELAY_US = 2000
 #: The service name the Triton spans and the SDK records report.
 SERVICE = "demo-credit-triton"
-#: Start-up attempts when a model instance loses PyTriton's handshake race (see :func:`run_triton`).
+#: Start-up attempts when a model instance loses PyTriton's handshake race (see :func:`restart_on_handshake_race`).
 START_ATTEMPTS = 3
 ATTEMPT_ENV = "INFERWATCH_DEMO_TRITON_ATTEMPT"
 
@@ -227,7 +227,6 @@ def main(argv: list[str] | None = None) -> None:
                        grpc_port=args.grpc_port, metrics_address="127.0.0.1", metrics_port=args.metrics_port,
                        log_verbose=0,
                        trace_config=trace_config(args.sidecar_url))
-
     triton = Triton(config=cfg)
     try:
         bind_model(triton, args.role, state_dir, seed)

@@ -24,8 +24,8 @@ in short, per series:
    own window slopes over its last 12 windows, read off the falling windows
    (a stationary background falls as often and as fast as it rises; a leak
    only adds rises), borrowed from a shorter scale until the scale has that
-   history (until then, the independent-block error is widened by the lag-1
-   autocorrelation of the blocks around their best hinge); no quarter of the
+   history (while no spread is known, the independent-block error is widened
+   by the lag-1 autocorrelation of the blocks around their best hinge); no quarter of the
    window carries more than ``max_quarter_share``
    of the rise (not concentrated in time: a fill or a step below the step
    threshold); the slope at the end of a quadratic fit over the window and half
