@@ -29,6 +29,7 @@ does not leak.
 Usage:
     python bench/leak_detection.py --quick   # 4 leak-free days, 6 leaks per rate (a few minutes)
     python bench/leak_detection.py           # 28 leak-free days, 30 leaks per rate
+    python bench/leak_detection.py --set min_blocks=4   # a variant of a gpu.detector setting
 """
 
 from __future__ import annotations

@@ -194,6 +194,7 @@ def _triton_python_or_skip() -> None:
 @pytest.mark.slow
 def test_triton_server_starts_afresh_when_a_model_instance_loses_pytritons_handshake_race(tmp_path: Path) -> None:
     """CI saw PyTriton's start-up race once (an instance refused by the handshake socket): the server restarts."""
+    from inferwatch_sidecar.demo.loadgen import triton_body
     from inferwatch_sidecar.demo.supervise import _package_dirs
     from tests.conftest import free_port
 
@@ -207,10 +208,7 @@ def test_triton_server_starts_afresh_when_a_model_instance_loses_pytritons_hands
         p = subprocess.Popen([str(TRITON_PYTHON), str(driver), "--role", "stable", "--sidecar-url",
                               "http://127.0.0.1:9", "--http-port", str(http), "--grpc-port", str(grpc),
                               "--metrics-port", str(metrics)], stdout=fo, stderr=fe, env=env, start_new_session=True)
-    body = json.dumps({"inputs": [
-        {"name": "numeric", "shape": [1, len(mdl.NUMERIC_NAMES)], "datatype": "FP32",
-         "data": [0.5] * len(mdl.NUMERIC_NAMES)},
-        {"name": "region", "shape": [1, 1], "datatype": "BYTES", "data": ["north"]}]}).encode()
+    body = json.dumps(triton_body(mdl.sample(1, np.random.default_rng(0)), 0)).encode()
     answer = None
     try:
         deadline = time.monotonic() + 150
@@ -236,6 +234,30 @@ def test_triton_server_starts_afresh_when_a_model_instance_loses_pytritons_hands
     assert log.count("RAISING the handshake race") == 1, log
     assert "(attempt 1 of 3); starting Triton again" in log, log
     assert out.read_text().count("READY") == 1, out.read_text()
+
+
+def test_triton_server_retries_only_the_handshake_race_and_only_up_to_its_attempts() -> None:
+    """Any other load failure, or the race on the last attempt, is raised (no re-execution)."""
+    from inferwatch_sidecar.demo.supervise import _package_dirs
+
+    _triton_python_or_skip()
+    check = (
+        "import os\n"
+        "from inferwatch_sidecar.demo import triton_server as ts\n"
+        "race = RuntimeError(\"[400] load failed for model 'credit-risk': ... get_config_from_handshake_server ... "
+        "ConnectionRefusedError\")\n"
+        "other = RuntimeError(\"[400] load failed for model 'credit-risk': ModuleNotFoundError: numpy\")\n"
+        "assert ts.handshake_race(race) and not ts.handshake_race(other)\n"
+        "assert not ts.handshake_race(RuntimeError('handshake timed out'))\n"
+        "ts.restart_on_handshake_race(other, ['--role', 'stable'])\n"
+        "os.environ[ts.ATTEMPT_ENV] = str(ts.START_ATTEMPTS)\n"
+        "ts.restart_on_handshake_race(race, ['--role', 'stable'])\n"
+        "print('RETURNED')\n")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "INFERWATCH_"))}
+    env["PYTHONPATH"] = os.pathsep.join(_package_dirs())
+    r = subprocess.run([str(TRITON_PYTHON), "-c", check], capture_output=True, text=True, env=env, timeout=120)
+    assert r.returncode == 0 and r.stdout.strip() == "RETURNED", r.stdout + r.stderr
+    assert "starting Triton again" not in r.stderr, r.stderr
 
 
 @pytest.mark.slow
