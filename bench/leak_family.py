@@ -1,10 +1,15 @@
 """An independent family of GPU memory traces for the leak detector, every parameter drawn at random per trace.
 
-Nothing here was used to design or tune the detector's conditions; the family
+The family was written after the detector; variants of the detector have been measured on it since
+(docs/benchmarks.md), and the warm-up shapes were added afterwards to check how far it generalizes. It
 is described in docs/gpu.md ("The test family"). Per trace (one GPU, 80 GiB):
 
 - 1 to 3 processes (a leak is in one of them); each loads its weights (2-30 GiB) at its start;
-- warm-up that plateaus: 0.5-6 GiB with a time constant of 1-20 min (log-uniform);
+- warm-up that plateaus: 0.5-6 GiB with a time constant tau of 1-20 min (log-uniform), its shape drawn
+  from ``WARM_SHAPES``: ``exp`` (1 - exp(-x/tau): a cache that fills at a falling rate), ``s_curve``
+  (1 - (1 + x/tau) exp(-x/tau): traffic that ramps up before the cache fills) and ``root``
+  (sqrt(x / 4 tau) up to its plateau at 4 tau: shapes and buffers seen for the first time, fewer and
+  fewer new ones);
 - allocator sawtooth while busy: amplitude 0-3 GiB, period 20 s-10 min (log-uniform), shape saw,
   square or random release times (exponential gaps);
 - busy/idle swings (half the processes): idle 10-120 min with the cache emptied, busy 20-240 min, the
@@ -41,6 +46,8 @@ TOTAL = 80 * GiB
 DAY = 86400.0
 #: The warm-up counts as over once less than this much of it is still to come.
 WARMUP_LEFT = 64 * MiB
+#: Warm-up shapes (``warm_shape``), each a rise from 0 to 1 over x = time since start, with time constant tau.
+WARM_SHAPES = ("exp", "s_curve", "root")
 
 
 @dataclass
@@ -58,6 +65,7 @@ class Proc:
     loads: bool
     prealloc: bool
     start: float = 0.0
+    warm_shape: str = "exp"
 
 
 @dataclass
@@ -105,12 +113,39 @@ def draw_proc(rng: np.random.Generator) -> Proc:
         cache=rng.uniform(0.5, 3) * GiB,
         loads=bool(rng.random() < 1 / 3) and not prealloc,
         prealloc=prealloc,
+        warm_shape=str(rng.choice(WARM_SHAPES)),
     )
 
 
+def warm_rise(shape: str, x: np.ndarray, tau: float) -> np.ndarray:
+    """The warm-up's share reached ``x`` seconds after the start (0 to 1), for a ``WARM_SHAPES`` shape."""
+    u = np.maximum(0.0, x) / tau
+    if shape == "exp":
+        return 1.0 - np.exp(-u)
+    if shape == "s_curve":
+        return 1.0 - (1.0 + u) * np.exp(-u)
+    if shape == "root":
+        return np.minimum(1.0, np.sqrt(u / 4.0))
+    raise ValueError(f"unknown warm-up shape {shape!r}; expected one of {WARM_SHAPES}")
+
+
 def warmup_end(p: Proc) -> float:
-    """Seconds after the process start when less than WARMUP_LEFT of its warm-up is still to come."""
-    return p.start + (p.warm_tau * math.log(p.warm_amp / WARMUP_LEFT) if p.warm_amp > WARMUP_LEFT else 0.0)
+    """Time (s) when less than WARMUP_LEFT of the process's warm-up is still to come."""
+    if p.warm_amp <= WARMUP_LEFT:
+        return p.start
+    left = WARMUP_LEFT / p.warm_amp
+    if p.warm_shape == "exp":
+        u = math.log(1 / left)
+    elif p.warm_shape == "root":
+        u = 4.0 * (1.0 - left) ** 2
+    else:
+        # (1 + u) exp(-u) = left: it falls for every u > 0, so bisect.
+        lo, hi = 0.0, 64.0
+        for _ in range(60):
+            mid = (lo + hi) / 2
+            lo, hi = (mid, hi) if (1 + mid) * math.exp(-mid) > left else (lo, mid)
+        u = hi
+    return p.start + p.warm_tau * u
 
 
 def _sawtooth(p: Proc, t: np.ndarray, rng: np.random.Generator) -> np.ndarray:
@@ -168,7 +203,7 @@ def _process(p: Proc, t: np.ndarray, rng: np.random.Generator, daily: np.ndarray
     if p.prealloc:
         y = np.maximum(y, 0.9 * TOTAL * np.clip(el / 60.0, 0, 1) - 0.0)
         return np.where(on, y, 0.0)
-    y = y + p.warm_amp * (1 - np.exp(-el / p.warm_tau))
+    y = y + p.warm_amp * warm_rise(p.warm_shape, el, p.warm_tau)
     busy = _busy(p, t, rng)
     y = y + busy * (p.cache + daily * _sawtooth(p, t, rng))
     y = y + _loads(p, t, rng)
@@ -246,5 +281,6 @@ def _draw(rng: np.random.Generator, rate_gib_h: float, duration: float | None) -
             "saw_period_s": round(procs[leaker].saw_period), "shape": procs[leaker].saw_shape,
             "busy_idle": procs[leaker].busy_idle, "loads": procs[leaker].loads,
             "prealloc": procs[leaker].prealloc, "warm_tau_s": round(procs[leaker].warm_tau),
+            "warm_shape": procs[leaker].warm_shape,
             "noise_mib": round(noise / MiB)}
     return Trace(t, used, rate, onset, stop, eff, on, leaker if rate > 0 else None, desc)
