@@ -12,8 +12,9 @@ since start:
 - ``hyperbolic``: x / (x + tau), whose plateau is hours away (a sixth of it is still to come after 5 tau).
 
 Usage:
-    python bench/leak_warmup_shapes.py             # 30 series of 3 hours per shape (about 5 minutes)
-    python bench/leak_warmup_shapes.py --n 5 --hours 1
+    python bench/leak_warmup_shapes.py             # 30 series of 3 hours per shape (about half a minute)
+    python bench/leak_warmup_shapes.py --quick     # 5 series of 1 hour per shape
+    python bench/leak_warmup_shapes.py --n 100 --hours 6 --seed 3
 """
 
 from __future__ import annotations
@@ -61,7 +62,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--n", type=int, default=30, help="series per shape (default 30)")
     ap.add_argument("--hours", type=float, default=3.0, help="length of each series in hours (default 3)")
     ap.add_argument("--seed", type=int, default=11, help="random seed (default 11)")
+    ap.add_argument("--quick", action="store_true", help="5 series of 1 hour per shape")
     args = ap.parse_args(argv)
+    if args.quick:
+        args.n, args.hours = 5, 1.0
     if args.n < 1 or args.hours <= 0:
         ap.error("--n must be at least 1 and --hours positive")
     rng = np.random.default_rng(args.seed)

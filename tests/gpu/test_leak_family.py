@@ -101,8 +101,11 @@ def test_the_warm_up_shape_check_judges_every_shape_and_rejects_bad_sizes(capsys
         # Leak-free: after its load the series ends within the warm-up's amplitude plus sawtooth and noise.
         assert y[-1] - y[t >= 20][0] < 7 * fam.GiB
     assert shapes.main(["--n", "1", "--hours", "0.25"]) == 0
-    rows = [line.split()[0] for line in capsys.readouterr().out.splitlines()[2:]]
-    assert rows == list(shapes.SHAPES)
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].startswith("# 1 leak-free series of 0.25 h per warm-up shape (seed 11)")
+    assert [line.split()[0] for line in out[2:]] == list(shapes.SHAPES)
+    # Every row counts episodes among the one series: 0 or 1 series alarmed.
+    assert all(line.split()[2] in ("0", "1") and line.split()[4] == "1" for line in out[2:])
     with pytest.raises(SystemExit):
         shapes.main(["--n", "0"])
     assert "--n must be at least 1" in capsys.readouterr().err
