@@ -106,6 +106,8 @@ def test_the_warm_up_shape_check_judges_every_shape_and_rejects_bad_sizes(capsys
     assert [line.split()[0] for line in out[2:]] == list(shapes.SHAPES)
     # Every row counts episodes among the one series: 0 or 1 series alarmed.
     assert all(line.split()[2] in ("0", "1") and line.split()[4] == "1" for line in out[2:])
+    assert shapes.main(["--quick"]) == 0
+    assert capsys.readouterr().out.startswith("# 5 leak-free series of 1 h per warm-up shape")
     with pytest.raises(SystemExit):
         shapes.main(["--n", "0"])
     assert "--n must be at least 1" in capsys.readouterr().err

@@ -184,20 +184,23 @@ def handshake_race(e: BaseException) -> bool:
     return "load failed" in msg and "handshake" in msg
 
 
-def restart_on_handshake_race(e: BaseException, argv: list[str], attempts: int = START_ATTEMPTS) -> None:
+def restart_on_handshake_race(e: BaseException, argv: list[str], attempts: int = START_ATTEMPTS,
+                              cleanup: Callable[[], None] = lambda: None) -> None:
     """After ``triton.run()`` failed with ``e``: on PyTriton's handshake race, start this server afresh.
 
     The server re-executes itself (``python -m inferwatch_sidecar.demo.triton_server ARGV``, the same PID,
     so the demo's supervisor and PID file stay right), counting attempts in
     ``INFERWATCH_DEMO_TRITON_ATTEMPT``; a fresh process, because a second ``Triton.run()`` in this one
     forks tritonserver with OpenTelemetry's after-fork hook in place, and that hook deadlocks the child.
-    Returns (the caller raises ``e``) for any other failure, or the race on the last attempt.
+    ``cleanup`` runs just before (stop Triton and the SDK: ``execv`` skips every ``finally``). Returns
+    (the caller raises ``e``) for any other failure, or the race on the last attempt.
     """
     attempt = int(os.environ.get(ATTEMPT_ENV, "1"))
     if attempt >= attempts or not handshake_race(e):
         return
     print(f"triton_server: a model instance lost PyTriton's start-up handshake race "
           f"(attempt {attempt} of {attempts}); starting Triton again", file=sys.stderr, flush=True)
+    cleanup()
     os.environ[ATTEMPT_ENV] = str(attempt + 1)
     os.execv(sys.executable, [sys.executable, "-m", "inferwatch_sidecar.demo.triton_server", *argv])
 
@@ -228,20 +231,22 @@ def main(argv: list[str] | None = None) -> None:
                        log_verbose=0,
                        trace_config=trace_config(args.sidecar_url))
     triton = Triton(config=cfg)
+
+    def cleanup() -> None:
+        triton.stop()
+        inferwatch.shutdown()
+
     try:
         bind_model(triton, args.role, state_dir, seed)
         try:
             triton.run()
         except Exception as e:
-            triton.stop()
-            inferwatch.shutdown()
-            restart_on_handshake_race(e, argv)
+            restart_on_handshake_race(e, argv, cleanup=cleanup)
             raise
         print("READY", flush=True)
         stop.wait()
     finally:
-        triton.stop()
-        inferwatch.shutdown()
+        cleanup()
 
 
 if __name__ == "__main__":
