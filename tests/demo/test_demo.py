@@ -644,3 +644,49 @@ def test_live_view_renders_latency_gpu_drift_faults_and_alerts(tmp_path: Path) -
     assert "canary" not in progress_line(snap)
     assert "gpu_leak+" in line and "firing: InferwatchGPUMemoryLeak" in line and "p99.9=4.97s" in line
     assert line.endswith("notifications: 2")
+
+
+class _IdleLoad:
+    """A load generator that sends nothing (the scenario's loop only starts, polls and stops it)."""
+
+    def __init__(self) -> None:
+        import threading
+
+        self.finished = threading.Event()
+
+    def start(self) -> _IdleLoad:
+        return self
+
+    def stop(self, timeout: float = 15.0) -> None:
+        self.finished.set()
+
+
+def test_faults_switch_on_at_their_time_while_a_poll_takes_seconds(tmp_path: Path) -> None:
+    """A loaded machine makes a poll take seconds (the vLLM scenario scrapes two servers): the faults still
+    switch on at their time, and the poll that was under way then is still judged as baseline."""
+    from inferwatch_sidecar.demo.config import ScenarioConfig
+    from inferwatch_sidecar.demo.observe import Snapshot
+    from inferwatch_sidecar.demo.scenario import Scenario
+
+    sc = Scenario(ScenarioConfig(duration_s=4.0, inject_at_s=1.0, faults=("drift",), workdir=str(tmp_path)))
+    switched: list[float] = []
+    polls: list[tuple[float, float, float | None]] = []  # (start, end, injected_at as the poll was judged)
+
+    def slow_poll() -> Snapshot:
+        start = sc.now()
+        time.sleep(1.6)  # the poll that starts at 0 s is still running at the injection time
+        polls.append((start, sc.now(), sc.faults["drift"].injected_at))
+        return Snapshot(t=start)
+
+    sc.load_generator = lambda plan: _IdleLoad()  # type: ignore[method-assign]
+    sc.inject = lambda: switched.append(sc.now())  # type: ignore[method-assign]
+    sc.poll = slow_poll  # type: ignore[method-assign]
+    sc.t0 = time.monotonic()
+    snap = sc.run()
+    assert len(switched) == 1 and 1.0 <= switched[0] < 1.4, switched  # on time, once
+    at = sc.faults["drift"].injected_at
+    assert at is not None and abs(at - switched[0]) < 0.01, (at, switched)
+    first = polls[0]
+    assert first[0] < at < first[1] and first[2] is None, polls  # under way at the switch: baseline
+    assert all(p[2] == at for p in polls[1:]) and len(polls) >= 2, polls
+    assert snap.phase == "done"

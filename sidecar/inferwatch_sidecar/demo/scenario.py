@@ -25,6 +25,7 @@ import logging
 import secrets
 import shutil
 import tempfile
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -204,27 +205,39 @@ class Scenario:
                         max_seconds=c.duration_s + (5 if stop_load else linger_s), threads=32, label_share=1.0,
                         seed=c.seed + 1)
         self.loadgen = self.load_generator(plan).start()
-        inject_at = c.injection_time()
+        # The faults switch on at their time from a timer: a tick's poll can take seconds on a loaded machine
+        # (the vLLM scenario scrapes two servers), and injecting only between ticks would land late. The fault
+        # states are still marked only here, before a poll, so every poll is judged against one consistent
+        # phase: a scrape that began before the switch is never judged as after it.
+        switch = _Switch(self.inject, self.now)
+        timer = threading.Timer(max(0.0, c.injection_time() - self.now()), switch.fire)
+        timer.daemon = True
+        timer.start()
         injected = False
-        while True:
-            tick_start = time.monotonic()
-            sv.check_all(self.procs.values())
-            t = self.now()
-            if not injected and t >= inject_at:
-                self.inject()
-                injected = True
-            snap = self.poll()
-            snap.phase = "faults" if injected else "baseline"
-            if on_tick is not None:
-                on_tick(snap)
-            if t >= c.duration_s or (stop is not None and stop()):
-                break
-            if injected and until is not None and until(snap):
-                break
-            if self.loadgen.finished.is_set():
-                snap.errors.append("the load generator reached its request bound")
-                break
-            time.sleep(max(0.0, c.tick_s - (time.monotonic() - tick_start)))
+        try:
+            while True:
+                tick_start = time.monotonic()
+                sv.check_all(self.procs.values())
+                t = self.now()
+                if not injected and t >= c.injection_time():
+                    switch.fire()  # idempotent: the timer may not have run yet on a starved machine
+                if not injected and switch.fired_at is not None:
+                    self.mark_injected(switch.fired_at)
+                    injected = True
+                snap = self.poll()
+                snap.phase = "faults" if injected else "baseline"
+                if on_tick is not None:
+                    on_tick(snap)
+                if t >= c.duration_s or (stop is not None and stop()):
+                    break
+                if injected and until is not None and until(snap):
+                    break
+                if self.loadgen.finished.is_set():
+                    snap.errors.append("the load generator reached its request bound")
+                    break
+                time.sleep(max(0.0, c.tick_s - (time.monotonic() - tick_start)))
+        finally:
+            timer.cancel()
         if stop_load:
             self.stop_load()
         snap.phase = "done"
@@ -245,12 +258,14 @@ class Scenario:
             self.loadgen.stop()
 
     def inject(self) -> None:
-        """Switch every configured fault on."""
+        """Switch every configured fault on (:meth:`run` calls it once, at the injection time)."""
         assert self.loadgen is not None, "run() starts the load first"
-        t = self.now()
         triton = self.cfg.engine == "triton"
         inject.switch_on(self.cfg, server_url=None if triton else self.stable_url, token=self.token,
                          loadgen=self.loadgen, leak_pid=self.leak_pid, fault_file=self.fault_file if triton else None)
+
+    def mark_injected(self, t: float) -> None:
+        """Record that every fault was switched on at scenario time ``t`` (detection delays count from it)."""
         for st in self.faults.values():
             st.injected_at = t
 
@@ -296,3 +311,22 @@ class Scenario:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+class _Switch:
+    """Calls ``action`` once, from whichever thread comes first, and records the scenario time it did."""
+
+    def __init__(self, action: Callable[[], None], clock: Callable[[], float]) -> None:
+        self._action = action
+        self._clock = clock
+        self._lock = threading.Lock()
+        #: Scenario time the action started; None until then.
+        self.fired_at: float | None = None
+
+    def fire(self) -> None:
+        with self._lock:
+            if self.fired_at is not None:
+                return
+            t = self._clock()
+            self._action()
+            self.fired_at = t

@@ -230,13 +230,10 @@ class VllmScenario(Scenario):
         """Switch every applicable fault on: all of them live in the load generator or the fake NVML."""
         lg = self.loadgen
         assert isinstance(lg, LlmLoadGenerator), "run() starts the load first"
-        t = self.now()
         lg.latency = "latency" in self.faults
         lg.drift = "drift" in self.faults
         lg.bad_events = "bad_events" in self.faults
         # The leak's device side is scripted in the fake NVML's config from the start (inject.fake_gpu_processes).
-        for st in self.faults.values():
-            st.injected_at = t
 
     def stop_load(self, wait_s: float = 15.0) -> None:
         """Stop the load (the streams in flight end), wait for their spans, judge once more, and set the
