@@ -9,6 +9,7 @@ effective onset, and a leak that a restart ends is cleared within 10 minutes.
 from __future__ import annotations
 
 import importlib.util
+import re
 import sys
 from pathlib import Path
 from types import ModuleType
@@ -111,3 +112,32 @@ def test_the_warm_up_shape_check_judges_every_shape_and_rejects_bad_sizes(capsys
     with pytest.raises(SystemExit):
         shapes.main(["--n", "0"])
     assert "--n must be at least 1" in capsys.readouterr().err
+
+
+def test_an_s_shaped_warm_up_and_an_early_leak_stay_within_noise_of_each_other(capsys: pytest.CaptureFixture[str]) -> None:
+    """bench/leak_identifiability.py: the conflict between issue 14's zero false alarms and its early leaks."""
+    ident = _load("leak_identifiability")
+    gib, mib = fam.GiB, fam.MiB
+    # A 3 GiB S-shaped warm-up of tau 20 min against the leak it resembles most up to that leak's deadline.
+    c, r, mx, rms, energy = ident.closest_leak(3 * gib, 1200.0)
+    assert 3 * 60 <= c <= 6 * 60 and 2.5 * gib <= r * 3600 <= 3.5 * gib, (c, r)
+    assert mx < 64 * mib and rms < 20 * mib, (mx, rms)
+    # The fit is what it says: the distances are the warm-up's to a + r max(0, x - c) over [0, c + 15 min].
+    x = np.arange(0.0, c + 900.0, 10.0)
+    f = 3 * gib * fam.warm_rise("s_curve", x, 1200.0)
+    h = np.maximum(0.0, x - c)
+    a = float(np.mean(f - r * h))
+    assert float(np.abs(f - a - r * h).max()) == pytest.approx(mx, rel=1e-6)
+    assert energy == pytest.approx(float(((f - a - r * h) ** 2).sum() * 10.0), rel=1e-6)
+    # An oracle needs (z 4.75 + z 1.645)^2 sigma^2 of squared distance: one floor observation every 20 s or so.
+    assert 10 < ident.oracle_period(energy) < 40
+    # A fast warm-up is far from any straight rise: easy to tell apart.
+    assert ident.closest_leak(3 * gib, 300.0)[3] > 60 * mib
+    with pytest.raises(ValueError, match="never rises at 1 GiB/h"):
+        ident.closest_leak(0.1 * gib, 1200.0)
+    assert ident.main(["--quick"]) == 0
+    out = capsys.readouterr().out
+    rows = [ln for ln in out.splitlines() if ln.strip().endswith(" s") and "GiB/h" in ln]
+    assert len(rows) == 12, out
+    counts = [int(n) for n in re.findall(r"(?:first 40 min|found) (\d+) of 6", out)]
+    assert len(counts) == 2 and all(0 <= n <= 6 for n in counts), out

@@ -31,7 +31,8 @@ in short, per series:
    threshold); the slope at the end of a quadratic fit over the window and half
    a window before is at least ``decel`` x the slope at its start (a warm-up
    decelerates towards its plateau, a leak does not). A window is judged once
-   the series is 1.5 windows old; there is no fixed blind period.
+   the series is 1.5 windows old: nothing is judged in a new series' first 22.5
+   minutes (1.5 shortest windows), in effect a blind period of that length.
 4. **Verdict.** Leak once some window passed for ``confirm_s``; cleared when the
    floor falls back towards where the episode started (a restart or a fix), or
    after every window failed for ``clear_s``. Every episode is kept (bounded):
@@ -74,6 +75,9 @@ HIST_MIN_WINDOWS = 2
 #: Fewer falling windows than this in the history: the floor has only risen, there is no background
 #: spread to measure (the parametric standard error alone applies).
 HIST_MIN_FALLS = 10
+#: The spread is this quantile of the falling windows' |slope| over the half-normal's quantile.
+HIST_Q = 0.9
+HIST_Q_Z = 1.645
 
 _PAIRS: dict[int, tuple[np.ndarray, np.ndarray]] = {}
 
@@ -301,7 +305,7 @@ def _hist_spread(sc: _Scale, now: float) -> float | None:
     falls = [-v for t, v in sc.hist if t <= now - sc.window_s and v < 0]
     if len(falls) < HIST_MIN_FALLS:
         return 0.0
-    return float(np.quantile(falls, 0.9)) / 1.645
+    return float(np.quantile(falls, HIST_Q)) / HIST_Q_Z
 
 
 class _Scale:
