@@ -690,3 +690,25 @@ def test_faults_switch_on_at_their_time_while_a_poll_takes_seconds(tmp_path: Pat
     assert first[0] < at < first[1] and first[2] is None, polls  # under way at the switch: baseline
     assert all(p[2] == at for p in polls[1:]) and len(polls) >= 2, polls
     assert snap.phase == "done"
+
+
+def test_a_fault_switch_that_fails_in_the_timer_fails_the_run_with_its_error(tmp_path: Path) -> None:
+    from inferwatch_sidecar.demo.config import ScenarioConfig
+    from inferwatch_sidecar.demo.observe import Snapshot
+    from inferwatch_sidecar.demo.scenario import Scenario
+
+    sc = Scenario(ScenarioConfig(duration_s=5.0, inject_at_s=0.3, faults=("drift",), workdir=str(tmp_path)))
+    calls: list[float] = []
+
+    def broken_inject() -> None:
+        calls.append(sc.now())
+        raise OSError("PUT /admin/faults: connection refused")
+
+    sc.load_generator = lambda plan: _IdleLoad()  # type: ignore[method-assign]
+    sc.inject = broken_inject  # type: ignore[method-assign]
+    sc.poll = lambda: Snapshot(t=sc.now())  # type: ignore[method-assign]
+    sc.t0 = time.monotonic()
+    with pytest.raises(OSError, match="connection refused"):
+        sc.run()
+    assert len(calls) == 1 and sc.now() < 2.0, calls  # tried once, and the run stopped at the next tick
+    assert sc.faults["drift"].injected_at is None

@@ -221,6 +221,8 @@ class Scenario:
                 t = self.now()
                 if not injected and t >= c.injection_time():
                     switch.fire()  # idempotent: the timer may not have run yet on a starved machine
+                if switch.error is not None:
+                    raise switch.error  # the switch failed (in the timer's thread or here): the run fails with it
                 if not injected and switch.fired_at is not None:
                     self.mark_injected(switch.fired_at)
                     injected = True
@@ -314,19 +316,29 @@ class Scenario:
 
 
 class _Switch:
-    """Calls ``action`` once, from whichever thread comes first, and records the scenario time it did."""
+    """Calls ``action`` once, from whichever thread comes first, and records the scenario time it did.
+
+    An exception from ``action`` is kept in :attr:`error` (for the run loop to raise on its own thread),
+    not raised in the timer's thread, where it would only be printed.
+    """
 
     def __init__(self, action: Callable[[], None], clock: Callable[[], float]) -> None:
         self._action = action
         self._clock = clock
         self._lock = threading.Lock()
-        #: Scenario time the action started; None until then.
+        #: Scenario time the action started; None until it succeeded.
         self.fired_at: float | None = None
+        #: What the action raised, if it did.
+        self.error: Exception | None = None
 
     def fire(self) -> None:
         with self._lock:
-            if self.fired_at is not None:
+            if self.fired_at is not None or self.error is not None:
                 return
             t = self._clock()
-            self._action()
+            try:
+                self._action()
+            except Exception as e:  # noqa: BLE001 - handed to the run loop, which raises it
+                self.error = e
+                return
             self.fired_at = t
