@@ -43,18 +43,27 @@ def rise(shape: str, x: np.ndarray, tau: float) -> np.ndarray:
     return warm_rise(shape, x, tau)
 
 
+def background(rng: np.random.Generator, t: np.ndarray) -> np.ndarray:
+    """One process's memory without its warm-up: weights loaded in 20 s, a 0-1 GiB saw-shaped sawtooth of
+    20-120 s, Gaussian noise of 0-80 MiB (bytes, not yet in granules)."""
+    weights = rng.uniform(2, 30) * GiB
+    saw, period = rng.uniform(0, 1) * GiB, math.exp(rng.uniform(math.log(20), math.log(120)))
+    y = weights * np.clip(t / 20, 0, 1) + saw * (((t + rng.uniform(0, period)) % period) / period)
+    return y + rng.normal(0, rng.uniform(0, 80) * MiB, len(t))
+
+
+def granules(y: np.ndarray) -> np.ndarray:
+    """Bytes as NVML reports them: non-negative, in 2 MiB granules."""
+    return np.round(np.clip(y, 0, None) / (2 * MiB)) * 2 * MiB
+
+
 def series(rng: np.random.Generator, shape: str, hours: float) -> tuple[np.ndarray, np.ndarray]:
     """One leak-free process series (times, bytes)."""
     dt = float(rng.choice([1.0, 5.0, 10.0]))
     t = np.arange(0.0, hours * 3600, dt)
     tau = math.exp(rng.uniform(math.log(60), math.log(1200)))
     amp = rng.uniform(0.5, 6) * GiB
-    weights = rng.uniform(2, 30) * GiB
-    saw, period = rng.uniform(0, 1) * GiB, math.exp(rng.uniform(math.log(20), math.log(120)))
-    y = weights * np.clip(t / 20, 0, 1) + amp * rise(shape, t, tau)
-    y = y + saw * (((t + rng.uniform(0, period)) % period) / period)
-    y = y + rng.normal(0, rng.uniform(0, 80) * MiB, len(t))
-    return t, np.round(np.clip(y, 0, None) / (2 * MiB)) * 2 * MiB
+    return t, granules(background(rng, t) + amp * rise(shape, t, tau))
 
 
 def main(argv: list[str] | None = None) -> int:
