@@ -64,9 +64,13 @@ def test_sdk_processes_give_exact_counts_and_sensible_histograms(sidecar_factory
     assert sample(s, "inferwatch_stage_duration_seconds_bucket", **lab0, le="1.0") == n
     mean = sample(s, "inferwatch_stage_duration_seconds_sum", **lab0) / n
     assert 0.001 <= mean < 0.05
-    # An empty stage takes well under a millisecond.
+    # An empty stage takes well under a millisecond. Not every time: on a loaded 2-core CI machine
+    # the producer can be preempted inside a stage, which once put 1 of 400 over 1 ms. A preemption
+    # is rare, a stage timer that measured the wrong span would put them all over; so most, and the
+    # mean well under the sleeping stage's 1 ms floor.
     lab1 = {"service": "svc1", "model": "m1", "model_version": "v1", "stage": "preprocess"}
-    assert sample(s, "inferwatch_stage_duration_seconds_bucket", **lab1, le="0.001") == n
+    assert sample(s, "inferwatch_stage_duration_seconds_bucket", **lab1, le="0.001") >= 0.95 * n
+    assert sample(s, "inferwatch_stage_duration_seconds_sum", **lab1) / n < 0.001
     # Accounting: every frame decoded, none lost, producers seen.
     assert total(s, "inferwatch_ingest_decode_errors_total") == 0
     assert sample(s, "inferwatch_ingest_lost_frames_total") == 0
