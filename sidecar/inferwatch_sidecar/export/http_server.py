@@ -394,8 +394,10 @@ class HttpServer:
             self._sock.close()
         else:
             # uvicorn reads this when its shutdown begins; its loop notices should_exit within 0.1 s and
-            # waits another 0.1 s before the graceful period starts.
-            self._server.config.timeout_graceful_shutdown = int(max(0.0, timeout - 0.3))
+            # waits another 0.1 s before the graceful period starts. Seconds as a float (asyncio.wait_for
+            # takes one): rounded down, a stop of under 1.3 s had no graceful period at all, and uvicorn
+            # logged an error for an idle keep-alive connection.
+            self._server.config.timeout_graceful_shutdown = max(0.0, timeout - 0.3)  # type: ignore[assignment]
             self._server.should_exit = True
             self._thread.join(timeout)
         self._executor.shutdown(wait=False, cancel_futures=True)
