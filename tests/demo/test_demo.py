@@ -93,7 +93,7 @@ def _assert_calibrated_estimate_falls(rows: dict[str, re.Match[str]], labelled: 
     assert v["polls"] >= 10  # averaged over the polls whose 10 s window holds only faulty traffic
     assert ref == pytest.approx(0.865, abs=0.01)  # the labelled training data's accuracy
     assert v["reference_confidence"] == pytest.approx(0.982, abs=0.005)  # overconfident: 0.12 above it
-    # Offline the hard segment's accuracy is 0.64: the estimate falls by 0.2, its interval below the reference.
+    # The hard segment's labelled accuracy is about 0.63: the estimate falls by 0.2, its interval below the reference.
     assert 0.58 <= est <= 0.70 and v["upper"] < ref, v
     # The mean confidence barely moves (less than the 0.1 of InferwatchConfidenceDrop, which stays quiet).
     assert conf > 0.9 and v["reference_confidence"] - conf < 0.1, v
@@ -117,8 +117,9 @@ def test_demo_detects_every_injected_fault_lists_their_notifications_and_exits_0
 
     am_on_path = alertmanager_binary() is not None
     assert am_on_path or not IN_CI, "CI installs prometheus-alertmanager"
-    # 55 s: the confidence alerts' `for:` ends about 30 s after the injection, then Alertmanager groups.
-    out, err = run_demo("--duration", "55", "--inject-at", "12", "--no-ui")
+    # 65 s: the estimate is below InferwatchEstimatedAccuracyLow's floor once the 10 s window holds only faulty
+    # traffic (about 22 s), its `for:` ends 30 s later, then Alertmanager groups; about 10 s to spare.
+    out, err = run_demo("--duration", "65", "--inject-at", "12", "--no-ui")
     # The URLs a user opens.
     assert re.search(r"metrics\s+http://127\.0\.0\.1:\d+/metrics", out), out
     assert re.search(r"status\s+http://127\.0\.0\.1:\d+/v1/status", out), out
@@ -683,7 +684,8 @@ def test_faults_switch_on_at_their_time_while_a_poll_takes_seconds(tmp_path: Pat
     sc.poll = slow_poll  # type: ignore[method-assign]
     sc.t0 = time.monotonic()
     snap = sc.run()
-    assert len(switched) == 1 and 1.0 <= switched[0] < 1.4, switched  # on time, once
+    # Once, on time: while the poll that began at 0 s still ran (the old loop switched after it, at 1.6 s).
+    assert len(switched) == 1 and 1.0 <= switched[0] < polls[0][1], (switched, polls)
     at = sc.faults["drift"].injected_at
     assert at is not None and abs(at - switched[0]) < 0.01, (at, switched)
     first = polls[0]
@@ -710,5 +712,5 @@ def test_a_fault_switch_that_fails_in_the_timer_fails_the_run_with_its_error(tmp
     sc.t0 = time.monotonic()
     with pytest.raises(OSError, match="connection refused"):
         sc.run()
-    assert len(calls) == 1 and sc.now() < 2.0, calls  # tried once, and the run stopped at the next tick
+    assert len(calls) == 1 and sc.now() < 3.0, calls  # tried once, and the run stopped at the next tick, not at 5 s
     assert sc.faults["drift"].injected_at is None

@@ -25,7 +25,7 @@ EPILOG = """\
 faults injected part way through (all at once):
   latency     8% of inference batches take 3 s longer
   drift       6 of the 9 inputs the load generator sends shift
-  confidence  the traffic moves to a hard segment: accuracy falls from 0.86 to about 0.64 while the
+  confidence  the traffic moves to a hard segment: accuracy falls from 0.86 to about 0.63 while the
               overconfident model's mean confidence stays near 0.94; the calibrated estimate follows
   gpu_leak    one worker leaks 64 MiB/s of (fake) GPU memory
   canary      v2 gets 40% of predictions from the start (the canary judge reads pass), then turns bad:

@@ -29,7 +29,8 @@ class ScenarioConfig:
         rate_per_s: total request rate of the load generator.
         max_requests: request bound of the load generator.
         latency_share / latency_delay_s: share of inference batches slowed, and by how much.
-        hard_share: the confidence fault's share of inputs from the hard segment.
+        hard_share: the confidence fault's share of inputs from the hard segment (all of them: with less,
+            the estimate sits too close to InferwatchEstimatedAccuracyLow's floor, see docs/demo.md).
         long_input_share: the ``long_inputs`` fault's share of predictions with a long note.
         canary_share: share of predictions routed to the canary, from the start (its fault comes at the injection).
         leak_mib_per_s: the fake NVML leak's rate.
@@ -54,7 +55,7 @@ class ScenarioConfig:
     max_requests: int = 50_000
     latency_share: float = 0.08
     latency_delay_s: float = 3.0
-    hard_share: float = 0.9
+    hard_share: float = 1.0
     long_input_share: float = 0.05
     canary_share: float = 0.4
     leak_mib_per_s: float = 64.0

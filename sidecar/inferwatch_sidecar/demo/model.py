@@ -12,7 +12,7 @@ data (CBPE-style, :mod:`~inferwatch_sidecar.components.drift.performance`).
 The confidence fault sends inputs from a *hard segment*: applicants near the
 hidden model's decision boundary (its top class probability below
 :data:`HARD_MAX_P`). Labels still come from the hidden model, so this is a
-covariate shift: accuracy falls to about 0.64, the overconfident model's mean
+covariate shift: accuracy falls to about 0.63, the overconfident model's mean
 confidence only to about 0.94, and the calibrated estimate follows the
 accuracy.
 
