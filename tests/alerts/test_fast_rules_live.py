@@ -69,8 +69,9 @@ def test_fast_rules_fire_within_seconds_in_a_real_prometheus(prometheus_bin, tmp
                     break
                 time.sleep(0.5)
             assert all(states.get(a) == "firing" for a in want), f"{states}\n{prom.log()}"
-            # healthy signals stay quiet: scrapes succeed and the queue (depth 3) drains
-            assert "InferwatchSidecarDown" not in states and "InferwatchQueueBacklog" not in states, states
+            # Healthy signals stay quiet: scrapes succeed and the queue (depth 3) drains. One scrape missed
+            # on a loaded machine can make SidecarDown pending for a second; it must never fire.
+            assert states.get("InferwatchSidecarDown") != "firing" and "InferwatchQueueBacklog" not in states, states
             groups = prom.api("rules")["groups"]
             bad = [(r["name"], r.get("lastError")) for g in groups for r in g["rules"] if r["health"] == "err"]
             assert not bad, bad

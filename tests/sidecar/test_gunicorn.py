@@ -86,9 +86,16 @@ def test_under_gunicorn_preload_producers_are_the_workers_not_the_master(sidecar
                 return False
 
         wait_until(up, timeout=40, what="gunicorn up")
-        # Sync workers serve one request at a time: as many concurrent requests as workers reach every one.
-        with ThreadPoolExecutor(WORKERS) as ex:
-            served = set(ex.map(_get, [url] * WORKERS))
+        # Sync workers serve one request at a time: rounds of as many concurrent requests as workers reach
+        # every one (one round usually does; a worker still booting or a stalled client needs another).
+        served: set[int] = set()
+
+        def every_worker_served() -> bool:
+            with ThreadPoolExecutor(WORKERS) as ex:
+                served.update(ex.map(_get, [url] * WORKERS))
+            return len(served) >= WORKERS
+
+        wait_until(every_worker_served, timeout=20, what=f"{WORKERS} workers serving")
         assert len(served) == WORKERS and app.pid not in served
 
         def producer_pids() -> set[int]:
