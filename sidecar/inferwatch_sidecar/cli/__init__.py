@@ -22,6 +22,7 @@ COMMAND_MODULES = (
     "inferwatch_sidecar.cli.sidecar",
     "inferwatch_sidecar.cli.gpu",
     "inferwatch_sidecar.cli.drift",
+    "inferwatch_sidecar.cli.skew",
     "inferwatch_sidecar.cli.canary",
     "inferwatch_sidecar.cli.demo",
 )
