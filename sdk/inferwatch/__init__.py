@@ -38,6 +38,7 @@ from inferwatch.wire import WireError
 if TYPE_CHECKING:
     from inferwatch._asgi import InferwatchMiddleware, instrument_fastapi
     from inferwatch._logging import RequestIdFilter
+    from inferwatch._offline import record_offline
     from inferwatch._runtime import configure, flush, is_configured, shutdown, stats
 
 __all__ = [
@@ -53,6 +54,7 @@ __all__ = [
     "is_configured",
     "observe_batch",
     "record",
+    "record_offline",
     "request",
     "set_queue_depth",
     "shutdown",
@@ -70,6 +72,7 @@ _LAZY = {
     "InferwatchMiddleware": "inferwatch._asgi",
     "instrument_fastapi": "inferwatch._asgi",
     "RequestIdFilter": "inferwatch._logging",
+    "record_offline": "inferwatch._offline",
 }
 
 

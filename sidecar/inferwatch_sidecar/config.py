@@ -36,6 +36,7 @@ from inferwatch_sidecar.aggregate.aggregator import CONFIGURABLE_HISTOGRAMS
 from inferwatch_sidecar.components.canary.config import CanaryConfig
 from inferwatch_sidecar.components.drift.config import DriftConfig
 from inferwatch_sidecar.components.gpu.config import GpuConfig
+from inferwatch_sidecar.components.skew.config import SkewConfig
 from inferwatch_sidecar.components.tail.config import TailConfig
 
 ENV_PREFIX = "INFERWATCH_"
@@ -316,6 +317,7 @@ class SidecarConfig(_Section):
     drift: DriftConfig = Field(default_factory=DriftConfig)
     tail: TailConfig = Field(default_factory=TailConfig)
     canary: CanaryConfig = Field(default_factory=CanaryConfig)
+    skew: SkewConfig = Field(default_factory=SkewConfig)
 
 
 # ---------------------------------------------------------------------------
@@ -480,7 +482,7 @@ def load_config(
         raise ConfigError(_format_errors(e, sources)) from None
 
 
-def reference_yaml(skip: tuple[str, ...] = ("gpu", "drift", "tail", "canary")) -> str:
+def reference_yaml(skip: tuple[str, ...] = ("gpu", "drift", "tail", "canary", "skew")) -> str:
     """Every field with its default and description, as commented YAML (docs/config.md).
 
     Args:

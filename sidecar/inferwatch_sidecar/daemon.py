@@ -71,6 +71,7 @@ COMPONENTS = (
     ("drift", "inferwatch_sidecar.components.drift.component"),
     ("tail", "inferwatch_sidecar.components.tail.component"),
     ("canary", "inferwatch_sidecar.components.canary.component"),
+    ("skew", "inferwatch_sidecar.components.skew.component"),
 )
 
 
@@ -431,8 +432,19 @@ class Sidecar:
                 max_body_bytes=self.cfg.ingest.max_json_body_bytes,
                 ingest_traces=self.traces.handle if self.cfg.traces.enabled else None,
                 traces_max_body_bytes=self.cfg.traces.max_body_bytes,
+                ingest_skew=self._post_skew,
             )
         )
+
+    def _post_skew(self, body: bytes) -> tuple[int, dict[str, Any]]:
+        """``POST /v1/skew``: offline values for the skew component's live join (docs/skew.md)."""
+        for s in self.slots:
+            if s.name == "skew" and s.component is not None:
+                post = getattr(s.component, "post_offline", None)
+                if post is not None:
+                    status, answer = post(body)
+                    return int(status), dict(answer)
+        return 404, {"error": "the skew component is not running: set skew.enabled: true in the sidecar config"}
 
     def _resource(self) -> dict[str, str]:
         res = {

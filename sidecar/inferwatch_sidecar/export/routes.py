@@ -15,6 +15,7 @@ Routes:
     GET  /                 the status page: one HTML file that reads /v1/status (no token; docs/sidecar.md).
     POST /v1/events        JSON events (docs/wire-format.md).
     POST /v1/labels        JSON ground-truth labels for earlier predictions.
+    POST /v1/skew          JSON offline feature values for recent request IDs (docs/skew.md).
     POST /v1/traces        OTLP/HTTP traces, protobuf or JSON (docs/otlp-traces.md); when traces are enabled.
     ANY  /admin/<component>/<path>   component admin routes; Bearer token required.
 """
@@ -139,6 +140,8 @@ class Endpoints:
     max_body_bytes: int
     ingest_traces: Callable[[bytes, str, str | None], tuple[int, str, bytes]] | None = None
     traces_max_body_bytes: int = 0
+    #: body bytes -> (HTTP status, JSON answer) for ``POST /v1/skew`` (offline values, docs/skew.md); None: 404.
+    ingest_skew: Callable[[bytes], tuple[int, Mapping[str, Any]]] | None = None
 
 
 def scrape_registry(registry: Collector, accept: str) -> tuple[bytes, str]:
@@ -245,6 +248,10 @@ def sidecar_routes(ep: Endpoints) -> dict[str, Route]:
         "/admin/*": Route(_ANY, admin, max_body=ep.max_body_bytes, admit=admin_admit),
         "/": Route(_GET, lambda req: page, inline=True),
     }
+    ingest_skew = ep.ingest_skew
+    if ingest_skew is not None:
+        routes["/v1/skew"] = Route(_POST, lambda req: json_response(*ingest_skew(req.body)),
+                                   max_body=ep.max_body_bytes, on_too_large=ep.reject_body)
     ingest_traces = ep.ingest_traces
     if ingest_traces is not None:
 

@@ -243,7 +243,7 @@ def _features(served: pa.Table, offline: pa.Table, join: _Join, skip: set[str],
         "only_in_offline": [c for c in offline.column_names if c not in served.column_names and c not in skip],
         "not_compared": {},
     }
-    sr, orow = pa.array(join.served_rows), pa.array(join.offline_rows)
+    sr = pa.array(join.served_rows)
     numeric: list[_Feature] = []
     text_cols: list[tuple[str, pa.ChunkedArray, pa.ChunkedArray, str, str]] = []
     for name in names:
