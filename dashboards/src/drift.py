@@ -1,4 +1,5 @@
-"""Drift: per-feature and joint drift, prediction mix, confidence, estimated vs real accuracy, canary vs stable."""
+"""Drift: per-feature and joint drift, prediction mix, confidence, estimated vs real accuracy, canary vs stable,
+training-serving skew."""
 
 from __future__ import annotations
 
@@ -160,6 +161,19 @@ def build() -> Dashboard:
                            targets=[target("max by (model_version, feature) "
                                            f"(inferwatch_drift_canary_feature_drifted{{{DRIFT}}})",
                                            "{{model_version}} {{feature}}")]),
+            Row("Training-serving skew"),
+            timeseries(title="Served values matching the offline pipeline", unit="percentunit", minimum=0, maximum=1,
+                       w=16,
+                       description="Per feature: share of the last joined requests whose served value equals what the "
+                                   "training pipeline computes for the same request ID (POST /v1/skew, docs/skew.md). "
+                                   "Below the line fires InferwatchTrainingServingSkew.",
+                       targets=[target(f"min by (model_version, feature) (inferwatch_skew_match_ratio{{{DRIFT}}})",
+                                       "{{model_version}} {{feature}}")]),
+            bargauge(title="Kind of skew per feature", unit="percentunit", w=8,
+                     description="The diagnosed kind (offset, scale, affine, lag, swapped, mapping, default_filled, "
+                                 "missing_in_served, mismatch) and the share of rows it explains; match is left out.",
+                     targets=[target(f'max by (model_version, feature, kind) (inferwatch_skew_explained_ratio{{{DRIFT}, '
+                                     'kind!="match"})', "{{model_version}} {{feature}}: {{kind}}")]),
             Row("Windows and engine"),
             timeseries(title="Window and reference events", minimum=0, w=8,
                        description="Events in the sliding window and in the reference.",
