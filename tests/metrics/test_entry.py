@@ -7,7 +7,7 @@ from types import ModuleType
 
 import pytest
 
-from inferwatch_sidecar.metrics import canary, core, drift, gpu, tail
+from inferwatch_sidecar.metrics import canary, core, drift, gpu, skew, tail
 from inferwatch_sidecar.metrics.catalog import all_metrics
 from inferwatch_sidecar.metrics.entry import Metric
 
@@ -47,7 +47,7 @@ def test_an_unknown_component_is_refused() -> None:
         Metric(name="inferwatch_x", type="gauge", help="Help.", component="disk")
 
 
-@pytest.mark.parametrize("module", [core, gpu, drift, tail, canary], ids=lambda m: m.__name__.rsplit(".", 1)[-1])
+@pytest.mark.parametrize("module", [core, gpu, drift, tail, canary, skew], ids=lambda m: m.__name__.rsplit(".", 1)[-1])
 def test_every_entry_is_a_module_level_name_and_in_the_modules_tuple(module: ModuleType) -> None:
     component = module.__name__.rsplit(".", 1)[-1]
     declared = {name: v for name, v in vars(module).items() if isinstance(v, Metric)}
@@ -58,4 +58,5 @@ def test_every_entry_is_a_module_level_name_and_in_the_modules_tuple(module: Mod
 
 
 def test_the_catalog_is_the_components_in_order() -> None:
-    assert all_metrics() == (*core.METRICS, *gpu.METRICS, *drift.METRICS, *tail.METRICS, *canary.METRICS)
+    assert all_metrics() == (*core.METRICS, *gpu.METRICS, *drift.METRICS, *tail.METRICS, *canary.METRICS,
+                             *skew.METRICS)

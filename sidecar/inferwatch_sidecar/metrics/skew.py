@@ -25,8 +25,8 @@ SKEW_JOINED_ROWS_TOTAL = Metric(
 )
 SKEW_OFFLINE_ROWS_TOTAL = Metric(
     name="inferwatch_skew_offline_rows_total", type="counter", labels=("outcome",), component="skew",
-    help="Offline rows received, by outcome (joined, waiting, unmatched: evicted before a served row came, "
-         "duplicate, bad).",
+    help="Offline rows, by outcome (joined with their served row, at once or later; waiting: came before it; "
+         "unmatched: evicted before it came; duplicate; bad).",
 )
 SKEW_SERVED_ROWS_EXPIRED_TOTAL = Metric(
     name="inferwatch_skew_served_rows_expired_total", type="counter", labels=("reason",), component="skew",

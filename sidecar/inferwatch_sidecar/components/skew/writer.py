@@ -126,9 +126,13 @@ class ServedWriter:
         if self._writer is not None and (self._schema != table.schema or now - self._opened >= self.rotate_seconds):
             self._close()
         if self._writer is None:
-            self._seq += 1
             stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime(now))
-            self._path = os.path.join(self.folder, f"{_PREFIX}{stamp}-{os.getpid()}-{self._seq:06d}.parquet.tmp")
+            while True:  # a name no file has (a restarted sidecar may reuse the second and the pid)
+                self._seq += 1
+                path = os.path.join(self.folder, f"{_PREFIX}{stamp}-{os.getpid()}-{self._seq:06d}.parquet")
+                if not os.path.exists(path) and not os.path.exists(path + ".tmp"):
+                    break
+            self._path = path + ".tmp"
             self._writer = pq.ParquetWriter(self._path, table.schema)
             self._schema = table.schema
             self._opened = now
