@@ -38,7 +38,7 @@ from inferwatch.wire import WireError
 if TYPE_CHECKING:
     from inferwatch._asgi import InferwatchMiddleware, instrument_fastapi
     from inferwatch._logging import RequestIdFilter
-    from inferwatch._offline import record_offline
+    from inferwatch._offline import record_offline, skew_sampled
     from inferwatch._runtime import configure, flush, is_configured, shutdown, stats
 
 __all__ = [
@@ -58,6 +58,7 @@ __all__ = [
     "request",
     "set_queue_depth",
     "shutdown",
+    "skew_sampled",
     "stage",
     "stats",
 ]
@@ -73,6 +74,7 @@ _LAZY = {
     "instrument_fastapi": "inferwatch._asgi",
     "RequestIdFilter": "inferwatch._logging",
     "record_offline": "inferwatch._offline",
+    "skew_sampled": "inferwatch._offline",
 }
 
 

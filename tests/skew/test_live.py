@@ -120,6 +120,13 @@ def test_sampling_is_a_deterministic_bounded_share_of_request_ids() -> None:
     assert 0.04 < share < 0.06
     assert [sampled(i, 0.05) for i in ids[:100]] == [sampled(i, 0.05) for i in ids[:100]]
     assert not any(sampled(i, 0.0) for i in ids)
+    # the SDK's helper picks the same IDs, clamps its share to 0.1, is off by default and never raises
+    assert [inferwatch.skew_sampled(i, 0.05) for i in ids[:2000]] == [sampled(i, 0.05) for i in ids[:2000]]
+    assert [inferwatch.skew_sampled(i, 0.9) for i in ids[:2000]] == [sampled(i, 0.1) for i in ids[:2000]]
+    assert not inferwatch.skew_sampled("req-1") and not inferwatch.skew_sampled(None, 0.1)
+    assert inferwatch.skew_sampled(object(), "x") is False  # type: ignore[arg-type]
+    # a smaller share's IDs are a subset of a larger one's: an SDK sampling 1% feeds a sidecar keeping 5%
+    assert all(sampled(i, 0.05) for i in ids if sampled(i, 0.01))
     with pytest.raises(ValueError, match="above skew.max_sample_ratio"):
         SkewConfig(sample_ratio=0.5, served_dir="/tmp/x")
     with pytest.raises(ValueError, match="needs skew.served_dir"):

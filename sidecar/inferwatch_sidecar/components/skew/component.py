@@ -24,13 +24,13 @@ import json
 import logging
 import math
 import threading
-import zlib
 from collections import OrderedDict, deque
 from collections.abc import Iterable
 from typing import Any
 
 import pyarrow as pa
 
+from inferwatch._offline import id_in_sample
 from inferwatch.wire import EV_RECORD
 from inferwatch_sidecar.components.base import ComponentContext
 from inferwatch_sidecar.components.skew.config import SkewConfig
@@ -62,9 +62,10 @@ _MAX_ID = 128
 def sampled(request_id: str, ratio: float) -> bool:
     """Whether ``request_id`` is in the sampled share ``ratio``: a CRC-32 of the ID below ``ratio`` of its range.
 
-    The same on every replica and in a batch job, so the offline side can compute just the sampled IDs.
+    The SDK's ``inferwatch.skew_sampled()`` uses the same function, so every replica, the service and a batch
+    job agree on the sampled IDs.
     """
-    return ratio > 0 and zlib.crc32(request_id.encode("utf-8", "replace")) < ratio * 4294967296.0
+    return id_in_sample(request_id, ratio)
 
 
 def _features(feats: Any) -> dict[str, Any]:
