@@ -375,9 +375,15 @@ def _mapping(f: _Feature, mis: np.ndarray, present: np.ndarray) -> tuple[int, di
     ko, ks = len(ov), len(sv)
     if ks > ko:  # more served values than offline ones: not a relabelling
         return None
-    table = np.bincount(oc * ks + scode, minlength=ko * ks).reshape(ko, ks)
-    target = table.argmax(axis=1)
-    if len(set(target.tolist())) != ko:  # not one-to-one: a many-to-one fill is default_filled, not a relabelling
+    # The most frequent served value of each offline value, from the distinct (offline, served) pairs: memory
+    # in the pairs seen, not ko x ks (a text column can have a million distinct values).
+    pairs, counts = np.unique(oc.astype(np.int64) * ks + scode, return_counts=True)
+    po, ps = pairs // ks, pairs % ks
+    order = np.lexsort((-counts, po))
+    first = order[np.r_[True, po[order][1:] != po[order][:-1]]]
+    target = np.empty(ko, dtype=np.int64)
+    target[po[first]] = ps[first]
+    if len(np.unique(target)) != ko:  # not one-to-one: a many-to-one fill is default_filled, not a relabelling
         return None
     changed = {labels_o[i]: labels_s[t] for i, t in enumerate(target) if labels_o[i] != labels_s[t]}
     if not changed:
