@@ -270,8 +270,17 @@ def sweep(runs: int, seed: int) -> dict[str, Any]:
 
 def speed(rows: int, repeat: int, seed: int = 0) -> dict[str, Any]:
     """Part 2: seconds to read and diagnose ``rows`` served rows against 1.2x as many offline rows."""
+    cpus, ios = pa.cpu_count(), pa.io_thread_count()
     pa.set_cpu_count(1)
     pa.set_io_thread_count(1)
+    try:
+        return _speed(rows, repeat, seed)
+    finally:
+        pa.set_cpu_count(cpus)
+        pa.set_io_thread_count(ios)
+
+
+def _speed(rows: int, repeat: int, seed: int) -> dict[str, Any]:
     rng = np.random.default_rng(seed)
     n_off = int(rows * 1.2)
     ent = rng.integers(0, max(1, n_off // 50), n_off)

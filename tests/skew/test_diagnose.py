@@ -146,3 +146,9 @@ def test_mismatched_feature_types_are_compared_as_text_and_said_so_and_nulls_key
     assert rep["not_compared"] == {"tags": "unsupported types: served list<item: int64>, offline list<item: int64>"}
     assert rep["rows_without_key"] == {"served": 1, "offline": 0}
     assert rep["rows_joined"] == 3
+
+
+def test_the_speed_benchmark_still_finds_its_three_skews_on_a_small_run() -> None:
+    res = bench.speed(rows=20000, repeat=1)
+    assert res["kinds"] == {"x0": "affine", "x1": "default_filled", "x2": "match", "x3": "match", "x4": "match",
+                            "x5": "match", "c0": "match", "c1": "mapping"}
