@@ -22,7 +22,6 @@ understates them (the classic ``+Inf`` bucket says as little about them).
 from __future__ import annotations
 
 import math
-from bisect import bisect_left
 from itertools import accumulate
 from typing import Any, NamedTuple
 
