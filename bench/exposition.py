@@ -33,13 +33,13 @@ def main() -> None:
     args = ap.parse_args()
 
     from prometheus_client import CollectorRegistry, generate_latest
+    from tests.scale.test_series_budget import reference_events
 
     from inferwatch_sidecar.aggregate.aggregator import CONFIGURABLE_HISTOGRAMS, Aggregator
     from inferwatch_sidecar.components.base import ComponentContext
     from inferwatch_sidecar.metrics import protobuf
     from inferwatch_sidecar.metrics.budget import Workload, aggregator_series
     from inferwatch_sidecar.metrics.families import CatalogCollector
-    from tests.scale.test_series_budget import reference_events
 
     per_set = sum(aggregator_series(Workload(models=1, versions=1), native=False).values())
     versions = max(1, round(args.series / per_set))
