@@ -16,6 +16,7 @@ for longer than a copy.
 
 from __future__ import annotations
 
+import functools
 import math
 import sys
 import threading
@@ -680,6 +681,11 @@ def _fold(snap: Any, layout: Layout) -> tuple[list[int], float, list[Any] | None
     return classic, total, out
 
 
+def _native_exemplars(exs: list[Any] | None) -> list[Exemplar]:
+    """The classic buckets' exemplars, for the native histogram of the same series."""
+    return [e for e in (_exemplar(x) for x in exs or () if x is not None) if e is not None]
+
+
 def _add_hist(fam: HistogramMetricFamily, labels: list[str], raw: Any, les: list[str],
               layout: Layout | None = None) -> None:
     if layout is None:  # already classic (histogram_family)
@@ -687,8 +693,7 @@ def _add_hist(fam: HistogramMetricFamily, labels: list[str], raw: Any, les: list
     else:
         counts, total, exs = _fold(raw, layout)
         if layout.schema is not None and isinstance(fam, NativeHistogramFamily):
-            nex = [e for e in (_exemplar(x) for x in exs or () if x is not None) if e is not None]
-            fam.native.append((labels, layout.native(raw[0], total, nex)))
+            fam.add_native(labels, layout, raw[0], total, functools.partial(_native_exemplars, exs))
     acc = 0
     buckets: list[Any] = []
     for i, c in enumerate(counts):

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import math
 from bisect import bisect_left
+from collections.abc import Callable
 from itertools import accumulate
 from typing import Any, NamedTuple
 
@@ -90,7 +91,7 @@ class Layout:
     """
 
     __slots__ = ("classic", "schema", "edges", "classic_ends", "zero_threshold", "zero_end", "first_index",
-                 "native_ends", "_tables")
+                 "native_ends", "cell_classic", "_tables")
 
     def __init__(self, classic: tuple[float, ...], schema: int | None = None, unit: str = "seconds") -> None:
         self.classic = classic
@@ -103,6 +104,7 @@ class Layout:
             self.zero_end = -1
             self.first_index = 0
             self.native_ends: list[int] = []
+            self.cell_classic: list[int] = list(range(len(classic) + 1))
             return
         if schema not in SCHEMAS:
             raise ValueError(f"native histogram schema {schema!r} is not one of {SCHEMAS.start}..{SCHEMAS.stop - 1}")
@@ -123,6 +125,8 @@ class Layout:
         #: bucket ``first_index + k`` (the last one also takes the cell above the range).
         self.first_index = i_lo + 1
         self.native_ends = [pos[e] for e in native[1:]] + [n]
+        #: Cell -> the classic bucket it lies in.
+        self.cell_classic = [bisect_left(classic, e) for e in self.edges] + [len(classic)]
 
     def table(self, mult: float) -> tuple[tuple[int, tuple[int, ...]], ...]:
         """:func:`int_table` of the cells for integers in units of ``mult`` (cached)."""
@@ -136,10 +140,8 @@ class Layout:
         if self.schema is None:
             return list(counts)
         cum = list(accumulate(counts))
-        out = [cum[j] for j in self.classic_ends]
-        for k in range(len(out) - 1, 0, -1):
-            out[k] -= out[k - 1]
-        return out
+        ends = [cum[j] for j in self.classic_ends]
+        return [b - a for a, b in zip([0, *ends], ends)]  # noqa: B905 - one shorter on purpose
 
     def classic_exemplars(self, ex: list[Any] | None, exv: list[float] | None) -> tuple[list[Any], list[float]]:
         """Per classic bucket, the newest of its cells' exemplars (by end time) and its value."""
@@ -150,12 +152,10 @@ class Layout:
             return list(ex), list(exv)
         out: list[Any] = [None] * nb
         vals = [0.0] * nb
-        k = 0
-        ends = self.classic_ends
-        for j, e in enumerate(ex):
-            while j > ends[k]:
-                k += 1
-            if e is not None and (out[k] is None or e[2] >= out[k][2]):
+        cc = self.cell_classic
+        for j in [j for j, e in enumerate(ex) if e is not None]:
+            e, k = ex[j], cc[j]
+            if out[k] is None or e[2] >= out[k][2]:
                 out[k] = e
                 vals[k] = exv[j]
         return out, vals
@@ -166,12 +166,8 @@ class Layout:
         assert self.schema is not None
         cum = list(accumulate(counts))
         zero = cum[self.zero_end]
-        prev = zero
-        buckets = []
-        for j in self.native_ends:
-            c = cum[j]
-            buckets.append(c - prev)
-            prev = c
+        ends = [cum[j] for j in self.native_ends]
+        buckets = [b - a for a, b in zip([zero, *ends], ends)]  # noqa: B905 - one shorter on purpose
         first = next((k for k, c in enumerate(buckets) if c), None)
         if first is None:
             return NativeHistogram(cum[-1], total, self.schema, self.zero_threshold, zero, 0, [], exemplars)
@@ -209,14 +205,28 @@ class NativeHistogramFamily(HistogramMetricFamily):
     (:mod:`.protobuf`) and the OTLP converter read :attr:`native`.
 
     Attributes:
-        native: ``(label values, NativeHistogram)`` per series that has one.
+        native: ``(label values, NativeHistogram)`` per series that has one, built on first
+            access from what :meth:`add_native` was given (a text scrape never builds them).
         classic: whether the protobuf exposition carries the classic buckets as well.
     """
 
     def __init__(self, base: HistogramMetricFamily, classic: bool = False) -> None:
         super().__init__(base.name, base.documentation, labels=base._labelnames, unit=base.unit)
-        self.native: list[tuple[list[str], NativeHistogram]] = []
+        self._pending: list[tuple[list[str], Layout, list[int], float, Callable[[], list[Any]]]] = []
+        self._native: list[tuple[list[str], NativeHistogram]] | None = None
         self.classic = classic
+
+    def add_native(self, labels: list[str], layout: Layout, counts: list[int], total: float,
+                   exemplars: Callable[[], list[Any]]) -> None:
+        """A series' cells, to become its native histogram when :attr:`native` is read."""
+        self._pending.append((labels, layout, counts, total, exemplars))
+        self._native = None
+
+    @property
+    def native(self) -> list[tuple[list[str], NativeHistogram]]:
+        if self._native is None:
+            self._native = [(lab, lay.native(counts, total, ex())) for lab, lay, counts, total, ex in self._pending]
+        return self._native
 
 
 #: Entries of :meth:`Layout.int_table`: integers up to 2^129 - 1 (inputs are u64 at most).
