@@ -111,7 +111,10 @@ class FleetServer:
                 self.send_header("Content-Type", ctype)
                 self.send_header("Content-Length", str(len(body)))
                 self.end_headers()
-                self.wfile.write(body)
+                try:
+                    self.wfile.write(body)
+                except (BrokenPipeError, ConnectionResetError):  # Prometheus gave up (scrape timeout)
+                    pass
 
             def log_message(self, format: str, *args: object) -> None:  # noqa: A002 - stdlib signature
                 pass
