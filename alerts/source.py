@@ -198,17 +198,23 @@ def _recordings() -> list[Recording]:
                   expr='sum by ({by_version}) (rate(inferwatch_requests_total{{outcome="error"}}[{window:5m}]))\n'
                        "/\nsum by ({by_version}) (rate(inferwatch_requests_total[{window:5m}]))"),
     ]
+    # Each quantile from the classic buckets where a replica exports them, else from the native histogram
+    # (a sidecar scraped in protobuf by Prometheus with native histograms on; docs/scale.md).
     for q, name in ((0.5, "p50"), (0.99, "p99"), (0.999, "p999")):
         out.append(Recording(
             record=f"service_model_version:inferwatch_request_duration_seconds:{name}_5m",
             group="inferwatch-recording",
             expr=f"histogram_quantile({q}, "
-                 "sum by ({by_version}, le) (rate(inferwatch_request_duration_seconds_bucket[{window:5m}])))"))
+                 "sum by ({by_version}, le) (rate(inferwatch_request_duration_seconds_bucket[{window:5m}])))\nor\n"
+                 f"histogram_quantile({q}, "
+                 "sum by ({by_version}) (rate(inferwatch_request_duration_seconds[{window:5m}])))"))
         out.append(Recording(
             record=f"service_model_version_stage:inferwatch_stage_duration_seconds:{name}_5m",
             group="inferwatch-recording",
             expr=f"histogram_quantile({q}, "
-                 "sum by ({by_stage}, le) (rate(inferwatch_stage_duration_seconds_bucket[{window:5m}])))"))
+                 "sum by ({by_stage}, le) (rate(inferwatch_stage_duration_seconds_bucket[{window:5m}])))\nor\n"
+                 f"histogram_quantile({q}, "
+                 "sum by ({by_stage}) (rate(inferwatch_stage_duration_seconds[{window:5m}])))"))
     # Share of stage calls slower than each latency target, over the two windows of the burn-rate alerts.
     for o in LATENCY_OBJECTIVES:
         for window in ("5m", "1h"):
@@ -218,7 +224,10 @@ def _recordings() -> list[Recording]:
                 expr="1 - (\n"
                      "  sum by ({by_stage}) (rate(inferwatch_stage_duration_seconds_bucket{{{target_seconds:le}}}"
                      f"[{{window:{window}}}]))\n  /\n"
-                     f"  sum by ({{by_stage}}) (rate(inferwatch_stage_duration_seconds_count[{{window:{window}}}]))\n)"))
+                     f"  sum by ({{by_stage}}) (rate(inferwatch_stage_duration_seconds_count[{{window:{window}}}]))\n)\n"
+                     "or\n"
+                     "1 - histogram_fraction(0, {target_seconds}, "
+                     f"sum by ({{by_stage}}) (rate(inferwatch_stage_duration_seconds[{{window:{window}}}])))"))
     return out
 
 

@@ -79,7 +79,12 @@ def quantiles(metric: str, sel: str, by: str, *, exemplar: bool = False,
     """``histogram_quantile`` of ``metric`` for each quantile, grouped by ``by`` (comma-separated labels)."""
     group = f"{by}, le" if by else "le"
     prefix = "".join(f"{{{{{b.strip()}}}}} " for b in by.split(",") if b.strip())
-    return [target(f"histogram_quantile({q}, sum by ({group}) (rate({metric}_bucket{{{sel}}}[{RATE}])))",
+    native = f"sum by ({by}) " if by else "sum "
+    # Classic buckets where a sidecar exports them, else its native histogram (docs/scale.md): the same
+    # quantile. Engines' own histograms (vllm:...) are classic only.
+    return [target(f"histogram_quantile({q}, sum by ({group}) (rate({metric}_bucket{{{sel}}}[{RATE}])))"
+                   + (f" or histogram_quantile({q}, {native}(rate({metric}{{{sel}}}[{RATE}])))"
+                      if metric.startswith("inferwatch_") else ""),
                    f"{prefix}{name}", exemplar=exemplar) for q, name in qs]
 
 

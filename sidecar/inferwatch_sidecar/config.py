@@ -294,10 +294,39 @@ class BucketsConfig(_Section):
         return v
 
 
+class NativeConfig(_Section):
+    """Native (sparse exponential) histograms, served on the protobuf exposition (docs/scale.md)."""
+
+    protobuf: bool = Field(
+        True, description="Answer a scraper that prefers the protobuf exposition (Prometheus with "
+        "--enable-feature=native-histograms) in protobuf; false: text formats only.",
+    )
+    bucket_schema: int | None = Field(
+        3, ge=-4, le=6, description="Native histogram schema: 2^bucket_schema buckets per power of two (3: each bucket "
+        "9 % wide, quantiles within about 4 %); null keeps classic buckets alone, also on the protobuf exposition.",
+    )
+    classic_families: list[str] = Field(
+        default_factory=list,
+        description="Histogram families whose classic buckets the protobuf exposition carries as well as the "
+        "native histogram (text and OpenMetrics always carry them). Families: " + ", ".join(CONFIGURABLE_HISTOGRAMS)
+        + ".",
+    )
+
+    @field_validator("classic_families")
+    @classmethod
+    def _classic(cls, v: list[str]) -> list[str]:
+        for name in v:
+            if name not in CONFIGURABLE_HISTOGRAMS:
+                raise ValueError(f"{name!r} is not a histogram the aggregator keeps; use one of "
+                                 f"{', '.join(CONFIGURABLE_HISTOGRAMS)}")
+        return v
+
+
 class AggregateConfig(_Section):
     """How the aggregator buckets what it receives."""
 
     buckets: BucketsConfig = Field(default_factory=BucketsConfig)
+    native: NativeConfig = Field(default_factory=NativeConfig)
 
 
 class SidecarConfig(_Section):

@@ -146,7 +146,8 @@ class Sidecar:
         for label, budget in cfg.labels.max_values.items():
             self.ctx.limiters[label] = LabelLimiter(label, budget, cfg.labels.max_length)
         self.aggregator = Aggregator(self.ctx, frozenset(cfg.ingest.queue_stages), cfg.labels.max_label_sets,
-                                     cfg.aggregate.buckets.families, cfg.aggregate.buckets.stages)
+                                     cfg.aggregate.buckets.families, cfg.aggregate.buckets.stages,
+                                     cfg.aggregate.native.bucket_schema, cfg.aggregate.native.classic_families)
         for problem in self.aggregator.alert_bound_problems():
             log.warning("%s", problem)
         self.latency = LatencyStatus(self.aggregator)
@@ -421,7 +422,7 @@ class Sidecar:
         token = self.cfg.http.admin_token
         return sidecar_routes(
             Endpoints(
-                scrape=functools.partial(scrape_registry, self.registry),
+                scrape=functools.partial(scrape_registry, self.registry, protobuf=self.cfg.aggregate.native.protobuf),
                 ready=lambda: self.ready,
                 status=self.status,
                 ingest_json=self.json_ingest.post,

@@ -52,7 +52,7 @@ def les(samples: dict[Any, float], name: str, **labels: str) -> list[str]:
 def test_a_3_8_us_stage_reads_within_a_factor_of_2_with_the_default_buckets() -> None:
     agg = Aggregator(ComponentContext())
     agg.process([req(20_000, [("preprocess", 3_800)]) for _ in range(1000)], [0] * 16)
-    counts = agg.bundles[CTX].stages["preprocess"].hist.counts
+    counts = agg.layouts[STAGE].classic_counts(agg.bundles[CTX].stages["preprocess"].hist.counts)
     p50 = histogram_quantile(0.5, agg.bounds[STAGE], counts)
     p99 = histogram_quantile(0.99, agg.bounds[STAGE], counts)
     assert p50 is not None and p99 is not None

@@ -16,6 +16,7 @@ for longer than a copy.
 
 from __future__ import annotations
 
+import functools
 import math
 import sys
 import threading
@@ -65,6 +66,7 @@ from inferwatch_sidecar.metrics.core import (
     UNDELIVERED_TOKENS_TOTAL,
 )
 from inferwatch_sidecar.metrics.entry import Metric
+from inferwatch_sidecar.metrics.native import DEFAULT_SCHEMA, Layout, NativeHistogramFamily
 
 #: The histograms :meth:`Aggregator.collect` exports, in the order it yields them.
 _HISTOGRAMS = (
@@ -190,13 +192,21 @@ def histogram_family(m: Metric, snap: list[Any]) -> HistogramMetricFamily:
 
 
 class StageSeries:
-    """The series of one (service, model, version, stage); ``bounds`` are its duration buckets."""
+    """The series of one (service, model, version, stage); ``bounds`` are its duration histogram's cells.
 
-    __slots__ = ("key", "bounds", "hist", "ttft", "itl", "length", "tokens", "cancelled", "undelivered")
+    ``layout`` folds the cells into the classic buckets and the native histogram; without one
+    ``bounds`` are the classic buckets themselves.
+    """
 
-    def __init__(self, key: tuple[str, ...], bounds: tuple[float, ...]) -> None:
+    __slots__ = ("key", "bounds", "layout", "ns", "hist", "ttft", "itl", "length", "tokens", "cancelled",
+                 "undelivered")
+
+    def __init__(self, key: tuple[str, ...], bounds: tuple[float, ...], layout: Layout | None = None) -> None:
         self.key = key
-        self.bounds = bounds
+        self.layout = layout or Layout(bounds)
+        self.bounds = self.layout.edges
+        #: The cells by bit length of a duration in integer ns (metrics/native.py ``int_table``).
+        self.ns = self.layout.table(1e-9)
         self.hist = Histogram(len(bounds))
         self.ttft: Histogram | None = None
         self.itl: Histogram | None = None
@@ -241,12 +251,17 @@ class Aggregator:
             (``aggregate.buckets.families``, validated by the config).
         stage_buckets: stage name -> bounds of that stage's duration histogram
             (``aggregate.buckets.stages``); other stages use the family's.
+        native_schema: the schema of the native histograms kept alongside the classic buckets
+            (``aggregate.native.schema``), or None for classic buckets alone.
+        native_classic: families whose classic buckets the protobuf exposition also carries
+            (``aggregate.native.classic_families``); text and OpenMetrics always carry them.
     """
 
     def __init__(
         self, ctx: ComponentContext, queue_stages: frozenset[str] = frozenset({"queue"}), max_label_sets: int = 1000,
         buckets: Mapping[str, Sequence[float]] | None = None,
         stage_buckets: Mapping[str, Sequence[float]] | None = None,
+        native_schema: int | None = DEFAULT_SCHEMA, native_classic: Sequence[str] = (),
     ) -> None:
         self.lock = threading.Lock()
         self.max_label_sets = max_label_sets
@@ -266,12 +281,30 @@ class Aggregator:
         self.stage_bounds: dict[str, tuple[float, ...]] = {
             k: tuple(float(b) for b in v) for k, v in (stage_buckets or {}).items()
         }
-        self.request_bounds = self.bounds[REQUEST_DURATION_SECONDS.name]
-        self.queue_bounds = self.bounds[QUEUE_WAIT_SECONDS.name]
-        self.ttft_bounds = self.bounds[TIME_TO_FIRST_TOKEN_SECONDS.name]
-        self.itl_bounds = self.bounds[INTER_TOKEN_LATENCY_SECONDS.name]
-        self.token_bounds = self.bounds[GENERATION_LENGTH_TOKENS.name]
-        self.batch_bounds = self.bounds[BATCH_SIZE.name]
+        unknown = sorted(set(native_classic) - set(CONFIGURABLE_HISTOGRAMS))
+        if unknown:
+            raise ValueError(f"classic buckets for unknown histogram families {unknown}")
+        self.native_schema = native_schema
+        self.native_classic = frozenset(native_classic)
+        #: Family name -> its cells (classic and native bounds together; metrics/native.py).
+        self.layouts: dict[str, Layout] = {
+            m.name: Layout(self.bounds[m.name], native_schema, m.unit) for m in _HISTOGRAMS
+        }
+        self.stage_layouts: dict[str, Layout] = {
+            k: Layout(v, native_schema, STAGE_DURATION_SECONDS.unit) for k, v in self.stage_bounds.items()
+        }
+        # What process() bisects: the cells' bounds.
+        self.request_bounds = self.layouts[REQUEST_DURATION_SECONDS.name].edges
+        self.queue_bounds = self.layouts[QUEUE_WAIT_SECONDS.name].edges
+        self.ttft_bounds = self.layouts[TIME_TO_FIRST_TOKEN_SECONDS.name].edges
+        self.itl_bounds = self.layouts[INTER_TOKEN_LATENCY_SECONDS.name].edges
+        self.token_bounds = self.layouts[GENERATION_LENGTH_TOKENS.name].edges
+        self.batch_bounds = self.layouts[BATCH_SIZE.name].edges
+        # Integer-input lookups: durations in ns, inter-token gaps in us (one short bisect per observation).
+        self.request_ns = self.layouts[REQUEST_DURATION_SECONDS.name].table(1e-9)
+        self.queue_ns = self.layouts[QUEUE_WAIT_SECONDS.name].table(1e-9)
+        self.ttft_ns = self.layouts[TIME_TO_FIRST_TOKEN_SECONDS.name].table(1e-9)
+        self.itl_us = self.layouts[INTER_TOKEN_LATENCY_SECONDS.name].table(1e-6)
         self.bundles: dict[tuple[str, str, str], Bundle] = {}
         self.sdk_drops: dict[str, int] = {}
         #: Label-only records (a label for an earlier prediction), which belong to no label set.
@@ -333,8 +366,8 @@ class Aggregator:
         capped = self._lim_stage.get(name)
         s = b.stages.get(capped)
         if s is None:
-            bounds = self.stage_bounds.get(capped) or self.bounds[STAGE_DURATION_SECONDS.name]
-            s = b.stages[capped] = StageSeries((*b.lab, capped), bounds)
+            lay = self.stage_layouts.get(capped) or self.layouts[STAGE_DURATION_SECONDS.name]
+            s = b.stages[capped] = StageSeries((*b.lab, capped), lay.edges, lay)
         try:
             queue = name in self.queue_stages
         except TypeError:  # an unhashable name from a hand-made tuple
@@ -364,9 +397,11 @@ class Aggregator:
         # frame carries the same ctx tuple object, so the bundle is looked up again only when
         # the object changes; the stage cache also says whether a stage feeds the queue-wait
         # histogram; each stage series carries its own bounds, so configured buckets cost one
-        # attribute read per stage.
+        # attribute read per stage. A histogram counts per cell of its classic and native bounds
+        # together (metrics/native.py); the cell of an integer duration is found in the few cells
+        # of its power of two (``bit_length``), as cheap as one bisect over the classic bounds was.
         ctx_cache = self._ctx_cache
-        req_bounds = self.request_bounds
+        req_ns = self.request_ns
         last_ctx: Any = _NO_CTX
         b: Any = None
         scache: dict[Any, tuple[StageSeries, bool]] = {}
@@ -385,7 +420,8 @@ class Aggregator:
                     b.errors[el] = b.errors.get(el, 0) + 1
                 v = dur * 1e-9
                 h = b.e2e
-                i = bisect_left(req_bounds, v)
+                off, tab = req_ns[dur.bit_length()]
+                i = off + bisect_left(tab, dur)
                 h.counts[i] += 1
                 h.sum += v
                 ref = (rid, trace, end_ns) if rid is not None or trace is not None else None
@@ -406,7 +442,8 @@ class Aggregator:
                     s, queue = scache.get(name) or self._stage_series(b, name)
                     v = sdur * 1e-9
                     h = s.hist
-                    i = bisect_left(s.bounds, v)
+                    off, tab = s.ns[sdur.bit_length()]
+                    i = off + bisect_left(tab, sdur)
                     h.counts[i] += 1
                     h.sum += v
                     if ref is not None:
@@ -423,7 +460,7 @@ class Aggregator:
                             h.tex[i] = ref
                             h.texv[i] = v  # type: ignore[index]
                     if queue:
-                        self._queue(b, v)
+                        self._queue(b, v, sdur)
                     if stream is not None:
                         self._stream(s, stream)
             elif t == EV_RECORD:
@@ -452,7 +489,8 @@ class Aggregator:
                 s, queue = scache.get(name) or self._stage_series(b, name)
                 v = sdur * 1e-9
                 h = s.hist
-                i = bisect_left(s.bounds, v)
+                off, tab = s.ns[sdur.bit_length()]
+                i = off + bisect_left(tab, sdur)
                 h.counts[i] += 1
                 h.sum += v
                 if rid is not None:
@@ -462,7 +500,7 @@ class Aggregator:
                     h.ex[i] = (rid, None, end_ns)
                     h.exv[i] = v  # type: ignore[index]
                 if queue:
-                    self._queue(b, v)
+                    self._queue(b, v, sdur)
                 if stream is not None:
                     self._stream(s, stream)
             elif t == EV_BATCH:
@@ -480,11 +518,12 @@ class Aggregator:
             elif t == EV_HELLO and producer is not None:
                 producer.hello = {"sdk_version": ev[1], "language": ev[2], "hostname": ev[3], "start_unix_ns": ev[4]}
 
-    def _queue(self, b: Bundle, v: float) -> None:
+    def _queue(self, b: Bundle, v: float, ns: int) -> None:
         if b.queue is None:
             b.queue = Histogram(len(self.queue_bounds))
         h = b.queue
-        h.counts[bisect_left(self.queue_bounds, v)] += 1
+        off, tab = self.queue_ns[ns.bit_length()]
+        h.counts[off + bisect_left(tab, ns)] += 1
         h.sum += v
 
     def _stream(self, s: StageSeries, stream: Any) -> None:
@@ -505,13 +544,15 @@ class Aggregator:
             s.length.sum += items
         if items or len(stream) == 3:
             v = ttft * 1e-9
-            s.ttft.counts[bisect_left(self.ttft_bounds, v)] += 1
+            off, tab = self.ttft_ns[ttft.bit_length()]
+            s.ttft.counts[off + bisect_left(tab, ttft)] += 1
             s.ttft.sum += v
         if gaps:
             c = s.itl.counts
-            bounds = self.itl_bounds
+            itl_us = self.itl_us
             for g in gaps:
-                c[bisect_left(bounds, g * 1e-6)] += 1
+                off, tab = itl_us[g.bit_length()]
+                c[off + bisect_left(tab, g)] += 1
             s.itl.sum += sum(gaps) * 1e-6
 
     def add_sdk_drops(self, deltas: dict[str, int]) -> None:
@@ -523,27 +564,24 @@ class Aggregator:
     # -- scrape ----------------------------------------------------------------
 
     @staticmethod
-    def _snap(h: Histogram | None) -> tuple[list[int], float, list[Any] | None] | None:
+    def _snap(h: Histogram | None) -> tuple[Any, ...] | None:
+        """A copy of ``h``'s cells, sum and exemplars (lock held; :func:`_fold` works on it after)."""
         if h is None:
             return None
         if h.ex is None and h.tex is None:
-            return (list(h.counts), h.sum, None)
-        none: list[Any] = [None] * len(h.counts)
-        ex, exv, tex, texv = h.ex or none, h.exv or none, h.tex or none, h.texv or none
-        out: list[Any] = []
-        for i, (u, t) in enumerate(zip(ex, tex, strict=True)):
-            r = pick_exemplar(u, t)
-            out.append(None if r is None else (*r, exv[i] if r is u else texv[i]))
-        return (list(h.counts), h.sum, out)
+            return (list(h.counts), h.sum, None, None, None, None)
+        return (list(h.counts), h.sum, h.ex and list(h.ex), h.exv and list(h.exv), h.tex and list(h.tex),
+                h.texv and list(h.texv))
 
     def collect(self) -> Iterator[PromMetric]:
         """Metric families for everything aggregated so far."""
         snap = self._snap
+        lay = self.layouts
         with self.lock:
             rows = []
             for lab, b in self.bundles.items():
                 stages = [
-                    (s.key, s.bounds, snap(s.hist), snap(s.ttft), snap(s.itl), snap(s.length), s.tokens,
+                    (s.key, s.layout, snap(s.hist), snap(s.ttft), snap(s.itl), snap(s.length), s.tokens,
                      s.cancelled, s.undelivered)
                     for s in b.stages.values()
                 ]
@@ -558,7 +596,7 @@ class Aggregator:
         undelivered = families.counter(UNDELIVERED_TOKENS_TOTAL)
         records = families.counter(RECORDS_TOTAL)
         depth = families.gauge(QUEUE_DEPTH)
-        hists = [families.histogram(m) for m in _HISTOGRAMS]
+        hists = [NativeHistogramFamily(families.histogram(m), m.name in self.native_classic) for m in _HISTOGRAMS]
         e2e_fam, stage_fam, queue_fam, batch_fam, ttft_fam, itl_fam, length_fam = hists
         les = {m.name: families.bucket_les(m, self.bounds[m.name]) for m in _HISTOGRAMS}
         req_les = les[REQUEST_DURATION_SECONDS.name]
@@ -568,8 +606,12 @@ class Aggregator:
         itl_les = les[INTER_TOKEN_LATENCY_SECONDS.name]
         length_les = les[GENERATION_LENGTH_TOKENS.name]
         #: A stage series' bounds object -> its le values (one list per distinct configuration).
-        stage_les: dict[int, list[str]] = {id(self.bounds[STAGE_DURATION_SECONDS.name]):
+        stage_les: dict[int, list[str]] = {id(lay[STAGE_DURATION_SECONDS.name].classic):
                                            les[STAGE_DURATION_SECONDS.name]}
+        e2e_lay, queue_lay, batch_lay = (lay[REQUEST_DURATION_SECONDS.name], lay[QUEUE_WAIT_SECONDS.name],
+                                         lay[BATCH_SIZE.name])
+        ttft_lay, itl_lay, length_lay = (lay[TIME_TO_FIRST_TOKEN_SECONDS.name], lay[INTER_TOKEN_LATENCY_SECONDS.name],
+                                         lay[GENERATION_LENGTH_TOKENS.name])
         for lab, reqs, errs, e2e, stages, nrec, queue, batch, dep in rows:
             labels = list(lab)
             for code, n in enumerate(reqs):
@@ -582,21 +624,21 @@ class Aggregator:
             if dep is not None:
                 depth.add_metric(labels, dep)
             if e2e is not None and any(e2e[0]):
-                _add_hist(e2e_fam, labels, e2e, req_les)
+                _add_hist(e2e_fam, labels, e2e, req_les, e2e_lay)
             if queue is not None:
-                _add_hist(queue_fam, labels, queue, queue_les)
+                _add_hist(queue_fam, labels, queue, queue_les, queue_lay)
             if batch is not None:
-                _add_hist(batch_fam, labels, batch, batch_les)
-            for key, bounds, hist, ttft, itl, length, ntok, ncancel, nlost in stages:
+                _add_hist(batch_fam, labels, batch, batch_les, batch_lay)
+            for key, slay, hist, ttft, itl, length, ntok, ncancel, nlost in stages:
                 sl = list(key)
-                sles = stage_les.get(id(bounds))
+                sles = stage_les.get(id(slay.classic))
                 if sles is None:
-                    sles = stage_les[id(bounds)] = families.bucket_les(STAGE_DURATION_SECONDS, bounds)
-                _add_hist(stage_fam, sl, hist, sles)
+                    sles = stage_les[id(slay.classic)] = families.bucket_les(STAGE_DURATION_SECONDS, slay.classic)
+                _add_hist(stage_fam, sl, hist, sles, slay)
                 if ttft is not None:
-                    _add_hist(ttft_fam, sl, ttft, ttft_les)
-                    _add_hist(itl_fam, sl, itl, itl_les)
-                    _add_hist(length_fam, sl, length, length_les)
+                    _add_hist(ttft_fam, sl, ttft, ttft_les, ttft_lay)
+                    _add_hist(itl_fam, sl, itl, itl_les, itl_lay)
+                    _add_hist(length_fam, sl, length, length_les, length_lay)
                     tokens.add_metric(sl, ntok)
                     # From a series' first stream on, so rate() sees them before the first cancel.
                     cancelled.add_metric(sl, ncancel)
@@ -624,8 +666,34 @@ class Aggregator:
         yield info
 
 
-def _add_hist(fam: HistogramMetricFamily, labels: list[str], snap: Any, les: list[str]) -> None:
-    counts, total, exs = snap
+def _fold(snap: Any, layout: Layout) -> tuple[list[int], float, list[Any] | None]:
+    """A :meth:`Aggregator._snap` copy as classic per-bucket counts, sum and exemplars (``_add_hist``'s input)."""
+    counts, total, ex, exv, tex, texv = snap
+    classic = layout.classic_counts(counts)
+    if ex is None and tex is None:
+        return classic, total, None
+    u, uv = layout.classic_exemplars(ex, exv)
+    t, tv = layout.classic_exemplars(tex, texv)
+    out: list[Any] = []
+    for i, (a, b) in enumerate(zip(u, t, strict=True)):
+        r = pick_exemplar(a, b)
+        out.append(None if r is None else (*r, uv[i] if r is a else tv[i]))
+    return classic, total, out
+
+
+def _native_exemplars(exs: list[Any] | None) -> list[Exemplar]:
+    """The classic buckets' exemplars, for the native histogram of the same series."""
+    return [e for e in (_exemplar(x) for x in exs or () if x is not None) if e is not None]
+
+
+def _add_hist(fam: HistogramMetricFamily, labels: list[str], raw: Any, les: list[str],
+              layout: Layout | None = None) -> None:
+    if layout is None:  # already classic (histogram_family)
+        counts, total, exs = raw
+    else:
+        counts, total, exs = _fold(raw, layout)
+        if layout.schema is not None and isinstance(fam, NativeHistogramFamily):
+            fam.add_native(labels, layout, raw[0], total, functools.partial(_native_exemplars, exs))
     acc = 0
     buckets: list[Any] = []
     for i, c in enumerate(counts):
@@ -698,11 +766,11 @@ class LatencyStatus:
     def _snapshot(self) -> _Snapshot:
         out: _Snapshot = {}
         with self.agg.lock:
-            req_bounds = self.agg.request_bounds
+            req = self.agg.layouts[REQUEST_DURATION_SECONDS.name]
             for lab, b in self.agg.bundles.items():
-                out[(*lab, None)] = (list(b.e2e.counts), b.e2e.sum, req_bounds)
+                out[(*lab, None)] = (req.classic_counts(b.e2e.counts), b.e2e.sum, req.classic)
                 for name, st in b.stages.items():
-                    out[(*lab, name)] = (list(st.hist.counts), st.hist.sum, st.bounds)
+                    out[(*lab, name)] = (st.layout.classic_counts(st.hist.counts), st.hist.sum, st.layout.classic)
         return out
 
     def sample(self) -> None:

@@ -8,7 +8,8 @@ reach the rest of the sidecar only through the callables in
 ``Response`` can serve them; :mod:`.http_server` serves them on uvicorn.
 
 Routes:
-    GET  /metrics          Prometheus text, or OpenMetrics (with exemplars) when the Accept header asks.
+    GET  /metrics          Prometheus text, or OpenMetrics (with exemplars) when the Accept header asks, or the
+                           protobuf exposition with native histograms when it prefers that (docs/scale.md).
     GET  /healthz          200 while the process runs (never touches GPU or drift).
     GET  /readyz           200 once started and not shutting down, else 503.
     GET  /v1/status        JSON status.
@@ -36,6 +37,9 @@ from urllib.parse import parse_qsl
 
 from prometheus_client.exposition import choose_encoder
 from prometheus_client.registry import Collector
+
+from inferwatch_sidecar.metrics import protobuf as protobuf_exposition
+from inferwatch_sidecar.metrics.protobuf import wants_protobuf
 
 log = logging.getLogger("inferwatch.sidecar.http")
 
@@ -144,8 +148,14 @@ class Endpoints:
     ingest_skew: Callable[[bytes], tuple[int, Mapping[str, Any]]] | None = None
 
 
-def scrape_registry(registry: Collector, accept: str) -> tuple[bytes, str]:
-    """Render ``registry`` in the exposition format the ``Accept`` header asks for (prometheus_client's choice)."""
+def scrape_registry(registry: Collector, accept: str, protobuf: bool = True) -> tuple[bytes, str]:
+    """Render ``registry`` in the exposition format the ``Accept`` header asks for.
+
+    The delimited protobuf exposition (native histograms, metrics/protobuf.py) when ``protobuf``
+    and the header prefers it; otherwise prometheus_client's choice of OpenMetrics or text.
+    """
+    if protobuf and wants_protobuf(accept):
+        return protobuf_exposition.encode(registry), protobuf_exposition.CONTENT_TYPE
     encoder, ctype = choose_encoder(accept)
     return encoder(registry), ctype
 

@@ -53,7 +53,8 @@ def units() -> dict[str, str]:
 def series_names(m: Metric) -> tuple[str, ...]:
     """Names of the sample series a family exposes (for checking queries)."""
     if m.type == "histogram":
-        return (f"{m.name}_bucket", f"{m.name}_sum", f"{m.name}_count")
+        # The bare name is the native histogram (protobuf exposition, docs/scale.md).
+        return (f"{m.name}_bucket", f"{m.name}_sum", f"{m.name}_count", m.name)
     if m.type == "info":
         return (f"{m.name}_info",)
     return (m.name,)

@@ -160,7 +160,9 @@ def _exemplar(ex: Any, default_ns: int) -> pb.Exemplar:
 class _Converter:
     """Converts one collection (a list of families) into OTLP metrics."""
 
-    def __init__(self, now_ns: int, default_start_ns: int, units: Mapping[str, str]) -> None:
+    def __init__(self, now_ns: int, default_start_ns: int, units: Mapping[str, str],
+                 exponential: bool = False) -> None:
+        self.exponential = exponential
         self.now_ns = now_ns
         self.default_start_ns = min(default_start_ns, now_ns)
         self.units = units
@@ -188,6 +190,8 @@ class _Converter:
         if typ in ("gauge", "unknown"):
             return self._gauge(fam)
         if typ == "histogram":
+            if self.exponential and getattr(fam, "native", None):
+                return self._exponential(fam)
             return self._histogram(fam)
         if typ == "summary":
             return self._summary(fam)
@@ -254,6 +258,28 @@ class _Converter:
         m.sum.is_monotonic = False
         self._plain_points(fam, fam.name, m.sum, start=True)
         return m if m.sum.data_points else None
+
+    def _exponential(self, fam: Any) -> pb.Metric:
+        """A native histogram family as an OTLP base-2 exponential histogram (scale = schema).
+
+        Prometheus' bucket ``i`` is ``(base^(i-1), base^i]``, OTLP's is ``(base^i, base^(i+1)]``, so the
+        offset is the first Prometheus index minus one; the zero bucket and its threshold carry over.
+        """
+        m = self._metric(fam, fam.name)
+        m.exponential_histogram.aggregation_temporality = _CUMULATIVE
+        names = fam._labelnames
+        for values, h in fam.native:
+            dp = m.exponential_histogram.data_points.add(
+                start_time_unix_nano=self.default_start_ns, time_unix_nano=self.now_ns, count=h.count, sum=h.sum,
+                scale=h.schema, zero_count=h.zero_count, zero_threshold=h.zero_threshold,
+            )
+            dp.attributes.extend(_attributes(dict(zip(names, values, strict=True))))
+            if h.counts:
+                dp.positive.offset = h.start - 1
+                dp.positive.bucket_counts.extend(h.counts)
+            for ex in h.exemplars:
+                dp.exemplars.append(_exemplar(ex, self.now_ns))
+        return m
 
     def _histogram(self, fam: Any) -> pb.Metric | None:
         skip = ("le",)
@@ -370,6 +396,7 @@ def families_to_request(
     now_s: float,
     start_time_s: float,
     units: Mapping[str, str] | None = None,
+    exponential: bool = False,
 ) -> tuple[ExportMetricsServiceRequest, ConversionStats]:
     """Convert prometheus_client metric families into one OTLP export request.
 
@@ -383,11 +410,14 @@ def families_to_request(
             ``_created`` sample.
         units: Prometheus unit by family name, for families built without a
             ``unit`` (the catalog knows every unit).
+        exponential: send the histograms that keep a native histogram as base-2 exponential
+            histograms (``OTEL_EXPORTER_OTLP_METRICS_DEFAULT_HISTOGRAM_AGGREGATION=
+            base2_exponential_bucket_histogram``); the others stay explicit-bucket histograms.
 
     Returns:
         The request and what was converted or dropped.
     """
-    conv = _Converter(_ns(now_s), _ns(start_time_s), units or {})
+    conv = _Converter(_ns(now_s), _ns(start_time_s), units or {}, exponential)
     req = ExportMetricsServiceRequest()
     rm = req.resource_metrics.add()
     rm.resource.CopyFrom(Resource(attributes=[_kv(k, v) for k, v in resource.items()]))

@@ -224,6 +224,15 @@ def settings_from_env(environ: Mapping[str, str], resource: Mapping[str, str]) -
                 "processor can convert)",
                 temporality,
             )
+    aggregation = _env(environ, "OTEL_EXPORTER_OTLP_METRICS_DEFAULT_HISTOGRAM_AGGREGATION")
+    if aggregation is not None:
+        a = aggregation.lower()
+        if a not in ("explicit_bucket_histogram", "base2_exponential_bucket_histogram"):
+            raise OtlpConfigError(
+                f"OTEL_EXPORTER_OTLP_METRICS_DEFAULT_HISTOGRAM_AGGREGATION={aggregation!r}: expected "
+                "explicit_bucket_histogram or base2_exponential_bucket_histogram"
+            )
+        kwargs["exponential_histograms"] = a == "base2_exponential_bucket_histogram"
     ctx = _ssl_context(environ)
     if ctx is not None:
         kwargs["ssl_context"] = ctx

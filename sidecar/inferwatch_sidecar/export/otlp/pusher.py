@@ -116,6 +116,8 @@ class OtlpMetricsPusher:
             (default: when the pusher was built; pass the daemon's start time).
         units: Prometheus unit by family name, for families without a unit
             (default: from the metric catalog).
+        exponential_histograms: send native-histogram families as OTLP base-2 exponential histograms
+            (``OTEL_EXPORTER_OTLP_METRICS_DEFAULT_HISTOGRAM_AGGREGATION``).
         clock: wall-clock seconds (injectable for tests).
         monotonic: monotonic seconds (injectable for tests).
 
@@ -136,6 +138,7 @@ class OtlpMetricsPusher:
         ssl_context: ssl.SSLContext | None = None,
         start_time_s: float | None = None,
         units: Mapping[str, str] | None = None,
+        exponential_histograms: bool = False,
         clock: Callable[[], float] = time.time,
         monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
@@ -158,6 +161,8 @@ class OtlpMetricsPusher:
         self._mono = monotonic
         self.start_time_s = clock() if start_time_s is None else float(start_time_s)
         self._units = dict(units) if units is not None else catalog.units()
+        #: Native-histogram families go as base-2 exponential histograms (the OTel env var above).
+        self.exponential_histograms = exponential_histograms
         handlers: list[Any] = [urllib.request.HTTPSHandler(context=ssl_context)] if ssl_context else []
         # build_opener keeps the standard ProxyHandler: HTTPS_PROXY / NO_PROXY work as users expect.
         self._opener = urllib.request.build_opener(*handlers)
@@ -325,7 +330,8 @@ class OtlpMetricsPusher:
             raise _PushFailed("collect", f"collect() raised {type(exc).__name__}: {exc}") from exc
         try:
             req, stats = families_to_request(
-                families, self.resource, now_s=self._clock(), start_time_s=self.start_time_s, units=self._units
+                families, self.resource, now_s=self._clock(), start_time_s=self.start_time_s, units=self._units,
+                exponential=self.exponential_histograms,
             )
             body = req.SerializeToString()
         except Exception as exc:
