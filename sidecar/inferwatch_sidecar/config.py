@@ -211,8 +211,30 @@ class TracesConfig(_Section):
     )
     max_pending_spans: int = Field(20000, ge=1, description="Stage spans waiting at once; past it the oldest traces are evicted.")
     max_body_bytes: int = Field(4 << 20, ge=1024, description="Largest POST /v1/traces body, as sent (compressed).")
-    max_decompressed_bytes: int = Field(16 << 20, ge=1024, description="Largest body once gzip is undone.")
+    max_decompressed_bytes: int = Field(
+        4 << 20, ge=1024,
+        description="Largest body once gzip is undone (parsing costs up to ~28 bytes of memory per byte; bodies "
+        "over 256 KiB are decoded one at a time).",
+    )
     max_spans_per_export: int = Field(10000, ge=1, description="Spans taken from one export; the rest are rejected.")
+    max_pending_bytes: int = Field(
+        32 << 20, ge=1 << 16,
+        description="Estimated bytes the join buffer holds over all traces; past it the oldest traces are evicted.",
+    )
+    max_spans_per_trace: int = Field(
+        2048, ge=1,
+        description="Spans remembered per trace for the join; further stage spans of the trace are dropped as "
+        "trace_full.",
+    )
+    max_attributes_per_span: int = Field(
+        128, ge=1, description="Attributes kept per span and per resource at decode; the rest are counted as cut.",
+    )
+    max_events_per_span: int = Field(128, ge=1, description="Events kept per span at decode.")
+    max_attributes_per_event: int = Field(16, ge=0, description="Attributes kept per span event at decode.")
+    max_json_containers: int = Field(
+        1 << 19, ge=1024,
+        description="Most JSON objects and arrays in one OTLP/JSON body, counted before parsing (413 past it).",
+    )
 
     @field_validator("presets")
     @classmethod
