@@ -165,6 +165,12 @@ class LabelsConfig(_Section):
         description="Distinct (service, model, model_version) combinations kept; later ones are aggregated "
         "under __overflow__ (counted as label=\"label_set\" in inferwatch_label_overflow_total).",
     )
+    max_series: int = Field(
+        50000, ge=100,
+        description="Exposition lines (samples) the request, stage, error and stream families may hold over all "
+        "label sets together; past it new label sets, stages, error types and stream histograms go to the "
+        "__overflow__ label set (counted as label=\"series\" in inferwatch_label_overflow_total).",
+    )
 
     @field_validator("max_values")
     @classmethod

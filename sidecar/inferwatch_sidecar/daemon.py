@@ -145,7 +145,8 @@ class Sidecar:
         for label, budget in cfg.labels.max_values.items():
             self.ctx.limiters[label] = LabelLimiter(label, budget, cfg.labels.max_length)
         self.aggregator = Aggregator(self.ctx, frozenset(cfg.ingest.queue_stages), cfg.labels.max_label_sets,
-                                     cfg.aggregate.buckets.families, cfg.aggregate.buckets.stages)
+                                     cfg.aggregate.buckets.families, cfg.aggregate.buckets.stages,
+                                     max_series=cfg.labels.max_series)
         for problem in self.aggregator.alert_bound_problems():
             log.warning("%s", problem)
         self.latency = LatencyStatus(self.aggregator)
@@ -174,7 +175,8 @@ class Sidecar:
 
     def _collect_core(self) -> Iterator[PromMetric]:
         yield from self.aggregator.collect()
-        limiters = {**self.ctx.limiters, "label_set": self.aggregator.label_set_overflow}
+        limiters = {**self.ctx.limiters, "label_set": self.aggregator.label_set_overflow,
+                    "series": self.aggregator.series_overflow}
         yield from self.pipeline.collect(self.clock(), self.cfg.ingest.producer_timeout_s, limiters)
         yield refused_family(None if self.http is None else self.http.refusals)
         yield from self.traces.collect()

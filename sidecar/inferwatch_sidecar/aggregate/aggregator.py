@@ -90,6 +90,7 @@ _EXEMPLAR_TRACED_RID_MAX = _EXEMPLAR_RID_MAX - len("trace_id") - 32
 #: (ns, on the events' end times): long enough for several scrapes to pick it up and for
 #: someone to follow the link, short enough that a bucket never shows an hour-old request.
 TRACED_EXEMPLAR_HOLD_NS = 60 * 10**9
+_OVERFLOW_LAB = (OVERFLOW, OVERFLOW, OVERFLOW)
 #: "No context seen yet" in :meth:`Aggregator.process` (a ctx can be anything, even None).
 _NO_CTX = object()
 
@@ -241,15 +242,27 @@ class Aggregator:
             (``aggregate.buckets.families``, validated by the config).
         stage_buckets: stage name -> bounds of that stage's duration histogram
             (``aggregate.buckets.stages``); other stages use the family's.
+        max_series: exposition lines (samples) all label sets, stages, error types and stream
+            histograms together may create (``labels.max_series``). Per-label budgets multiply
+            (1,000 label sets x 51 stages x 33 bucket lines); this one does not: once it is spent,
+            a new label set, stage, error type or stream histogram is aggregated into the one
+            ``__overflow__`` label set (stage and error type ``__overflow__``), counted as
+            ``label="series"`` in ``inferwatch_label_overflow_total``, which the cardinality alert watches.
     """
 
     def __init__(
         self, ctx: ComponentContext, queue_stages: frozenset[str] = frozenset({"queue"}), max_label_sets: int = 1000,
         buckets: Mapping[str, Sequence[float]] | None = None,
         stage_buckets: Mapping[str, Sequence[float]] | None = None,
+        max_series: int = 50000,
     ) -> None:
         self.lock = threading.Lock()
         self.max_label_sets = max_label_sets
+        self.max_series = max_series
+        #: Exposition lines created so far (the budget above counts them).
+        self.series = 0
+        #: Counts what the series budget sent to __overflow__ (exported as label="series").
+        self.series_overflow = LabelLimiter("series", 1)
         #: Counts label sets refused because max_label_sets was reached (exported as label="label_set").
         self.label_set_overflow = LabelLimiter("label_set", 1)
         self.ctx = ctx
@@ -320,12 +333,48 @@ class Aggregator:
                 # Per-label budgets multiply; this caps the combinations too, so the series count is bounded.
                 if len(self.bundles) >= self.max_label_sets:
                     self.label_set_overflow.overflowed += 1
-                    lab = (OVERFLOW, OVERFLOW, OVERFLOW)
-                    b = self.bundles.get(lab)
-                if b is None:
+                    b = self._overflow_bundle()
+                elif not self._spend(self._bundle_lines):
+                    b = self._overflow_bundle()
+                else:
                     b = self.bundles[lab] = Bundle(lab, len(self.request_bounds))
             self._ctx_cache[ctx] = b
         return b
+
+    @property
+    def _bundle_lines(self) -> int:
+        # requests_total by outcome, records_total, and the request-duration histogram's buckets, sum, count.
+        return 3 + 1 + len(self.request_bounds) + 3
+
+    def _spend(self, lines: int) -> bool:
+        """Take ``lines`` from the series budget; False (and counted) when they do not fit."""
+        if self.series + lines > self.max_series:
+            self.series_overflow.overflowed += 1
+            return False
+        self.series += lines
+        return True
+
+    def _overflow_bundle(self) -> Bundle:
+        """The one label set everything past a budget is aggregated into (outside the series budget)."""
+        b = self.bundles.get(_OVERFLOW_LAB)
+        if b is None:
+            b = self.bundles[_OVERFLOW_LAB] = Bundle(_OVERFLOW_LAB, len(self.request_bounds))
+        return b
+
+    def _overflow_stage(self) -> StageSeries:
+        b = self._overflow_bundle()
+        s = b.stages.get(OVERFLOW)
+        if s is None:
+            s = b.stages[OVERFLOW] = StageSeries((*b.lab, OVERFLOW), self.bounds[STAGE_DURATION_SECONDS.name])
+        return s
+
+    def _new_error(self, b: Bundle, el: str) -> None:
+        """Count the first error of type ``el`` in ``b``: a new series, if the budget allows."""
+        if b.lab == _OVERFLOW_LAB or self._spend(1):
+            b.errors[el] = 1
+        else:
+            ob = self._overflow_bundle()
+            ob.errors[OVERFLOW] = ob.errors.get(OVERFLOW, 0) + 1
 
     def _stage_series(self, b: Bundle, name: Any) -> tuple[StageSeries, bool]:
         if len(b.stage_cache) >= _CACHE_LIMIT:
@@ -334,7 +383,10 @@ class Aggregator:
         s = b.stages.get(capped)
         if s is None:
             bounds = self.stage_bounds.get(capped) or self.bounds[STAGE_DURATION_SECONDS.name]
-            s = b.stages[capped] = StageSeries((*b.lab, capped), bounds)
+            if (b.lab == _OVERFLOW_LAB and capped == OVERFLOW) or self._spend(len(bounds) + 3):
+                s = b.stages[capped] = StageSeries((*b.lab, capped), bounds)
+            else:
+                s = self._overflow_stage()
         try:
             queue = name in self.queue_stages
         except TypeError:  # an unhashable name from a hand-made tuple
@@ -382,7 +434,11 @@ class Aggregator:
                 b.requests[outcome] += 1
                 if outcome == 1:
                     el = self._lim_error.get(err)
-                    b.errors[el] = b.errors.get(el, 0) + 1
+                    n = b.errors.get(el)
+                    if n is None:
+                        self._new_error(b, el)
+                    else:
+                        b.errors[el] = n + 1
                 v = dur * 1e-9
                 h = b.e2e
                 i = bisect_left(req_bounds, v)
@@ -490,6 +546,9 @@ class Aggregator:
     def _stream(self, s: StageSeries, stream: Any) -> None:
         # A completed stream is (ttft, items, gaps); a cancelled one adds its undelivered count.
         ttft, items, gaps = stream[0], stream[1], stream[2]
+        if s.ttft is None and not self._spend(len(self.ttft_bounds) + len(self.itl_bounds) + len(self.token_bounds)
+                                               + 9 + 2):
+            s = self._overflow_stage()
         if s.ttft is None:
             s.ttft = Histogram(len(self.ttft_bounds))
             s.itl = Histogram(len(self.itl_bounds))
