@@ -36,6 +36,8 @@ from urllib.parse import parse_qsl
 from prometheus_client.exposition import choose_encoder
 from prometheus_client.registry import Collector
 
+from inferwatch_sidecar.export import htmlsafe
+
 log = logging.getLogger("inferwatch.sidecar.http")
 
 TEXT = "text/plain; charset=utf-8"
@@ -213,8 +215,9 @@ def sidecar_routes(ep: Endpoints) -> dict[str, Route]:
     def admin_admit(req: Request) -> Response | None:
         if ep.admin_token is None:
             return Response(404, b"admin routes are disabled: set http.admin_token or INFERWATCH_ADMIN_TOKEN\n")
-        auth = req.headers.get("Authorization", "")
-        if not hmac.compare_digest(auth.encode(), ("Bearer " + ep.admin_token).encode()):
+        scheme, _, cred = req.headers.get("Authorization", "").strip().partition(" ")
+        # The scheme is case-insensitive (RFC 9110 11.1): "bearer x" is the same credential.
+        if scheme.lower() != "bearer" or not hmac.compare_digest(cred.strip().encode(), ep.admin_token.encode()):
             return Response(401, b"missing or wrong bearer token\n", headers={"WWW-Authenticate": "Bearer"})
         return None
 
@@ -232,6 +235,12 @@ def sidecar_routes(ep: Endpoints) -> dict[str, Route]:
             status, ctype, out = handler(query)
         except Exception as e:
             return Response(500, f"admin route failed: {e}\n".encode())
+        if ctype.startswith("text/html"):
+            # Every HTML page served gets a policy that runs only its own inline scripts.
+            try:
+                return Response(status, out, ctype, htmlsafe.headers(htmlsafe.policy(out)))
+            except htmlsafe.UnsafeHTML as e:
+                return Response(500, f"admin route produced unsafe HTML: {e}\n".encode())
         return Response(status, out, ctype)
 
     page = status_page()
