@@ -138,6 +138,16 @@ class HttpConfig(_Section):
         None, description="Bearer token for /admin/... routes; admin routes are disabled without one. "
         "Prefer the INFERWATCH_ADMIN_TOKEN environment variable to a file.",
     )
+    allowed_hosts: list[str] = Field(
+        default_factory=list,
+        description="Host header names accepted besides localhost, 127.0.0.1 and ::1. Checked when bound to a "
+        "loopback address (a DNS-rebinding page sends its own name; answered 421), or whenever this list is set.",
+    )
+    allowed_origins: list[str] = Field(
+        default_factory=list,
+        description="Browser Origins (scheme://host[:port]) allowed besides the sidecar's own; a request from any "
+        "other Origin is answered 403, so a web page cannot post events or read /metrics.",
+    )
 
     @field_validator("admin_token")
     @classmethod

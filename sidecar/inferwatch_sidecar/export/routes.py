@@ -207,10 +207,15 @@ def sidecar_routes(ep: Endpoints) -> dict[str, Route]:
         return Response(200, b"ready\n") if ep.ready() else Response(503, b"not ready\n")
 
     def post_json(kind: str) -> Route:
-        return Route(
-            _POST, lambda req: json_response(*ep.ingest_json(kind, req.body)),
-            max_body=ep.max_body_bytes, on_too_large=ep.reject_body,
-        )
+        def ingest(req: Request) -> Response:
+            ctype = req.headers.get("Content-Type", "").split(";", 1)[0].strip().lower()
+            if ctype != "application/json":
+                # A web page can post text/plain cross-origin without asking; application/json it cannot.
+                return json_response(415, {"error": f"Content-Type {ctype or 'missing'!r} is not accepted; "
+                                                    "send application/json"})
+            return json_response(*ep.ingest_json(kind, req.body))
+
+        return Route(_POST, ingest, max_body=ep.max_body_bytes, on_too_large=ep.reject_body)
 
     def admin_admit(req: Request) -> Response | None:
         if ep.admin_token is None:

@@ -194,7 +194,7 @@ HTTP_REFUSED_TOTAL = Metric(
     name="inferwatch_http_refused_total", type="counter", labels=("reason",), component="core",
     help=(
         "HTTP connections and requests the sidecar refused, by reason (too_many_connections, header_timeout, "
-        "body_timeout, body_too_large, invalid_request, write_timeout)."
+        "body_timeout, body_too_large, invalid_request, write_timeout, foreign_host, foreign_origin)."
     ),
 )
 LABEL_OVERFLOW_TOTAL = Metric(
