@@ -58,6 +58,15 @@ Key = tuple[str, str, str]
 Snapshot = dict[str, list[tuple[tuple[str, ...], float]]]
 
 
+def feats_bytes(feats: Any) -> int:
+    """Estimated bytes a record's ``(schema, nums, cats)`` holds while it waits (its strings counted)."""
+    try:
+        _, nums, cats = feats
+        return 120 + 32 * len(nums) + sum(57 + len(c) for c in cats if isinstance(c, str)) + 8 * len(cats)
+    except (TypeError, ValueError):
+        return 120
+
+
 class TailComponent:
     """The ``tail`` sidecar component (see the module docstring)."""
 
@@ -68,11 +77,13 @@ class TailComponent:
         self.cfg = config
         self.ctx = ctx
         self._lock = threading.Lock()
-        self._staging = Staging(config.max_staged)
+        self._staging = Staging(config.max_staged, config.max_staged_bytes)
         self._state_lock = threading.Lock()
         self.windows: dict[Key, TailWindow] = {}
         #: request ID -> a record's features waiting for its request
         self._pending: OrderedDict[str, Any] = OrderedDict()
+        #: estimated bytes of ``_pending`` (bounded by max_pending_bytes)
+        self.pending_bytes = 0
         #: request ID -> a kept request waiting for its record's features
         self._awaiting: OrderedDict[str, Row] = OrderedDict()
         self.window_end: float | None = None
@@ -118,6 +129,7 @@ class TailComponent:
             if self.window_end is None:
                 self.window_end = (math.floor(now / W) + 1) * W
             pending, awaiting, limit = self._pending, self._awaiting, self.cfg.max_pending
+            max_bytes = self.cfg.max_pending_bytes
             cache: dict[Any, TailWindow | None] = {}
             for ev in batch:
                 try:
@@ -128,7 +140,10 @@ class TailComponent:
                             self.dropped["too_many_models"] += 1
                             continue
                         rid = ev[6]
-                        row = Row(ev[3] * 1e-9, ev[8], pending.pop(rid, None) if rid is not None else None)
+                        feats = pending.pop(rid, None) if rid is not None else None
+                        if feats is not None:
+                            self.pending_bytes -= feats_bytes(feats)
+                        row = Row(ev[3] * 1e-9, ev[8], feats)
                         if w.add(row) and row.feats is None and rid is not None:
                             awaiting[rid] = row
                             if len(awaiting) > limit:
@@ -138,9 +153,13 @@ class TailComponent:
                         if rid in awaiting:
                             awaiting.pop(rid).feats = ev[7]
                             continue
+                        old = pending.pop(rid, None)
+                        if old is not None:
+                            self.pending_bytes -= feats_bytes(old)
                         pending[rid] = ev[7]
-                        if len(pending) > limit:
-                            pending.popitem(last=False)
+                        self.pending_bytes += feats_bytes(ev[7])
+                        while pending and (len(pending) > limit or self.pending_bytes > max_bytes):
+                            self.pending_bytes -= feats_bytes(pending.popitem(last=False)[1])
                             self.dropped["unmatched_record"] += 1
                 except Exception:
                     self.dropped["error"] += 1
@@ -221,6 +240,7 @@ class TailComponent:
             "last_window_end_unix": last_end,
             "staged": staged,
             "pending_records": pending,
+            "pending_bytes": self.pending_bytes,
             "awaiting_records": awaiting,
             "dropped": dict(self.dropped),
             "current_window": current,
