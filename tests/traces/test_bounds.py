@@ -196,3 +196,23 @@ def test_large_bodies_are_decoded_one_at_a_time(monkeypatch: pytest.MonkeyPatch)
     for t in threads:
         t.join()
     assert peak[0] > 1  # small bodies are not serialised (the 50 ms sleeps overlap)
+
+
+def test_a_span_ending_at_the_last_nanosecond_does_not_pin_its_exemplar() -> None:
+    """A traced exemplar at 2**64-1 ns held its bucket against every newer untraced request, forever."""
+    from opentelemetry.proto.trace.v1.trace_pb2 import Span as PbSpan
+    from prometheus_client.openmetrics.exposition import generate_latest as om_latest
+
+    from inferwatch.wire import EV_REQUEST
+
+    s = make()
+    far = PbSpan(trace_id=(1).to_bytes(16, "big"), span_id=(2).to_bytes(8, "big"), name="req", kind=2,  # type: ignore[arg-type]
+                 start_time_unix_nano=2**64 - 1 - 5 * 10**6, end_time_unix_nano=2**64 - 1)
+    assert s.traces.handle(export([far], resource={"service.name": "svc"}), PB, None)[0] == 200
+    now = time.time_ns()
+    # A later untraced request of the same label set and bucket (5 ms).
+    s.pipeline.events([(EV_REQUEST, ("svc", None, None), now, 5 * 10**6, 0, None, "fresh-request", None, [])], "http")
+    text = om_latest(s.registry).decode()
+    lines = [ln for ln in text.splitlines() if ln.startswith("inferwatch_request_duration_seconds_bucket")
+             and 'service="svc"' in ln and "#" in ln]
+    assert lines and all("fresh-request" in ln for ln in lines), lines

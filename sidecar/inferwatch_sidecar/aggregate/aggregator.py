@@ -91,6 +91,8 @@ _EXEMPLAR_TRACED_RID_MAX = _EXEMPLAR_RID_MAX - len("trace_id") - 32
 #: someone to follow the link, short enough that a bucket never shows an hour-old request.
 TRACED_EXEMPLAR_HOLD_NS = 60 * 10**9
 _OVERFLOW_LAB = (OVERFLOW, OVERFLOW, OVERFLOW)
+#: A traced exemplar ending further than this past the wall clock does not hold its bucket.
+MAX_FUTURE_NS = 24 * 3600 * 10**9
 #: "No context seen yet" in :meth:`Aggregator.process` (a ctx can be anything, even None).
 _NO_CTX = object()
 
@@ -127,15 +129,21 @@ class Histogram:
         self.texv: list[float] | None = None
 
 
-def pick_exemplar(untraced: Any, traced: Any) -> Any:
+def pick_exemplar(untraced: Any, traced: Any, now_ns: int | None = None) -> Any:
     """The exemplar a bucket exports: its traced one unless an untraced one is ``TRACED_EXEMPLAR_HOLD_NS`` newer.
 
     So a trace link survives the untraced traffic that follows it in the same
-    bucket, and is replaced by a newer traced request at once.
+    bucket, and is replaced by a newer traced request at once. A traced one
+    that claims to end more than :data:`MAX_FUTURE_NS` past the wall clock
+    (a span ending at 2**64-1 ns) holds nothing: it would win forever.
     """
     if traced is None:
         return untraced
-    if untraced is None or untraced[2] - traced[2] < TRACED_EXEMPLAR_HOLD_NS:
+    if untraced is None:
+        return traced
+    if traced[2] > (time.time_ns() if now_ns is None else now_ns) + MAX_FUTURE_NS:
+        return untraced
+    if untraced[2] - traced[2] < TRACED_EXEMPLAR_HOLD_NS:
         return traced
     return untraced
 
