@@ -219,6 +219,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json-rate", type=float, default=20.0, help="POST /v1/events per second (default 20)")
     ap.add_argument("--otlp-rate", type=float, default=8.0, help="POST /v1/traces per second (default 8)")
     ap.add_argument("--json", metavar="FILE", help="also write the summary as JSON")
+    ap.add_argument("--save-metrics", metavar="FILE", help="write the last /metrics body to FILE")
     ap.add_argument("--repo", metavar="DIR", default=str(REPO),
                     help="run the sidecar from this source tree (default: this one), e.g. an older commit's")
     args = ap.parse_args(argv)
@@ -300,6 +301,8 @@ def main(argv: list[str] | None = None) -> int:
         side.kill()
     log.close()
     print("soak summary: " + json.dumps(summary), flush=True)
+    if args.save_metrics:
+        Path(args.save_metrics).write_bytes(text)
     if args.json:
         Path(args.json).write_text(json.dumps(summary, indent=1) + "\n")
     return 0 if summary["alive"] else 1

@@ -181,6 +181,15 @@ class LabelsConfig(_Section):
         "label sets together; past it new label sets, stages, error types and stream histograms go to the "
         "__overflow__ label set (counted as label=\"series\" in inferwatch_label_overflow_total).",
     )
+    max_exposition_series: int = Field(
+        40000, ge=1000,
+        description="Samples one /metrics scrape may hold over every family; past it (or past max_family_series "
+        "in one family) whole label sets are left out and the cut counted as label=\"exposition\" in "
+        "inferwatch_label_overflow_total.",
+    )
+    max_family_series: int = Field(
+        5000, ge=100, description="Samples one metric family may hold in a scrape (see max_exposition_series).",
+    )
 
     @field_validator("max_values")
     @classmethod

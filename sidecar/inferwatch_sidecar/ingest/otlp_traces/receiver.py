@@ -18,6 +18,7 @@ from typing import Any
 
 from prometheus_client.metrics_core import Metric as PromMetric
 
+from inferwatch_sidecar.export.priority import PRIORITY
 from inferwatch_sidecar.ingest.otlp_traces.decode import (
     JSON,
     PROTOBUF,
@@ -83,6 +84,7 @@ class TraceReceiver:
             request's encoding (JSON when the content type is unknown).
         """
         self.pipeline.add_bytes("http", len(body))
+        PRIORITY.pause()
         encoding = media_type(content_type)
         if encoding is None:
             self.pipeline.count_error("otlp", "unsupported_content_type")
