@@ -97,3 +97,31 @@ def test_staging_is_bounded_by_bytes_too() -> None:
     assert s.nbytes <= 1 << 20
     s.take()
     assert s.nbytes == 0 and s.put(recs[:10]) == 0
+
+
+def test_kept_tail_rows_hold_only_what_the_analysis_can_use() -> None:
+    from inferwatch.wire import EV_REQUEST
+
+    cfg = TailConfig(window_seconds=60, max_tail=64, reservoir=128)
+    c = TailComponent(cfg, ComponentContext(clock=lambda: 1000.0))
+    recs = fat_records(600, 5, versions=2)
+    events: list[tuple[Any, ...]] = []
+    for i, r in enumerate(recs):
+        events += [r, (EV_REQUEST, r[1], 0, (i % 97 + 1) * 10**6, 0, None, r[3], None, (("queue", 10**6, None),))]
+    tracemalloc.start()
+    base = tracemalloc.get_traced_memory()[0]
+    c.handle(0, 0, events)
+    del events, recs
+    c.drain(1000.0)
+    held = tracemalloc.get_traced_memory()[0] - base
+    tracemalloc.stop()
+    rows = [r for w in c.windows.values() for r in w.sample + [t[2] for t in w.top]]
+    assert rows and all(r.feats is not None for r in rows)
+    for r in rows:
+        schema, nums, cats = r.feats
+        assert len(schema.numeric) + len(schema.categorical) <= cfg.max_features
+        assert all(len(v) <= 64 for v in cats)
+    # 2 versions x (128 + 64) rows of 64 x 255-character values were ~8 MB; trimmed rows are ~1 MB.
+    assert held < 3 << 20, held
+    c.drain(1020.0)
+    assert all(rep["requests"] == 300 for rep in c.status()["models"])
