@@ -321,6 +321,9 @@ class Sidecar:
                 for name, lim in sorted(self.ctx.limiters.items())
             },
             "components": comps,
+            "scrape": {"series_left_out": self.exposition.last_dropped,
+                       "exposition_cuts": self.exposition.overflow.overflowed,
+                       "ingest_paused_s": round(PRIORITY.paused_s, 3)},
             "otlp": otlp,
             "traces": {"enabled": self.cfg.traces.enabled, **self.traces.status()},
         }
