@@ -51,28 +51,28 @@ _LABELS = json.dumps({"labels": [{"request_id": "r1", "label": 1}]}).encode()
 
 
 def _post(path: str, body: bytes, extra: str = "") -> bytes:
-    head = f"POST {path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {len(body)}\r\n"
+    head = f"POST {path} HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\nContent-Length: {len(body)}\r\n"
     return (head + extra + "\r\n").encode() + body
 
 
 def _chunked(path: str, body: bytes) -> bytes:
     chunks = b"".join(b"%x\r\n%s\r\n" % (len(body[i:i + 7]), body[i:i + 7]) for i in range(0, len(body), 7))
-    return f"POST {path} HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n".encode() + chunks + b"0\r\n\r\n"
+    return f"POST {path} HTTP/1.1\r\nHost: localhost\r\nTransfer-Encoding: chunked\r\n\r\n".encode() + chunks + b"0\r\n\r\n"
 
 
 #: Valid requests; the mutations start from these.
 SEEDS: list[bytes] = [
-    b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n",
-    b"GET /metrics HTTP/1.1\r\nHost: x\r\nAccept: application/openmetrics-text; version=1.0.0\r\n\r\n",
-    b"HEAD /healthz HTTP/1.1\r\nHost: x\r\n\r\n",
+    b"GET /metrics HTTP/1.1\r\nHost: localhost\r\n\r\n",
+    b"GET /metrics HTTP/1.1\r\nHost: localhost\r\nAccept: application/openmetrics-text; version=1.0.0\r\n\r\n",
+    b"HEAD /healthz HTTP/1.1\r\nHost: localhost\r\n\r\n",
     b"GET /readyz HTTP/1.0\r\n\r\n",
-    b"GET /v1/status HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
-    b"GET /admin/ HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer wrong\r\n\r\n",
+    b"GET /v1/status HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n",
+    b"GET /admin/ HTTP/1.1\r\nHost: localhost\r\nAuthorization: Bearer wrong\r\n\r\n",
     _post("/v1/events", _EVENTS),
     _post("/v1/labels", _LABELS),
     _chunked("/v1/events", _EVENTS),
-    _post("/v1/events", _EVENTS) + b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n",
-    _post("/nope", b"GET /smuggled HTTP/1.1\r\nHost: x\r\n\r\n"),
+    _post("/v1/events", _EVENTS) + b"GET /healthz HTTP/1.1\r\nHost: localhost\r\n\r\n",
+    _post("/nope", b"GET /smuggled HTTP/1.1\r\nHost: localhost\r\n\r\n"),
 ]
 #: Header lines that probe framing and smuggling.
 NASTY_HEADERS: list[bytes] = [

@@ -18,8 +18,12 @@ does not must move ``inferwatch_ingest_decode_errors_total{scope="otlp"}`` by
 one and no span count. Afterwards ``/metrics`` must render as Prometheus text
 and OpenMetrics and convert to OTLP.
 
+With ``--attacks N`` it also sends the issue-28 attacks (join-buffer bombs, a parent-cycle trace,
+new label values in every export, JSON container bombs) and checks the join buffer's byte and
+per-trace bounds and the series budget after every export (:func:`attacks`).
+
 Usage:
-    .venv/bin/python scripts/fuzz_otlp.py --count 20000 [--seed 1] [--http 500]
+    .venv/bin/python scripts/fuzz_otlp.py --count 20000 [--seed 1] [--http 500] [--attacks 400]
 
 Prints the inputs tried, crashes, unaccounted items and RSS before/after; exits 1
 unless crashes and unaccounted are both 0. The test suite runs the same checks
@@ -650,8 +654,112 @@ def run_http(count: int, seed: int) -> tuple[Tally, tuple[int, int]]:
     return tally, (rss0, rss1)
 
 
+def _pb_span(trace: int, sid: int, parent: int, kind: int, name: str, attrs: list[tuple[str, Any]],
+             events: int) -> Any:
+    from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
+    from opentelemetry.proto.trace.v1.trace_pb2 import Span
+
+    sp = Span(trace_id=trace.to_bytes(16, "big"), span_id=sid.to_bytes(8, "big"),
+              parent_span_id=parent.to_bytes(8, "big") if parent else b"", name=name, kind=kind,  # type: ignore[arg-type]
+              start_time_unix_nano=1_700_000_000_000_000_000, end_time_unix_nano=1_700_000_000_001_000_000)
+    for k, v in attrs:
+        val = AnyValue(int_value=v) if isinstance(v, int) else AnyValue(string_value=str(v))
+        sp.attributes.append(KeyValue(key=k, value=val))
+    for _ in range(events):
+        e = sp.events.add()
+        e.name = "e"
+        e.time_unix_nano = 1_700_000_000_000_500_000
+    return sp
+
+
+def _pb_export(spans: list[Any], service: str = "svc") -> bytes:
+    from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+    from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
+    from opentelemetry.proto.trace.v1.trace_pb2 import ResourceSpans, ScopeSpans
+
+    rs = ResourceSpans(scope_spans=[ScopeSpans(spans=spans)])
+    rs.resource.attributes.append(KeyValue(key="service.name", value=AnyValue(string_value=service)))
+    return ExportTraceServiceRequest(resource_spans=[rs]).SerializeToString()
+
+
+def attacks(count: int, seed: int) -> list[str]:
+    """The issue-28 attacks, ``count`` exports in all, through one receiver; one line per bound broken.
+
+    Join-buffer bombs (big keys, many attributes and events, requests that never come), stage
+    spans in a parent cycle with requests touching their trace, the cardinality attack (new
+    models, stages and error types in every export) and JSON container bombs, in seeded random
+    order. Checked after every export: the join buffer within ``traces.max_pending_bytes`` and
+    ``max_spans_per_trace``, the request/stage series within ``labels.max_series``, every span
+    counted once, and afterwards the exposition renders within the whole-exposition budget.
+    """
+    import gzip
+
+    s = make_sidecar()
+    r, agg, cfg = s.traces, s.aggregator, s.cfg
+    rng = random.Random(seed)
+    broken: list[str] = []
+    sent = 0
+    cycle_trace = rng.randrange(1, 1 << 100)
+    for i in range(count):
+        kind = rng.randrange(4)
+        spans0 = _span_total(s)
+        if kind == 0:
+            key = "k" * rng.choice((300, 10_000, 200_000))
+            sp = _pb_span(rng.randrange(1, 1 << 120), rng.randrange(1, 1 << 60), 99, 1, "stage",
+                          [("gen_ai.operation.name", "chat"), (key, "v")]
+                          + [(f"a{j}", "x" * 255) for j in range(rng.randrange(0, 400))], rng.randrange(0, 3000))
+            raw, n = gzip.compress(_pb_export([sp])), 1
+            status = r.handle(raw, "application/x-protobuf", "gzip")[0]
+        elif kind == 1:
+            n = rng.randrange(1, 400)
+            raw = _pb_export([_pb_span(cycle_trace, rng.randrange(1 << 16, 1 << 60), 1 + rng.randrange(64), 1,
+                                       "stage", [("gen_ai.operation.name", "op")], 0) for _ in range(n)])
+            raw += _pb_export([_pb_span(cycle_trace, rng.randrange(1 << 16, 1 << 60), rng.randrange(1, 80), 2,
+                                        "req", [], 0)])  # two messages concatenated are one message
+            n += 1
+            status = r.handle(raw, "application/x-protobuf", None)[0]
+        elif kind == 2:
+            k = rng.randrange(1 << 40)
+            spans = [_pb_span(k + 1, 1, 0, 2, "req", [("gen_ai.request.model", f"model{k}"),
+                                                       ("http.response.status_code", 500 + k % 99)], 0)]
+            spans += [_pb_span(k + 1, 2 + j, 1, 1, "op", [("gen_ai.operation.name", f"stage{k}-{j}")], 0)
+                      for j in range(rng.randrange(1, 60))]
+            raw, n = _pb_export(spans[1:] + spans[:1], service=f"svc{k % 500}"), len(spans)
+            status = r.handle(raw, "application/x-protobuf", None)[0]
+        else:
+            raw = b'{"resourceSpans":[' + b"{}," * rng.randrange(10_000, 1_500_000) + b"{}]}"
+            n = 0
+            status = r.handle(raw, "application/json", None)[0]
+        sent += n if status == 200 else 0
+        m = r.mapper
+        if m.nbytes > m.max_pending_bytes:
+            broken.append(f"export {i}: join buffer {m.nbytes} B > {m.max_pending_bytes}")
+        if any(len(e.parents) > m.max_spans_per_trace for e in m.traces.values()):
+            broken.append(f"export {i}: a trace remembers more than {m.max_spans_per_trace} spans")
+        if agg.series > cfg.labels.max_series:
+            broken.append(f"export {i}: {agg.series} series > labels.max_series {cfg.labels.max_series}")
+        if status == 200 and _span_total(s) - spans0 != n:
+            broken.append(f"export {i}: {n} spans sent, {_span_total(s) - spans0} counted")
+        if status not in (200, 413):
+            broken.append(f"export {i}: answered {status}")
+    s.traces.flush()
+    if _span_total(s) != sent:
+        broken.append(f"{_span_total(s)} spans counted, {sent} sent in accepted exports")
+    from prometheus_client.exposition import generate_latest
+
+    text = generate_latest(s.exposition).decode()  # type: ignore[arg-type]
+    samples = sum(1 for ln in text.splitlines() if ln and not ln.startswith("#"))
+    if samples > cfg.labels.max_exposition_series + 500:  # the core families outside the budgeted view's cut
+        broken.append(f"/metrics has {samples} samples > labels.max_exposition_series")
+    broken.extend(exposition_failures(s))
+    return broken
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--attacks", type=int, default=0, metavar="N",
+                    help="also send N exports of the issue-28 attacks (join, cardinality, byte-budget) and check "
+                    "the bounds after each")
     ap.add_argument("--count", type=int, default=20_000, help="bodies through the receiver in-process")
     ap.add_argument("--http", type=int, default=500, help="bodies over HTTP to a real sidecar (0: none)")
     ap.add_argument("--seed", type=int, default=1)
@@ -668,6 +776,12 @@ def main(argv: list[str] | None = None) -> int:
         print(h.report("over HTTP") + f" ({time.monotonic() - t0:.1f} s); sidecar RSS {r0 // 1024} MiB -> "
               f"{r1 // 1024} MiB")
         bad += h.crashes + h.unaccounted
+    if args.attacks:
+        t0 = time.monotonic()
+        broken = attacks(args.attacks, args.seed + 2)
+        print(f"attacks: {args.attacks} exports, {len(broken)} bounds broken ({time.monotonic() - t0:.1f} s); "
+              f"RSS {rss_kib() // 1024} MiB")
+        bad += broken
     for line in bad[:20]:
         print("  " + line)
     return 1 if bad else 0

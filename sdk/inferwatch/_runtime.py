@@ -577,11 +577,13 @@ def shutdown(timeout: float = 2.0) -> bool:
     """Flush, stop the sender thread and turn the SDK off (a no-op again).
 
     Args:
-        timeout: seconds to wait for the final flush and the thread.
+        timeout: seconds to wait for the final flush and the thread, all together (one deadline:
+            waiting for the thread, then for its lock, used to take up to twice this).
 
     Returns:
         The result of the final :func:`flush`.
     """
+    deadline = time.monotonic() + max(0.0, timeout)
     with _lock:
         rt = _core._rt
         if rt is None:
@@ -591,10 +593,10 @@ def shutdown(timeout: float = 2.0) -> bool:
     s.stopping.set()
     rt.wake.set()
     if s.thread.is_alive() and threading.current_thread() is not s.thread:
-        s.thread.join(timeout)
+        s.thread.join(max(0.0, deadline - time.monotonic()))
     ok = False
-    if s.cycle(timeout=timeout):
-        s.cycle(timeout=timeout)  # the drop counts the last encode found
+    if s.cycle(timeout=max(0.0, deadline - time.monotonic())):
+        s.cycle(timeout=max(0.0, deadline - time.monotonic()))  # the drop counts the last encode found
         ok = not rt.buf and s.delivered()
     s.close()
     return ok

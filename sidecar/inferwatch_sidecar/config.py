@@ -139,6 +139,16 @@ class HttpConfig(_Section):
         None, description="Bearer token for /admin/... routes; admin routes are disabled without one. "
         "Prefer the INFERWATCH_ADMIN_TOKEN environment variable to a file.",
     )
+    allowed_hosts: list[str] = Field(
+        default_factory=list,
+        description="Host header names accepted besides localhost, 127.0.0.1 and ::1. Checked when bound to a "
+        "loopback address (a DNS-rebinding page sends its own name; answered 421), or whenever this list is set.",
+    )
+    allowed_origins: list[str] = Field(
+        default_factory=list,
+        description="Browser Origins (scheme://host[:port]) allowed besides the sidecar's own; a request from any "
+        "other Origin is answered 403, so a web page cannot post events or read /metrics.",
+    )
 
     @field_validator("admin_token")
     @classmethod
@@ -165,6 +175,21 @@ class LabelsConfig(_Section):
         1000, ge=1,
         description="Distinct (service, model, model_version) combinations kept; later ones are aggregated "
         "under __overflow__ (counted as label=\"label_set\" in inferwatch_label_overflow_total).",
+    )
+    max_series: int = Field(
+        50000, ge=100,
+        description="Exposition lines (samples) the request, stage, error and stream families may hold over all "
+        "label sets together; past it new label sets, stages, error types and stream histograms go to the "
+        "__overflow__ label set (counted as label=\"series\" in inferwatch_label_overflow_total).",
+    )
+    max_exposition_series: int = Field(
+        40000, ge=1000,
+        description="Samples one /metrics scrape may hold over every family; past it (or past max_family_series "
+        "in one family) whole label sets are left out and the cut counted as label=\"exposition\" in "
+        "inferwatch_label_overflow_total.",
+    )
+    max_family_series: int = Field(
+        5000, ge=100, description="Samples one metric family may hold in a scrape (see max_exposition_series).",
     )
 
     @field_validator("max_values")
@@ -212,8 +237,30 @@ class TracesConfig(_Section):
     )
     max_pending_spans: int = Field(20000, ge=1, description="Stage spans waiting at once; past it the oldest traces are evicted.")
     max_body_bytes: int = Field(4 << 20, ge=1024, description="Largest POST /v1/traces body, as sent (compressed).")
-    max_decompressed_bytes: int = Field(16 << 20, ge=1024, description="Largest body once gzip is undone.")
+    max_decompressed_bytes: int = Field(
+        4 << 20, ge=1024,
+        description="Largest body once gzip is undone (parsing costs up to ~28 bytes of memory per byte; bodies "
+        "over 256 KiB are decoded one at a time).",
+    )
     max_spans_per_export: int = Field(10000, ge=1, description="Spans taken from one export; the rest are rejected.")
+    max_pending_bytes: int = Field(
+        32 << 20, ge=1 << 16,
+        description="Estimated bytes the join buffer holds over all traces; past it the oldest traces are evicted.",
+    )
+    max_spans_per_trace: int = Field(
+        2048, ge=1,
+        description="Spans remembered per trace for the join; further stage spans of the trace are dropped as "
+        "trace_full.",
+    )
+    max_attributes_per_span: int = Field(
+        128, ge=1, description="Attributes kept per span and per resource at decode; the rest are counted as cut.",
+    )
+    max_events_per_span: int = Field(128, ge=1, description="Events kept per span at decode.")
+    max_attributes_per_event: int = Field(16, ge=0, description="Attributes kept per span event at decode.")
+    max_json_containers: int = Field(
+        1 << 19, ge=1024,
+        description="Most JSON objects and arrays in one OTLP/JSON body, counted before parsing (413 past it).",
+    )
 
     @field_validator("presets")
     @classmethod

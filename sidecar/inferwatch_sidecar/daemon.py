@@ -45,7 +45,9 @@ from inferwatch_sidecar.aggregate.aggregator import Aggregator, LatencyStatus
 from inferwatch_sidecar.aggregate.labels import LabelLimiter
 from inferwatch_sidecar.components.base import Component, ComponentContext
 from inferwatch_sidecar.config import SidecarConfig
+from inferwatch_sidecar.export.budget import ExpositionBudget
 from inferwatch_sidecar.export.http_server import HttpServer, refused_family
+from inferwatch_sidecar.export.priority import PRIORITY
 from inferwatch_sidecar.export.routes import AdminHandler, Endpoints, Route, scrape_registry, sidecar_routes
 from inferwatch_sidecar.ingest import otlp_traces
 from inferwatch_sidecar.ingest.http_json import JsonDecoder, JsonIngest
@@ -147,7 +149,8 @@ class Sidecar:
             self.ctx.limiters[label] = LabelLimiter(label, budget, cfg.labels.max_length)
         self.aggregator = Aggregator(self.ctx, frozenset(cfg.ingest.queue_stages), cfg.labels.max_label_sets,
                                      cfg.aggregate.buckets.families, cfg.aggregate.buckets.stages,
-                                     cfg.aggregate.native.bucket_schema, cfg.aggregate.native.classic_families)
+                                     cfg.aggregate.native.bucket_schema, cfg.aggregate.native.classic_families,
+                                     max_series=cfg.labels.max_series)
         for problem in self.aggregator.alert_bound_problems():
             log.warning("%s", problem)
         self.latency = LatencyStatus(self.aggregator)
@@ -171,12 +174,16 @@ class Sidecar:
         self.registry.register(families.CatalogCollector(self._collect_components, COMPONENT_METRICS))
         process = ProcessCollector(namespace="inferwatch_sidecar", registry=None)
         self.registry.register(families.CatalogCollector(process.collect, PROCESS_METRICS))
+        #: What /metrics renders: the registry within the whole-exposition series budget (export/budget.py).
+        self.exposition = ExpositionBudget(self.registry, cfg.labels.max_exposition_series,
+                                           cfg.labels.max_family_series)
 
     # -- collection ------------------------------------------------------------
 
     def _collect_core(self) -> Iterator[PromMetric]:
         yield from self.aggregator.collect()
-        limiters = {**self.ctx.limiters, "label_set": self.aggregator.label_set_overflow}
+        limiters = {**self.ctx.limiters, "label_set": self.aggregator.label_set_overflow,
+                    "series": self.aggregator.series_overflow, "exposition": self.exposition.overflow}
         yield from self.pipeline.collect(self.clock(), self.cfg.ingest.producer_timeout_s, limiters)
         yield refused_family(None if self.http is None else self.http.refusals)
         yield from self.traces.collect()
@@ -316,6 +323,9 @@ class Sidecar:
                 for name, lim in sorted(self.ctx.limiters.items())
             },
             "components": comps,
+            "scrape": {"series_left_out": self.exposition.last_dropped,
+                       "exposition_cuts": self.exposition.overflow.overflowed,
+                       "ingest_paused_s": round(PRIORITY.paused_s, 3)},
             "otlp": otlp,
             "traces": {"enabled": self.cfg.traces.enabled, **self.traces.status()},
         }
@@ -417,12 +427,17 @@ class Sidecar:
             out.append(("OTLP traces", base + "/v1/traces"))
         return out
 
+    def _scrape(self, accept: str) -> tuple[bytes, str]:
+        """``/metrics``: rendered while the ingest and worker loops step aside (export/priority.py)."""
+        with PRIORITY:
+            return scrape_registry(self.exposition, accept, protobuf=self.cfg.aggregate.native.protobuf)  # type: ignore[arg-type]
+
     def _routes(self) -> dict[str, Route]:
         """The HTTP route table, wired to this daemon through narrow callables only."""
         token = self.cfg.http.admin_token
         return sidecar_routes(
             Endpoints(
-                scrape=functools.partial(scrape_registry, self.registry, protobuf=self.cfg.aggregate.native.protobuf),
+                scrape=self._scrape,
                 ready=lambda: self.ready,
                 status=self.status,
                 ingest_json=self.json_ingest.post,

@@ -165,7 +165,7 @@ def test_warm_up_reference_is_built_from_the_first_events_and_shown_in_status() 
     st = comp.status()
     assert st["reference"]["source"] == "warm-up"
     assert st["models"][0]["reference"] == {"source": "warming_up", "path": None, "events": 600,
-                                             "warmup_target": 1000}
+                                             "warmup_target": 1000, "warmup_cut_by_bytes": False}
     recs, _ = traffic(1400, 8, start=600)
     comp.handle(1, 1, recs)
     comp.drain()

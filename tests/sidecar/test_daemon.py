@@ -79,7 +79,8 @@ def call(sc: Sidecar, path: str, body: Any = None, headers: dict[str, str] | Non
          raw: bytes | None = None) -> tuple[int, Any]:
     assert sc.http is not None
     data = raw if raw is not None else (None if body is None else json.dumps(body).encode())
-    req = urllib.request.Request(f"http://127.0.0.1:{sc.http.port}{path}", data=data, headers=headers or {},
+    hdrs = {"Content-Type": "application/json"} if data is not None else {}
+    req = urllib.request.Request(f"http://127.0.0.1:{sc.http.port}{path}", data=data, headers={**hdrs, **(headers or {})},
                                  method="POST" if data is not None else "GET")
     try:
         with urllib.request.urlopen(req, timeout=10) as r:

@@ -307,3 +307,26 @@ def test_fuzzed_datagrams_over_a_real_socket_leave_metrics_answering(sidecar_fac
                    if name == "inferwatch_ingest_decode_errors_total")
     code, _, _ = sc.get("/metrics")
     assert code == 200
+
+
+def test_mutated_sequence_numbers_cannot_add_up_to_millions_of_lost_frames() -> None:
+    """Issue 28: each small forged gap passed a 1 s-per-frame allowance; 1,000 of them claimed ~30M lost frames."""
+    clock = _Clock()
+    p = Pipeline(Aggregator(ComponentContext()), clock=clock)
+    enc = Encoder(1, 0x56)
+    batch = [(EV_BATCH, CTX, 1)]
+    rng = random.Random(28)
+    p.datagram(enc.encode(batch)[0], "unix")
+    for _ in range(1000):  # 1,000 frames in one second, each jumping the sequence by up to 65,535
+        clock.t += 0.001
+        enc._seq = (enc._seq + rng.randrange(1, 1 << 16)) & 0xFFFFFFFF
+        p.datagram(enc.encode(batch)[0], "unix")
+    # At most what 100k frames/s for 1 s (plus the first second's allowance) could lose.
+    assert p.lost_frames <= 2 * p.max_frame_rate
+    assert p.implausible["lost_frames"] > 900
+    # Real losses spread over time are still counted in full.
+    for _ in range(50):
+        clock.t += 1
+        enc._seq += 1000
+        p.datagram(enc.encode(batch)[0], "unix")
+    assert p.lost_frames >= 50 * 999

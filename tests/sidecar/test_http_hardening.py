@@ -112,7 +112,7 @@ def statuses(out: bytes) -> list[int]:
 
 def get_on(sock: socket.socket, path: bytes) -> int:
     """One keep-alive GET on an open connection; the status."""
-    sock.sendall(b"GET " + path + b" HTTP/1.1\r\nHost: x\r\n\r\n")
+    sock.sendall(b"GET " + path + b" HTTP/1.1\r\nHost: localhost\r\n\r\n")
     head = b""
     while b"\r\n\r\n" not in head:
         chunk = sock.recv(65536)
@@ -147,7 +147,7 @@ def test_a_thousand_slow_connections_hold_no_thread_and_the_next_is_refused_whil
     try:
         for i in range(999):
             s = socket.create_connection(("127.0.0.1", port))
-            s.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\nX-Slow: ")  # headers that never end
+            s.sendall(b"GET /healthz HTTP/1.1\r\nHost: localhost\r\nX-Slow: ")  # headers that never end
             slow.append(s)
             if i % 300 == 0:
                 assert get_on(scraper, b"/metrics") == 200  # also keeps the scrape connection alive
@@ -155,7 +155,7 @@ def test_a_thousand_slow_connections_hold_no_thread_and_the_next_is_refused_whil
         deadline = time.monotonic() + 10
         while True:
             t0 = time.monotonic()
-            out, closed = exchange(port, b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n", timeout=2)
+            out, closed = exchange(port, b"GET /healthz HTTP/1.1\r\nHost: localhost\r\n\r\n", timeout=2)
             took = time.monotonic() - t0
             if statuses(out) != [200]:
                 break
@@ -185,7 +185,7 @@ def test_a_connection_that_never_finishes_its_headers_is_closed_after_the_deadli
     with socket.create_connection(("127.0.0.1", srv.port)) as s:
         s.settimeout(3)
         t0 = time.monotonic()
-        s.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n")
+        s.sendall(b"GET /healthz HTTP/1.1\r\nHost: localhost\r\n")
         out = b""
         try:
             for _ in range(60):  # one more header byte every 0.1 s never finishes the headers
@@ -241,7 +241,7 @@ def test_a_burst_of_200_concurrent_requests_is_answered_without_a_dropped_syn(se
     # after its 1 s retransmission timeout. Answered in well under that, none waited for a resend
     # (an idle machine answers the 198th in about 0.1 s; the bound leaves room for a loaded one).
     srv = serve()
-    latencies = sorted(_burst(srv.port, 200, b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"))
+    latencies = sorted(_burst(srv.port, 200, b"GET /metrics HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n"))
     assert len(latencies) == 200
     assert latencies[int(0.99 * 200) - 1] < 0.9, latencies[-5:]
 
@@ -249,7 +249,7 @@ def test_a_burst_of_200_concurrent_requests_is_answered_without_a_dropped_syn(se
 def test_content_length_with_transfer_encoding_is_refused_400(serve: Any, app: App) -> None:
     srv = serve()
     for head in (b"Content-Length: 4\r\nTransfer-Encoding: chunked", b"Transfer-Encoding: chunked\r\nContent-Length: 4"):
-        out, closed = exchange(srv.port, b"POST /v1/events HTTP/1.1\r\nHost: x\r\n" + head +
+        out, closed = exchange(srv.port, b"POST /v1/events HTTP/1.1\r\nHost: localhost\r\n" + head +
                                b"\r\n\r\n5\r\nhello\r\n0\r\n\r\n")
         assert statuses(out) == [400] and closed
     assert app.seen == []
@@ -258,17 +258,17 @@ def test_content_length_with_transfer_encoding_is_refused_400(serve: Any, app: A
 
 def test_a_signed_content_length_is_refused_400(serve: Any, app: App) -> None:
     srv = serve()
-    out, closed = exchange(srv.port, b"POST /v1/events HTTP/1.1\r\nHost: x\r\nContent-Length: +5\r\n\r\nhello")
+    out, closed = exchange(srv.port, b"POST /v1/events HTTP/1.1\r\nHost: localhost\r\nContent-Length: +5\r\n\r\nhello")
     assert statuses(out) == [400] and closed and app.seen == []
 
 
 @pytest.mark.parametrize("path", [b"/reject", b"/nope"], ids=["401", "404"])
 def test_the_body_of_a_refused_post_is_never_parsed_as_the_next_request(serve: Any, app: App, path: bytes) -> None:
     srv = serve()
-    smuggled = b"GET /smuggled HTTP/1.1\r\nHost: x\r\n\r\n"
+    smuggled = b"GET /smuggled HTTP/1.1\r\nHost: localhost\r\n\r\n"
     out, closed = exchange(
-        srv.port, b"POST " + path + b" HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n" % len(smuggled),
-        gap=(0.2, smuggled + b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n"),
+        srv.port, b"POST " + path + b" HTTP/1.1\r\nHost: localhost\r\nContent-Length: %d\r\n\r\n" % len(smuggled),
+        gap=(0.2, smuggled + b"GET /healthz HTTP/1.1\r\nHost: localhost\r\n\r\n"),
     )
     assert statuses(out) == [401 if path == b"/reject" else 404]
     assert b"connection: close" in out.lower() and closed
@@ -278,16 +278,16 @@ def test_the_body_of_a_refused_post_is_never_parsed_as_the_next_request(serve: A
 def test_an_oversized_body_is_answered_413(serve: Any, app: App) -> None:
     srv = serve()
     # Declared too large: refused before a byte of it is read.
-    out, closed = exchange(srv.port, b"POST /v1/events HTTP/1.1\r\nHost: x\r\nContent-Length: 5000\r\n\r\n")
+    out, closed = exchange(srv.port, b"POST /v1/events HTTP/1.1\r\nHost: localhost\r\nContent-Length: 5000\r\n\r\n")
     assert statuses(out) == [413] and closed
     # Chunked: refused once the bytes streamed pass the cap.
     chunk = b"400\r\n" + b"x" * 1024 + b"\r\n"
-    out, closed = exchange(srv.port, b"POST /v1/events HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n" +
+    out, closed = exchange(srv.port, b"POST /v1/events HTTP/1.1\r\nHost: localhost\r\nTransfer-Encoding: chunked\r\n\r\n" +
                            chunk * 2 + b"0\r\n\r\n")
     assert statuses(out) == [413] and closed
     assert app.seen == [] and app.too_large == 2 and srv.refusals.counts["body_too_large"] == 2
     # At the cap: read and handled.
-    out, _ = exchange(srv.port, b"POST /v1/events HTTP/1.1\r\nHost: x\r\nContent-Length: 1024\r\n"
+    out, _ = exchange(srv.port, b"POST /v1/events HTTP/1.1\r\nHost: localhost\r\nContent-Length: 1024\r\n"
                                 b"Connection: close\r\n\r\n" + b"y" * 1024)
     assert statuses(out) == [200] and app.seen == [("/v1/events", b"y" * 1024)]
 
@@ -295,7 +295,7 @@ def test_an_oversized_body_is_answered_413(serve: Any, app: App) -> None:
 def test_a_slow_body_is_answered_408(serve: Any, app: App) -> None:
     srv = serve(body_timeout_s=0.5)
     t0 = time.monotonic()
-    out, closed = exchange(srv.port, b"POST /v1/events HTTP/1.1\r\nHost: x\r\nContent-Length: 10\r\n\r\nhello")
+    out, closed = exchange(srv.port, b"POST /v1/events HTTP/1.1\r\nHost: localhost\r\nContent-Length: 10\r\n\r\nhello")
     took = time.monotonic() - t0
     assert statuses(out) == [408] and closed and 0.4 < took < 2.5  # unanswered, it would wait out 3 s
     assert app.seen == [] and srv.refusals.counts["body_timeout"] == 1
@@ -314,12 +314,12 @@ def test_a_client_disconnecting_mid_request_logs_no_traceback(
     port = srv.port
     for close in (socket.socket.close, _rst):
         s = socket.create_connection(("127.0.0.1", port))  # mid-body
-        s.sendall(b"POST /v1/events HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\nabc")
+        s.sendall(b"POST /v1/events HTTP/1.1\r\nHost: localhost\r\nContent-Length: 100\r\n\r\nabc")
         time.sleep(0.1)
         close(s)
         app.scrape_gate.clear()  # mid-response: the handler is still running when the client leaves
         s = socket.create_connection(("127.0.0.1", port))
-        s.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+        s.sendall(b"GET /metrics HTTP/1.1\r\nHost: localhost\r\n\r\n")
         time.sleep(0.1)
         close(s)
         app.scrape_gate.set()
@@ -328,7 +328,7 @@ def test_a_client_disconnecting_mid_request_logs_no_traceback(
         time.sleep(0.05)
         close(s)
     time.sleep(0.3)
-    assert exchange(port, b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")[0].startswith(b"HTTP/1.1 200")
+    assert exchange(port, b"GET /healthz HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")[0].startswith(b"HTTP/1.1 200")
     noisy = [r for r in caplog.records if r.exc_info or r.levelno >= logging.WARNING]
     assert noisy == [], [r.getMessage() for r in noisy]
 
@@ -350,10 +350,10 @@ def test_healthz_answers_while_every_handler_thread_is_in_a_slow_scrape(serve: A
     scrapes = [socket.create_connection(("127.0.0.1", srv.port)) for _ in range(HANDLER_THREADS + 2)]
     try:
         for s in scrapes:
-            s.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+            s.sendall(b"GET /metrics HTTP/1.1\r\nHost: localhost\r\n\r\n")
         time.sleep(0.1)
         t0 = time.monotonic()
-        out, _ = exchange(srv.port, b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        out, _ = exchange(srv.port, b"GET /healthz HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")
         # A blocked event loop would hold it until the scrapes' gate opens after 10 s.
         assert statuses(out) == [200] and time.monotonic() - t0 < 3.0
     finally:
@@ -384,7 +384,7 @@ def test_stop_is_bounded_with_a_request_in_flight(app: App) -> None:
     app.scrape_gate.clear()
     s = socket.create_connection(("127.0.0.1", srv.port))
     try:
-        s.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+        s.sendall(b"GET /metrics HTTP/1.1\r\nHost: localhost\r\n\r\n")
         time.sleep(0.1)
         t0 = time.monotonic()
         srv.stop(1.0)
@@ -405,7 +405,7 @@ def daemon(tmp_path: Path) -> Iterator[Sidecar]:
     sc = Sidecar(load_config(environ={}, overrides=tree), environ={})
     sc.startup()
     assert sc.http is not None
-    out, _ = exchange(sc.http.port, b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+    out, _ = exchange(sc.http.port, b"GET /healthz HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")
     assert statuses(out) == [200]
     sc.started_in_s = time.monotonic() - t0  # type: ignore[attr-defined]
     yield sc
@@ -441,7 +441,7 @@ def test_fuzzed_request_framing_always_gets_an_answer_or_a_close_and_metrics_kee
     assert out.answered + out.closed == 300
     assert scraper.failures == [] and scraper.latencies
     assert daemon.ingest is not None and daemon.ingest.is_alive()
-    assert exchange(port, b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")[0].startswith(b"HTTP/1.1 200")
+    assert exchange(port, b"GET /metrics HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")[0].startswith(b"HTTP/1.1 200")
 
 
 def test_back_to_back_keep_alive_requests_do_not_wait_for_a_delayed_ack(serve: Any) -> None:

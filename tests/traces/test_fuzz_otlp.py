@@ -159,3 +159,7 @@ def test_fuzzed_otlp_bodies_over_http_are_all_answered_and_counted_and_metrics_s
     assert tally.crashes == []
     assert tally.unaccounted == []
     assert tally.inputs == 50
+
+
+def test_the_issue_28_attacks_stay_within_every_bound() -> None:
+    assert _fuzz_module().attacks(120, seed=28) == []

@@ -92,6 +92,9 @@ _EXEMPLAR_TRACED_RID_MAX = _EXEMPLAR_RID_MAX - len("trace_id") - 32
 #: (ns, on the events' end times): long enough for several scrapes to pick it up and for
 #: someone to follow the link, short enough that a bucket never shows an hour-old request.
 TRACED_EXEMPLAR_HOLD_NS = 60 * 10**9
+_OVERFLOW_LAB = (OVERFLOW, OVERFLOW, OVERFLOW)
+#: A traced exemplar ending further than this past the wall clock does not hold its bucket.
+MAX_FUTURE_NS = 24 * 3600 * 10**9
 #: "No context seen yet" in :meth:`Aggregator.process` (a ctx can be anything, even None).
 _NO_CTX = object()
 
@@ -128,15 +131,21 @@ class Histogram:
         self.texv: list[float] | None = None
 
 
-def pick_exemplar(untraced: Any, traced: Any) -> Any:
+def pick_exemplar(untraced: Any, traced: Any, now_ns: int | None = None) -> Any:
     """The exemplar a bucket exports: its traced one unless an untraced one is ``TRACED_EXEMPLAR_HOLD_NS`` newer.
 
     So a trace link survives the untraced traffic that follows it in the same
-    bucket, and is replaced by a newer traced request at once.
+    bucket, and is replaced by a newer traced request at once. A traced one
+    that claims to end more than :data:`MAX_FUTURE_NS` past the wall clock
+    (a span ending at 2**64-1 ns) holds nothing: it would win forever.
     """
     if traced is None:
         return untraced
-    if untraced is None or untraced[2] - traced[2] < TRACED_EXEMPLAR_HOLD_NS:
+    if untraced is None:
+        return traced
+    if traced[2] > (time.time_ns() if now_ns is None else now_ns) + MAX_FUTURE_NS:
+        return untraced
+    if untraced[2] - traced[2] < TRACED_EXEMPLAR_HOLD_NS:
         return traced
     return untraced
 
@@ -255,6 +264,12 @@ class Aggregator:
             (``aggregate.native.schema``), or None for classic buckets alone.
         native_classic: families whose classic buckets the protobuf exposition also carries
             (``aggregate.native.classic_families``); text and OpenMetrics always carry them.
+        max_series: exposition lines (samples) all label sets, stages, error types and stream
+            histograms together may create (``labels.max_series``). Per-label budgets multiply
+            (1,000 label sets x 51 stages x 33 bucket lines); this one does not: once it is spent,
+            a new label set, stage, error type or stream histogram is aggregated into the one
+            ``__overflow__`` label set (stage and error type ``__overflow__``), counted as
+            ``label="series"`` in ``inferwatch_label_overflow_total``, which the cardinality alert watches.
     """
 
     def __init__(
@@ -262,9 +277,15 @@ class Aggregator:
         buckets: Mapping[str, Sequence[float]] | None = None,
         stage_buckets: Mapping[str, Sequence[float]] | None = None,
         native_schema: int | None = DEFAULT_SCHEMA, native_classic: Sequence[str] = (),
+        max_series: int = 50000,
     ) -> None:
         self.lock = threading.Lock()
         self.max_label_sets = max_label_sets
+        self.max_series = max_series
+        #: Exposition lines created so far (the budget above counts them).
+        self.series = 0
+        #: Counts what the series budget sent to __overflow__ (exported as label="series").
+        self.series_overflow = LabelLimiter("series", 1)
         #: Counts label sets refused because max_label_sets was reached (exported as label="label_set").
         self.label_set_overflow = LabelLimiter("label_set", 1)
         self.ctx = ctx
@@ -353,12 +374,50 @@ class Aggregator:
                 # Per-label budgets multiply; this caps the combinations too, so the series count is bounded.
                 if len(self.bundles) >= self.max_label_sets:
                     self.label_set_overflow.overflowed += 1
-                    lab = (OVERFLOW, OVERFLOW, OVERFLOW)
-                    b = self.bundles.get(lab)
-                if b is None:
+                    b = self._overflow_bundle()
+                elif not self._spend(self._bundle_lines):
+                    b = self._overflow_bundle()
+                else:
                     b = self.bundles[lab] = Bundle(lab, len(self.request_bounds))
             self._ctx_cache[ctx] = b
         return b
+
+    @property
+    def _bundle_lines(self) -> int:
+        # requests_total by outcome, records_total, and the request-duration histogram's buckets, sum, count.
+        # (Classic buckets: the lines a text scrape shows, whatever cells the native histograms add.)
+        return 3 + 1 + len(self.bounds[REQUEST_DURATION_SECONDS.name]) + 3
+
+    def _spend(self, lines: int) -> bool:
+        """Take ``lines`` from the series budget; False (and counted) when they do not fit."""
+        if self.series + lines > self.max_series:
+            self.series_overflow.overflowed += 1
+            return False
+        self.series += lines
+        return True
+
+    def _overflow_bundle(self) -> Bundle:
+        """The one label set everything past a budget is aggregated into (outside the series budget)."""
+        b = self.bundles.get(_OVERFLOW_LAB)
+        if b is None:
+            b = self.bundles[_OVERFLOW_LAB] = Bundle(_OVERFLOW_LAB, len(self.request_bounds))
+        return b
+
+    def _overflow_stage(self) -> StageSeries:
+        b = self._overflow_bundle()
+        s = b.stages.get(OVERFLOW)
+        if s is None:
+            lay = self.layouts[STAGE_DURATION_SECONDS.name]
+            s = b.stages[OVERFLOW] = StageSeries((*b.lab, OVERFLOW), lay.edges, lay)
+        return s
+
+    def _new_error(self, b: Bundle, el: str) -> None:
+        """Count the first error of type ``el`` in ``b``: a new series, if the budget allows."""
+        if b.lab == _OVERFLOW_LAB or self._spend(1):
+            b.errors[el] = 1
+        else:
+            ob = self._overflow_bundle()
+            ob.errors[OVERFLOW] = ob.errors.get(OVERFLOW, 0) + 1
 
     def _stage_series(self, b: Bundle, name: Any) -> tuple[StageSeries, bool]:
         if len(b.stage_cache) >= _CACHE_LIMIT:
@@ -367,7 +426,10 @@ class Aggregator:
         s = b.stages.get(capped)
         if s is None:
             lay = self.stage_layouts.get(capped) or self.layouts[STAGE_DURATION_SECONDS.name]
-            s = b.stages[capped] = StageSeries((*b.lab, capped), lay.edges, lay)
+            if (b.lab == _OVERFLOW_LAB and capped == OVERFLOW) or self._spend(len(self.stage_bounds.get(capped) or self.bounds[STAGE_DURATION_SECONDS.name]) + 3):
+                s = b.stages[capped] = StageSeries((*b.lab, capped), lay.edges, lay)
+            else:
+                s = self._overflow_stage()
         try:
             queue = name in self.queue_stages
         except TypeError:  # an unhashable name from a hand-made tuple
@@ -417,7 +479,11 @@ class Aggregator:
                 b.requests[outcome] += 1
                 if outcome == 1:
                     el = self._lim_error.get(err)
-                    b.errors[el] = b.errors.get(el, 0) + 1
+                    n = b.errors.get(el)
+                    if n is None:
+                        self._new_error(b, el)
+                    else:
+                        b.errors[el] = n + 1
                 v = dur * 1e-9
                 h = b.e2e
                 off, tab = req_ns[dur.bit_length()]
@@ -529,6 +595,11 @@ class Aggregator:
     def _stream(self, s: StageSeries, stream: Any) -> None:
         # A completed stream is (ttft, items, gaps); a cancelled one adds its undelivered count.
         ttft, items, gaps = stream[0], stream[1], stream[2]
+        classic = self.bounds
+        if s.ttft is None and not self._spend(len(classic[TIME_TO_FIRST_TOKEN_SECONDS.name])
+                                               + len(classic[INTER_TOKEN_LATENCY_SECONDS.name])
+                                               + len(classic[GENERATION_LENGTH_TOKENS.name]) + 9 + 2):
+            s = self._overflow_stage()
         if s.ttft is None:
             s.ttft = Histogram(len(self.ttft_bounds))
             s.itl = Histogram(len(self.itl_bounds))

@@ -97,7 +97,11 @@ def register(subparsers: Any) -> None:
     r.add_argument("--reference", metavar="FILE", help="reference data file")
     r.add_argument("--current", metavar="FILE", help="current data file")
     r.add_argument("--sidecar", metavar="URL", help="fetch the report from a sidecar (e.g. http://127.0.0.1:9464)")
-    r.add_argument("--token", metavar="TOKEN", help="admin token for --sidecar (default: $INFERWATCH_ADMIN_TOKEN)")
+    r.add_argument("--token", metavar="TOKEN",
+                   help="admin token for --sidecar; visible to every user in ps, so prefer $INFERWATCH_ADMIN_TOKEN "
+                   "or --token-file")
+    r.add_argument("--token-file", metavar="FILE",
+                   help="read the admin token for --sidecar from FILE (first line), instead of the command line")
     r.add_argument("--model", help="with --sidecar: model to report on")
     r.add_argument("--model-version", "--version", dest="model_version",
                    help="with --sidecar: model version (the model_version label)")
@@ -351,10 +355,28 @@ def _print_table(ev: Any, absent: list[str], alpha: float) -> None:
 
 def _cmd_report(args: argparse.Namespace) -> int:
     from inferwatch_sidecar.components.drift import report
+    from inferwatch_sidecar.export.htmlsafe import UnsafeHTML, harden
 
     try:
         if args.sidecar:
-            body = report.fetch_from_sidecar(args.sidecar, args.token, args.model, args.model_version)
+            token = args.token
+            if args.token_file:
+                try:
+                    with open(args.token_file, encoding="utf-8") as tf:
+                        token = tf.readline().strip()
+                except OSError as e:
+                    return _err(f"cannot read --token-file {args.token_file}: {e.strerror or e}")
+                if not token:
+                    return _err(f"--token-file {args.token_file} is empty")
+            elif token:
+                print("note: --token is visible to other users in ps; use $INFERWATCH_ADMIN_TOKEN or --token-file",
+                      file=sys.stderr)
+            body = report.fetch_from_sidecar(args.sidecar, token, args.model, args.model_version)
+            try:
+                # The file written carries its own policy, whatever the sidecar that served it.
+                body = harden(body)[0]
+            except UnsafeHTML as e:
+                return _err(f"the sidecar's report is not safe to write: {e}")
         else:
             if not (args.reference and args.current):
                 return _err("give --reference and --current files, or --sidecar URL")

@@ -11,14 +11,38 @@ from __future__ import annotations
 import threading
 from typing import Any
 
+from inferwatch.wire import EV_RECORD
+
+#: Bytes charged for a staged event without features (the tuple and its small fields).
+EVENT_BYTES = 200
+#: Bytes charged per categorical value of a staged record: the most a wire string (255 characters) costs.
+CAT_BYTES = 304
+
+
+def record_bytes(r: tuple[Any, ...]) -> int:
+    """An upper bound of what a staged event holds, in O(1): the feature tuples' lengths, not their strings."""
+    if r[0] == EV_RECORD and len(r) > 7 and r[7] is not None:
+        try:
+            _, nums, cats = r[7]
+            return EVENT_BYTES + 8 * len(nums) + CAT_BYTES * len(cats)
+        except (TypeError, ValueError):
+            return EVENT_BYTES
+    return EVENT_BYTES
+
 
 class Staging:
-    """A bounded list of records, filled by one thread and emptied by another."""
+    """A bounded list of records, filled by one thread and emptied by another.
 
-    __slots__ = ("_items", "_lock", "limit")
+    Bounded twice: ``limit`` events, and ``max_bytes`` by :func:`record_bytes` (64 categorical
+    features of 255 characters make one record about 20 KB, so a count alone allowed gigabytes).
+    """
 
-    def __init__(self, limit: int) -> None:
+    __slots__ = ("_items", "_lock", "limit", "max_bytes", "nbytes")
+
+    def __init__(self, limit: int, max_bytes: int = 64 << 20) -> None:
         self.limit = limit
+        self.max_bytes = max_bytes
+        self.nbytes = 0
         self._lock = threading.Lock()
         self._items: list[tuple[Any, ...]] = []
 
@@ -26,17 +50,24 @@ class Staging:
         """Stage as many of ``records`` as fit; return how many did not."""
         with self._lock:
             room = self.limit - len(self._items)
-            if room >= len(records):
-                self._items.extend(records)
-                return 0
-            if room > 0:
-                self._items.extend(records[:room])
-            return len(records) - max(room, 0)
+            take = records if room >= len(records) else records[:max(room, 0)]
+            budget = self.max_bytes - self.nbytes
+            n = 0
+            for r in take:
+                b = record_bytes(r)
+                if b > budget:
+                    break
+                budget -= b
+                n += 1
+            self.nbytes = self.max_bytes - budget
+            self._items.extend(take if n == len(take) else take[:n])
+            return len(records) - n
 
     def take(self) -> list[tuple[Any, ...]]:
         """Everything staged so far, oldest first; the stage is empty afterwards."""
         with self._lock:
             batch, self._items = self._items, []
+            self.nbytes = 0
         return batch
 
     def __len__(self) -> int:

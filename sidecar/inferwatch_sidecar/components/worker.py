@@ -10,6 +10,8 @@ import threading
 import time
 from collections.abc import Callable
 
+from inferwatch_sidecar.export.priority import PRIORITY
+
 
 class PeriodicWorker:
     """Call ``step`` every ``interval_s`` seconds on a daemon thread.
@@ -54,6 +56,7 @@ class PeriodicWorker:
     def _run(self) -> None:
         delay = 0.0 if self._immediate else self.interval_s
         while not self._stop.wait(delay):
+            PRIORITY.pause()
             t0 = time.monotonic()
             try:
                 if self._step():

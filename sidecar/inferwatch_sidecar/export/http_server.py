@@ -30,6 +30,11 @@ What uvicorn lacks, added here:
 - handlers off the event loop: all but ``inline`` routes run on a small
   dedicated thread pool, so /healthz answers during a slow scrape; socket
   ingest has its own thread and never waits for either;
+- browser safety: a request whose ``Origin`` is not the sidecar's own (nor in
+  ``http.allowed_origins``) is answered 403, and, when the server is bound
+  to loopback (or ``http.allowed_hosts`` is set), one whose ``Host`` names
+  another host is answered 421: a page on another site, or one that rebinds
+  its own name to 127.0.0.1, can neither post events nor read ``/metrics``;
 - quiet logs: a disconnect logs nothing, and each refusal is counted in
   ``inferwatch_http_refused_total{reason}`` with at most one log line a
   minute per reason.
@@ -78,7 +83,22 @@ LOG_EVERY_S = 60.0
 #: Why a connection or request was refused: the ``reason`` values of inferwatch_http_refused_total.
 REASONS = (
     "too_many_connections", "header_timeout", "body_timeout", "body_too_large", "invalid_request", "write_timeout",
+    "foreign_host", "foreign_origin",
 )
+#: Host names always accepted by the Host check (with any port).
+LOOPBACK_NAMES = ("localhost", "127.0.0.1", "::1")
+
+
+def _is_loopback(host: str) -> bool:
+    return host in ("localhost", "::1") or host.startswith("127.")
+
+
+def host_name(value: str) -> str:
+    """The host part of a Host header (``[::1]:9464`` -> ``::1``), lower case."""
+    v = value.strip().lower()
+    if v.startswith("["):
+        return v[1:v.find("]")] if "]" in v else v
+    return v.rsplit(":", 1)[0] if v.count(":") == 1 else v
 
 _NOT_FOUND = Response(404, b"not found\n")
 
@@ -277,6 +297,26 @@ class _App:
         self.limits = limits
         self.refusals = refusals
         self.executor = executor
+        extra = {host_name(h) for h in limits.allowed_hosts}
+        #: Host names accepted, or None when the Host header is not checked.
+        self.hosts: frozenset[str] | None = (
+            frozenset(LOOPBACK_NAMES) | extra if extra or _is_loopback(limits.host) else None)
+        self.origins = frozenset(o.strip().rstrip("/").lower() for o in limits.allowed_origins)
+
+    def _foreign(self, headers: _Headers) -> Response | None:
+        """421 for a Host the allowlist lacks, 403 for a foreign Origin; None when the request may go on."""
+        host = headers.get("host", "")
+        if self.hosts is not None and host and host_name(host) not in self.hosts:
+            self.refusals.count("foreign_host", f"Host {host[:100]!r} is not in http.allowed_hosts")
+            return Response(421, b"this Host is not served here; add it to http.allowed_hosts\n", close=True)
+        origin = headers.get("origin", "")
+        if origin:
+            o = origin.strip().rstrip("/").lower()
+            if o not in self.origins and o != "http://" + host.strip().lower():
+                self.refusals.count("foreign_origin", f"Origin {origin[:100]!r} is not this sidecar's")
+                return Response(403, b"cross-origin requests are refused; add the Origin to http.allowed_origins\n",
+                                close=True)
+        return None
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         if scope["type"] != "http":
@@ -316,6 +356,9 @@ class _App:
         req = Request(method, path, scope["query_string"].decode("latin-1"), headers)
         if route is None:
             return _NOT_FOUND, has_body
+        foreign = self._foreign(headers)
+        if foreign is not None:
+            return foreign, has_body
         if route.admit is not None:
             refused = route.admit(req)
             if refused is not None:

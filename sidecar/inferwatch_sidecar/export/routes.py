@@ -38,6 +38,7 @@ from urllib.parse import parse_qsl
 from prometheus_client.exposition import choose_encoder
 from prometheus_client.registry import Collector
 
+from inferwatch_sidecar.export import htmlsafe
 from inferwatch_sidecar.metrics import protobuf as protobuf_exposition
 from inferwatch_sidecar.metrics.protobuf import wants_protobuf
 
@@ -218,16 +219,22 @@ def sidecar_routes(ep: Endpoints) -> dict[str, Route]:
         return Response(200, b"ready\n") if ep.ready() else Response(503, b"not ready\n")
 
     def post_json(kind: str) -> Route:
-        return Route(
-            _POST, lambda req: json_response(*ep.ingest_json(kind, req.body)),
-            max_body=ep.max_body_bytes, on_too_large=ep.reject_body,
-        )
+        def ingest(req: Request) -> Response:
+            ctype = req.headers.get("Content-Type", "").split(";", 1)[0].strip().lower()
+            if ctype != "application/json":
+                # A web page can post text/plain cross-origin without asking; application/json it cannot.
+                return json_response(415, {"error": f"Content-Type {ctype or 'missing'!r} is not accepted; "
+                                                    "send application/json"})
+            return json_response(*ep.ingest_json(kind, req.body))
+
+        return Route(_POST, ingest, max_body=ep.max_body_bytes, on_too_large=ep.reject_body)
 
     def admin_admit(req: Request) -> Response | None:
         if ep.admin_token is None:
             return Response(404, b"admin routes are disabled: set http.admin_token or INFERWATCH_ADMIN_TOKEN\n")
-        auth = req.headers.get("Authorization", "")
-        if not hmac.compare_digest(auth.encode(), ("Bearer " + ep.admin_token).encode()):
+        scheme, _, cred = req.headers.get("Authorization", "").strip().partition(" ")
+        # The scheme is case-insensitive (RFC 9110 11.1): "bearer x" is the same credential.
+        if scheme.lower() != "bearer" or not hmac.compare_digest(cred.strip().encode(), ep.admin_token.encode()):
             return Response(401, b"missing or wrong bearer token\n", headers={"WWW-Authenticate": "Bearer"})
         return None
 
@@ -245,6 +252,12 @@ def sidecar_routes(ep: Endpoints) -> dict[str, Route]:
             status, ctype, out = handler(query)
         except Exception as e:
             return Response(500, f"admin route failed: {e}\n".encode())
+        if ctype.startswith("text/html"):
+            # Every HTML page served gets a policy that runs only its own inline scripts.
+            try:
+                return Response(status, out, ctype, htmlsafe.headers(htmlsafe.policy(out)))
+            except htmlsafe.UnsafeHTML as e:
+                return Response(500, f"admin route produced unsafe HTML: {e}\n".encode())
         return Response(status, out, ctype)
 
     page = status_page()

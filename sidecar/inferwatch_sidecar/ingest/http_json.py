@@ -46,6 +46,7 @@ from inferwatch.wire import (
     Schema,
     classify,
 )
+from inferwatch_sidecar.export.priority import PRIORITY
 from inferwatch_sidecar.ingest.pipeline import Pipeline
 
 log = logging.getLogger("inferwatch.sidecar.ingest")
@@ -390,6 +391,7 @@ class JsonIngest:
         """
         pipeline = self.pipeline
         pipeline.add_bytes("http", len(body))
+        PRIORITY.pause()
         try:
             doc = json.loads(body, parse_int=_parse_int)
         except ValueError as e:  # JSONDecodeError and UnicodeDecodeError are ValueErrors

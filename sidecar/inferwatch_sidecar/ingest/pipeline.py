@@ -95,7 +95,7 @@ class Producer:
 
     __slots__ = (
         "pid", "producer_id", "transport", "first_seen", "last_seen", "last_seq",
-        "frames", "lost_frames", "hello", "drops", "interval", "max_events", "implausible",
+        "frames", "lost_frames", "lost_budget", "hello", "drops", "interval", "max_events", "implausible",
     )
 
     def __init__(
@@ -110,6 +110,9 @@ class Producer:
         self.last_seq = seq
         self.frames = 0
         self.lost_frames = 0
+        #: Frames this producer may still be counted as having lost: a token bucket filled at
+        #: ``max_frame_rate`` per second of real time (a gap beyond it is a forged sequence number).
+        self.lost_budget = 0.0
         self.hello: dict[str, Any] | None = None
         #: Drops reported so far, by reason (the sum of its DROPS records' counts).
         self.drops: dict[str, int] = {}
@@ -314,15 +317,23 @@ class Pipeline:
             p = producers[producer_id] = Producer(
                 pid, producer_id, transport, now, seq, self.max_event_rate, self.implausible
             )
+            p.lost_budget = self.max_frame_rate  # one second's worth
             if len(producers) > self.max_producers:
                 producers.popitem(last=False)
         else:
-            p.interval = min(max(now - p.last_seen, 1.0), MAX_INTERVAL_S)
+            elapsed = now - p.last_seen
+            p.interval = min(max(elapsed, 1.0), MAX_INTERVAL_S)
+            # Over any stretch of time a producer loses at most the frames it can send in it: each
+            # frame's gap is checked against what the elapsed time allows, not a 1 s floor per frame
+            # (which let a stream of mutated datagrams claim 100k lost frames each).
+            cap = self.max_frame_rate * MAX_INTERVAL_S
+            p.lost_budget = min(p.lost_budget + self.max_frame_rate * max(elapsed, 0.0), cap)
             gap = (seq - p.last_seq - 1) % _SEQ_MOD
             if gap < _SEQ_MOD // 2:
-                if gap > self.max_frame_rate * p.interval:
+                if gap > p.lost_budget:
                     self.implausible["lost_frames"] += 1  # a forged sequence number: resynchronise
                 elif gap:
+                    p.lost_budget -= gap
                     p.lost_frames += gap
                     self.lost_frames += gap
                 p.last_seq = seq

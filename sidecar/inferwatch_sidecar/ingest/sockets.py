@@ -20,6 +20,7 @@ import threading
 from typing import Any
 
 from inferwatch._env import socket_dir_problem
+from inferwatch_sidecar.export.priority import PRIORITY
 from inferwatch_sidecar.ingest.pipeline import Pipeline
 
 log = logging.getLogger("inferwatch.sidecar.ingest")
@@ -273,7 +274,10 @@ class IngestThread:
     def _drain(self, sock: Any, transport: str, limit: int) -> None:
         recv = sock.recv
         datagram = self.pipeline.datagram
+        prio = PRIORITY
         for _ in range(limit):
+            if prio.active:
+                prio.pause()  # a scrape is rendering: let it have the interpreter (export/priority.py)
             try:
                 buf = recv(RECV_SIZE)
             except (BlockingIOError, InterruptedError):

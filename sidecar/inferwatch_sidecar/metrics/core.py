@@ -194,7 +194,7 @@ HTTP_REFUSED_TOTAL = Metric(
     name="inferwatch_http_refused_total", type="counter", labels=("reason",), component="core",
     help=(
         "HTTP connections and requests the sidecar refused, by reason (too_many_connections, header_timeout, "
-        "body_timeout, body_too_large, invalid_request, write_timeout)."
+        "body_timeout, body_too_large, invalid_request, write_timeout, foreign_host, foreign_origin)."
     ),
 )
 LABEL_OVERFLOW_TOTAL = Metric(
@@ -212,6 +212,17 @@ OTLP_SPANS_TOTAL = Metric(
 OTLP_PENDING_SPANS = Metric(
     name="inferwatch_otlp_pending_spans", type="gauge", component="core",
     help="Stage spans waiting for their request span to arrive (bounded by traces.max_pending_spans).",
+)
+OTLP_CUT_TOTAL = Metric(
+    name="inferwatch_otlp_cut_total", type="counter", labels=("what",), component="core",
+    help=(
+        "Span parts dropped at decode by the per-span caps: attribute (traces.max_attributes_per_span), event "
+        "(traces.max_events_per_span, traces.max_attributes_per_event), key (an attribute key over 255 characters)."
+    ),
+)
+OTLP_PENDING_BYTES = Metric(
+    name="inferwatch_otlp_pending_bytes", type="gauge", component="core",
+    help="Estimated bytes the trace join buffer holds (bounded by traces.max_pending_bytes).",
 )
 COMPONENT_ERRORS_TOTAL = Metric(
     name="inferwatch_component_errors_total", type="counter", labels=("component", "method"), component="core",
@@ -266,7 +277,7 @@ METRICS: tuple[Metric, ...] = (
     INGEST_EVENTS_TOTAL, INGEST_BYTES_TOTAL, INGEST_DECODE_ERRORS_TOTAL, INGEST_DROPPED_TOTAL, INGEST_LOST_FRAMES_TOTAL,
     INGEST_IMPLAUSIBLE_TOTAL, INGEST_SCHEMA_CACHE_BYTES, INGEST_SCHEMAS_EVICTED_TOTAL,
     INGEST_LAG_SECONDS, INGEST_SOCKET_QUEUE_DROPPED_TOTAL, HTTP_REFUSED_TOTAL, LABEL_OVERFLOW_TOTAL,
-    OTLP_SPANS_TOTAL, OTLP_PENDING_SPANS, COMPONENT_ERRORS_TOTAL, COMPONENT_UP, SIDECAR, SIDECAR_PROCESS_CPU_SECONDS_TOTAL, SIDECAR_PROCESS_VIRTUAL_MEMORY_BYTES,
+    OTLP_SPANS_TOTAL, OTLP_PENDING_SPANS, OTLP_CUT_TOTAL, OTLP_PENDING_BYTES, COMPONENT_ERRORS_TOTAL, COMPONENT_UP, SIDECAR, SIDECAR_PROCESS_CPU_SECONDS_TOTAL, SIDECAR_PROCESS_VIRTUAL_MEMORY_BYTES,
     SIDECAR_PROCESS_RESIDENT_MEMORY_BYTES, SIDECAR_PROCESS_START_TIME_SECONDS, SIDECAR_PROCESS_OPEN_FDS,
     SIDECAR_PROCESS_MAX_FDS,
 )

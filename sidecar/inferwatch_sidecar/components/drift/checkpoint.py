@@ -8,7 +8,10 @@ row and label counters, and each column window's state with its reference).
 Nothing in it is executable or unpickled, and every array is checked for its
 shape and values when it is read back. It is written to a temporary file in
 the same folder, fsynced, then renamed over the old one, so a crash leaves the
-old or the new checkpoint, never half of one.
+old or the new checkpoint, never half of one. A process killed while writing
+leaves its temporary file (``.<name>.tmp.<pid>``); at start every such file
+whose process is gone (or is this one: a container restarts with the same
+PID) is removed, so kill -9 cycles do not fill the disk.
 
 A checkpoint that cannot be used is logged with the reason, counted in
 ``inferwatch_drift_checkpoint_failures_total{op="read"}`` and ignored: the
@@ -107,6 +110,44 @@ def write(doc: dict[str, Any], path: str) -> None:
             os.unlink(tmp)
 
 
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # EPERM: it exists, owned by someone else
+        return True
+    return True
+
+
+def clean_temp(path: str) -> int:
+    """Remove the temporary files of ``path`` left by writers that no longer run; returns how many."""
+    folder = os.path.dirname(os.path.abspath(path))
+    prefix = f".{os.path.basename(path)}.tmp."
+    removed = 0
+    try:
+        names = os.listdir(folder)
+    except OSError:
+        return 0
+    for name in names:
+        if not name.startswith(prefix):
+            continue
+        tail = name[len(prefix):]
+        if not tail.isdigit():
+            continue
+        pid = int(tail)
+        if pid != os.getpid() and _pid_alive(pid):
+            continue  # another process is writing it now
+        try:
+            os.unlink(os.path.join(folder, name))
+            removed += 1
+        except OSError:
+            pass
+    if removed:
+        log.info("drift: removed %d temporary checkpoint file(s) left by killed processes next to %s", removed, path)
+    return removed
+
+
 def restore(path: str, cfg: DriftConfig, reference: Profile | None, failures: Failures,
             now: float) -> dict[tuple[str, str], Monitor] | None:
     """The model versions saved in ``path``, or None (logged and counted) when there is no usable checkpoint.
@@ -118,6 +159,7 @@ def restore(path: str, cfg: DriftConfig, reference: Profile | None, failures: Fa
         failures: where a failure is counted.
         now: Unix time, for the name of a checkpoint moved aside.
     """
+    clean_temp(path)
     if not os.path.exists(path):
         log.info("drift: no checkpoint at %s yet; starting with empty windows", path)
         return None

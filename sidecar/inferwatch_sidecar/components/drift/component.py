@@ -72,7 +72,7 @@ class DriftComponent:
             multivariate_effect_floor=config.multivariate_effect_floor,
         )
         self._lock = threading.Lock()
-        self._staging = Staging(config.max_staged)
+        self._staging = Staging(config.max_staged, config.max_staged_bytes)
         self._state_lock = threading.Lock()
         self.monitors: dict[tuple[str, str], Monitor] = {}
         self._labels = LabelJoiner(config.max_pending_labels, config.label_ttl_s, ctx.monotonic)
@@ -195,7 +195,8 @@ class DriftComponent:
                     "reference": {"source": mon.source,
                                   "path": cfg.reference if mon.source == "file" else None,
                                   "events": mon.reference_rows,
-                                  "warmup_target": cfg.warmup_events if mon.source != "file" else None},
+                                  "warmup_target": cfg.warmup_events if mon.source != "file" else None,
+                                  "warmup_cut_by_bytes": mon.warmup_cut},
                     "window": {"events": mon.window_rows, "subwindows": mon.S,
                                "seconds": None if cfg.window_events else cfg.window_seconds,
                                "max_events": cfg.window_events, "state_bytes": mon.nbytes},

@@ -42,6 +42,11 @@ class DriftConfig(BaseModel):
         max_models: model versions tracked at once (others are dropped and counted).
         max_features: features per model version taken from traffic during a warm-up.
         max_staged: records waiting for the evaluator thread; beyond it records are dropped and counted.
+        max_staged_bytes: estimated bytes of the staged records (an upper bound from their feature
+            counts); beyond it records are dropped and counted as ``staging_full``.
+        max_warmup_bytes: estimated bytes of raw warm-up values over all model versions; each version
+            gets ``max_warmup_bytes / max_models`` and its warm-up ends early (with fewer rows) when its
+            share is spent.
         max_pending_labels: predictions remembered while waiting for their label.
         label_ttl_s: a prediction waits at most this long for its label.
         checkpoint_path: file where window state is saved atomically; a restart resumes from it.
@@ -74,6 +79,8 @@ class DriftConfig(BaseModel):
     max_models: int = Field(default=16, ge=1, le=1000)
     max_features: int = Field(default=64, ge=1, le=256)
     max_staged: int = Field(default=200_000, ge=1000)
+    max_staged_bytes: int = Field(default=64 << 20, ge=1 << 20)
+    max_warmup_bytes: int = Field(default=96 << 20, ge=1 << 20)
     max_pending_labels: int = Field(default=100_000, ge=0)
     label_ttl_s: float = Field(default=3600.0, gt=0)
     checkpoint_path: str | None = None

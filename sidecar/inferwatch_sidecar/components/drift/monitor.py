@@ -67,6 +67,7 @@ class Monitor:
         #: the comparison with the model's most-used version, set by :mod:`.canary`
         self.canary: dict[str, Any] | None = None
         self._warmup: Warmup | None = None
+        self._warmup_cut = False
         #: the joint (multivariate) drift window, when the profile has a joint model
         self.joint: JointWindow | None = None
         #: in rolling mode, the history one period back (:mod:`.rolling`)
@@ -128,10 +129,12 @@ class Monitor:
             if not self._warmup.done:
                 return
             rows = self._warmup.rows
+            self._warmup_cut = self._warmup.cut
             p = self._warmup.build()
             self._set_profile(p, "warmup")
-            log.info("drift: warm-up reference built for model %r version %r from %d events (%d columns)",
-                     self.key[0], self.key[1], rows, len(p.columns))
+            log.info("drift: warm-up reference built for model %r version %r from %d events (%d columns)%s",
+                     self.key[0], self.key[1], rows, len(p.columns),
+                     "; ended early on drift.max_warmup_bytes" if self._warmup_cut else "")
             if not recs:
                 return
         if self.cfg.window_events is not None:
@@ -205,6 +208,11 @@ class Monitor:
             self._correct[self._slot] += int(correct)
 
     # -- results --------------------------------------------------------------------------------------------------
+
+    @property
+    def warmup_cut(self) -> bool:
+        """Whether the warm-up ended on its byte share before ``warmup_events`` rows (see :mod:`.warmup`)."""
+        return self._warmup_cut
 
     @property
     def reference_rows(self) -> int:

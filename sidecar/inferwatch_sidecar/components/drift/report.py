@@ -44,6 +44,7 @@ from inferwatch_sidecar.components.drift import profile as prof
 from inferwatch_sidecar.components.drift.columns import CategoricalColumn, NumericColumn, to_float
 from inferwatch_sidecar.components.drift.dataio import DataError, read_table
 from inferwatch_sidecar.components.drift.monitor import Monitor
+from inferwatch_sidecar.export.htmlsafe import ScriptSafeJson, UnsafeHTML, harden
 
 INSTALL = 'the drift report needs Evidently: pip install "inferwatch[report]"'
 RECON_ROWS = 5000
@@ -60,9 +61,13 @@ def _evidently() -> tuple[Any, Any, Any]:
             warnings.simplefilter("ignore")
             import pandas as pd
             from evidently import Report
+            from evidently.legacy.utils import dashboard
             from evidently.presets import DataDriftPreset
     except ImportError as e:
         raise ReportError(f"{INSTALL} ({e})") from None
+    # Evidently embeds its data with json.dumps inside <script>, so a category "</script><script>..." would
+    # run: its module's json becomes one whose dumps escapes < > & (htmlsafe.script_json).
+    dashboard.json = ScriptSafeJson  # type: ignore[assignment]
     return pd, Report, DataDriftPreset
 
 
@@ -129,6 +134,8 @@ def render(reference: dict[str, Any], current: dict[str, Any], categorical: list
     """Render an Evidently DataDriftPreset report of two column dicts as HTML bytes.
 
     With ``ours``, our evaluation of the same data, the page starts with :func:`comparison_html`.
+    The page carries its Content-Security-Policy (:func:`~inferwatch_sidecar.export.htmlsafe.harden`):
+    only its own inline scripts run, so a value from traffic cannot add one.
     """
     pd, Report, DataDriftPreset = _evidently()
     from evidently import DataDefinition, Dataset
@@ -148,7 +155,10 @@ def render(reference: dict[str, Any], current: dict[str, Any], categorical: list
                 page = f.read()
         if ours is not None:
             page = _inject(page, comparison_html(ours, evidently_verdicts(snap.dict()), alpha))
-        return page
+    try:
+        return harden(page)[0]
+    except UnsafeHTML as e:
+        raise ReportError(f"the report cannot be written safely: {e}") from None
 
 
 def report_for_files(reference: str, current: str, *, categorical: list[str] | None = None,

@@ -14,8 +14,11 @@ Data flow:
    and metric samples are published, and new windows start. ``collect`` only
    copies the samples.
 
-Memory: per model version ``max_tail + reservoir`` kept requests, plus the
-pending join tables of ``max_pending`` entries each, whatever the traffic.
+Memory: per model version ``max_tail + reservoir`` kept requests, each holding
+at most ``max_features`` feature values of at most 64 characters (what the
+analysis can use), plus the pending join tables of ``max_pending`` entries and
+``max_pending_bytes`` each, and the staging list of ``max_staged_bytes``,
+whatever the traffic.
 """
 
 from __future__ import annotations
@@ -58,6 +61,48 @@ Key = tuple[str, str, str]
 Snapshot = dict[str, list[tuple[tuple[str, ...], float]]]
 
 
+def feats_bytes(feats: Any) -> int:
+    """Estimated bytes a record's ``(schema, nums, cats)`` holds while it waits (its strings counted)."""
+    try:
+        _, nums, cats = feats
+        return 120 + 32 * len(nums) + sum(57 + len(c) for c in cats if isinstance(c, str)) + 8 * len(cats)
+    except (TypeError, ValueError):
+        return 120
+
+
+#: Longest categorical value a kept row holds: tail analysis compares categories, and 64 characters tell
+#: them apart; 64 features of 255 characters in 1,536 rows per version x 16 versions were 500 MB.
+MAX_KEPT_VALUE = 64
+
+
+class _Trimmed:
+    """The part of a record's schema a kept row holds: the names the analysis can use."""
+
+    __slots__ = ("numeric", "categorical", "num_idx", "cat_idx")
+
+    def __init__(self, schema: Any, limit: int) -> None:
+        names = sorted(set(schema.numeric) | set(schema.categorical))[:limit]
+        keep = set(names)
+        self.num_idx = [i for i, n in enumerate(schema.numeric) if n in keep]
+        self.cat_idx = [i for i, n in enumerate(schema.categorical) if n in keep and n not in schema.numeric]
+        self.numeric = tuple(schema.numeric[i] for i in self.num_idx)
+        self.categorical = tuple(schema.categorical[i] for i in self.cat_idx)
+
+
+def trim(feats: Any, limit: int, cache: dict[Any, _Trimmed]) -> Any:
+    """What a kept row holds of ``feats``: the first ``limit`` feature names in sorted order (the ones
+    :func:`~.analysis._columns` can pick) and categorical values cut to :data:`MAX_KEPT_VALUE`."""
+    schema, nums, cats = feats
+    t = cache.get(schema)
+    if t is None:
+        if len(cache) >= 4096:
+            cache.clear()
+        t = cache[schema] = _Trimmed(schema, limit)
+    return (t, tuple(nums[i] for i in t.num_idx if i < len(nums)),
+            tuple(c[:MAX_KEPT_VALUE] if isinstance(c, str) else c
+                  for c in (cats[i] for i in t.cat_idx if i < len(cats))))
+
+
 class TailComponent:
     """The ``tail`` sidecar component (see the module docstring)."""
 
@@ -68,11 +113,14 @@ class TailComponent:
         self.cfg = config
         self.ctx = ctx
         self._lock = threading.Lock()
-        self._staging = Staging(config.max_staged)
+        self._staging = Staging(config.max_staged, config.max_staged_bytes)
         self._state_lock = threading.Lock()
         self.windows: dict[Key, TailWindow] = {}
         #: request ID -> a record's features waiting for its request
         self._pending: OrderedDict[str, Any] = OrderedDict()
+        #: estimated bytes of ``_pending`` (bounded by max_pending_bytes)
+        self.pending_bytes = 0
+        self._trim_cache: dict[Any, _Trimmed] = {}
         #: request ID -> a kept request waiting for its record's features
         self._awaiting: OrderedDict[str, Row] = OrderedDict()
         self.window_end: float | None = None
@@ -118,6 +166,8 @@ class TailComponent:
             if self.window_end is None:
                 self.window_end = (math.floor(now / W) + 1) * W
             pending, awaiting, limit = self._pending, self._awaiting, self.cfg.max_pending
+            max_bytes = self.cfg.max_pending_bytes
+            nfeat, tcache = self.cfg.max_features, self._trim_cache
             cache: dict[Any, TailWindow | None] = {}
             for ev in batch:
                 try:
@@ -128,19 +178,29 @@ class TailComponent:
                             self.dropped["too_many_models"] += 1
                             continue
                         rid = ev[6]
-                        row = Row(ev[3] * 1e-9, ev[8], pending.pop(rid, None) if rid is not None else None)
-                        if w.add(row) and row.feats is None and rid is not None:
+                        feats = pending.pop(rid, None) if rid is not None else None
+                        if feats is not None:
+                            self.pending_bytes -= feats_bytes(feats)
+                        row = Row(ev[3] * 1e-9, ev[8], feats)
+                        kept = w.add(row)
+                        if kept and feats is not None:
+                            row.feats = trim(feats, nfeat, tcache)
+                        if kept and row.feats is None and rid is not None:
                             awaiting[rid] = row
                             if len(awaiting) > limit:
                                 awaiting.popitem(last=False)
                     elif ev[7] is not None and ev[3] is not None:  # a record with features and a request ID
                         rid = ev[3]
                         if rid in awaiting:
-                            awaiting.pop(rid).feats = ev[7]
+                            awaiting.pop(rid).feats = trim(ev[7], nfeat, tcache)
                             continue
+                        old = pending.pop(rid, None)
+                        if old is not None:
+                            self.pending_bytes -= feats_bytes(old)
                         pending[rid] = ev[7]
-                        if len(pending) > limit:
-                            pending.popitem(last=False)
+                        self.pending_bytes += feats_bytes(ev[7])
+                        while pending and (len(pending) > limit or self.pending_bytes > max_bytes):
+                            self.pending_bytes -= feats_bytes(pending.popitem(last=False)[1])
                             self.dropped["unmatched_record"] += 1
                 except Exception:
                     self.dropped["error"] += 1
@@ -221,6 +281,7 @@ class TailComponent:
             "last_window_end_unix": last_end,
             "staged": staged,
             "pending_records": pending,
+            "pending_bytes": self.pending_bytes,
             "awaiting_records": awaiting,
             "dropped": dict(self.dropped),
             "current_window": current,

@@ -32,6 +32,10 @@ class TailConfig(BaseModel):
         max_features: features per model version taken into the comparison.
         max_pending: records waiting for their request, and kept requests waiting for their record.
         max_staged: events waiting for the component's thread; beyond it events are dropped and counted.
+        max_pending_bytes: estimated bytes of the records waiting for their request (their features); past
+            it the oldest are dropped and counted as ``unmatched_record``.
+        max_staged_bytes: estimated bytes of the staged events (an upper bound from their feature counts);
+            past it events are dropped and counted as ``staging_full``.
         seed: seed of the reservoir sampling, so results are reproducible.
     """
 
@@ -51,4 +55,6 @@ class TailConfig(BaseModel):
     max_features: int = Field(default=32, ge=1, le=256)
     max_pending: int = Field(default=50_000, ge=100)
     max_staged: int = Field(default=200_000, ge=1000)
+    max_pending_bytes: int = Field(default=32 << 20, ge=1 << 16)
+    max_staged_bytes: int = Field(default=64 << 20, ge=1 << 20)
     seed: int = 0

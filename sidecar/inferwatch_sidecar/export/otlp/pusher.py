@@ -22,16 +22,19 @@ used.
 
 from __future__ import annotations
 
+import base64
 import gzip
 import http.client
 import logging
 import math
 import os
+import re
 import socket
 import ssl
 import threading
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from collections.abc import Callable, Iterable, Mapping
 from email.utils import parsedate_to_datetime
@@ -68,6 +71,32 @@ FAILURE_REASONS = (
     "shutdown_timeout",  # no time left for the final flush
     "other",
 )
+
+
+#: A credential in free text: an Authorization-like header or parameter and its value, or a bearer/basic token.
+_CREDENTIAL = re.compile(
+    r"((?:authorization|proxy-authorization|x-api-key|api[-_]?key|token|password|secret)[\"']?\s*[:=]\s*[\"']?"
+    r"(?:(?:bearer|basic)\s+)?|(?:bearer|basic)\s+)[^\s,;\"'&]+",
+    re.IGNORECASE)
+
+
+def split_userinfo(url: str) -> tuple[str, str | None]:
+    """``url`` without ``user:password@``, and the Basic Authorization value it carried (or None).
+
+    urllib cannot send a URL's userinfo (``http.client`` reads ``user:pw@host`` as a host with a bad
+    port), so an endpoint written that way never pushed; the credentials become a header instead.
+    """
+    parts = urllib.parse.urlsplit(url)
+    if parts.username is None and parts.password is None:
+        return url, None
+    host = parts.hostname or ""
+    if ":" in host:
+        host = f"[{host}]"
+    netloc = host + (f":{parts.port}" if parts.port is not None else "")
+    user = urllib.parse.unquote(parts.username or "")
+    pw = urllib.parse.unquote(parts.password or "")
+    token = base64.b64encode(f"{user}:{pw}".encode()).decode()
+    return urllib.parse.urlunsplit(parts._replace(netloc=netloc)), f"Basic {token}"
 
 
 class _PushFailed(Exception):
@@ -142,7 +171,9 @@ class OtlpMetricsPusher:
         clock: Callable[[], float] = time.time,
         monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
-        self.endpoint = check_url(endpoint, "endpoint")
+        endpoint, basic = split_userinfo(check_url(endpoint, "endpoint"))
+        #: The URL pushed to, without any user:password@ (that becomes the Authorization header).
+        self.endpoint = endpoint
         if not (interval_s > 0 and math.isfinite(interval_s)):
             raise OtlpConfigError(f"interval_s={interval_s!r}: must be a positive number of seconds")
         if not (timeout_s > 0 and math.isfinite(timeout_s)):
@@ -152,6 +183,10 @@ class OtlpMetricsPusher:
             raise OtlpConfigError(f"compression={compression!r}: must be 'gzip' or 'none'")
         self._collect = collect
         self.headers = {str(k).strip(): str(v) for k, v in (headers or {}).items()}
+        if basic is not None and not any(k.lower() == "authorization" for k in self.headers):
+            self.headers["Authorization"] = basic
+        #: Strings never shown in last_error, the log or /v1/status: every header value (they hold secrets).
+        self._secrets = sorted({v for v in self.headers.values() if len(v) >= 4}, key=len, reverse=True)
         self.resource = dict(resource)
         self.resource.setdefault("service.name", "unknown_service")
         self.interval_s = float(interval_s)
@@ -391,14 +426,26 @@ class OtlpMetricsPusher:
         rejected = resp.partial_success.rejected_data_points
         if rejected or resp.partial_success.error_message:
             self.rejected_data_points += rejected
-            self.last_error = f"receiver rejected {rejected} data points: {resp.partial_success.error_message}"
+            self.last_error = self.redact(
+                f"receiver rejected {rejected} data points: {resp.partial_success.error_message}")
             self._log(logging.WARNING, "OTLP partial success: %s", self.last_error)
+
+    def redact(self, text: str) -> str:
+        """``text`` without the configured header values or anything shaped like a credential.
+
+        A receiver's error body may echo the request's headers (some gateways do), and
+        ``/v1/status`` is not authenticated.
+        """
+        for v in self._secrets:
+            text = text.replace(v, "<redacted>")
+        return _CREDENTIAL.sub(lambda m: m.group(1) + "<redacted>", text)
 
     def _count_failure(self, reason: str, message: str) -> None:
         if reason not in FAILURE_REASONS:
             reason = "other"
         self.pushes_failed += 1
         self.failures[reason] = self.failures.get(reason, 0) + 1
+        message = self.redact(message)
         self.last_error = message
         first = not self._failing
         self._failing = True

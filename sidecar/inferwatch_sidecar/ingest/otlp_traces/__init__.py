@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from inferwatch_sidecar.ingest.otlp_traces.decode import Limits
 from inferwatch_sidecar.ingest.otlp_traces.mapping import Mapper
 from inferwatch_sidecar.ingest.otlp_traces.receiver import METRICS, TraceReceiver
 from inferwatch_sidecar.ingest.pipeline import Pipeline
@@ -25,5 +26,8 @@ def build(cfg: Any, pipeline: Pipeline) -> TraceReceiver:
         presets=cfg.presets, stages=cfg.stages, features=cfg.features, model_attribute=cfg.model_attribute,
         version_attribute=cfg.version_attribute, service_attribute=cfg.service_attribute,
         join_timeout_s=cfg.join_timeout_s, max_pending_spans=cfg.max_pending_spans,
+        max_pending_bytes=cfg.max_pending_bytes, max_spans_per_trace=cfg.max_spans_per_trace,
     )
-    return TraceReceiver(pipeline, mapper, cfg.max_spans_per_export, cfg.max_decompressed_bytes)
+    limits = Limits(cfg.max_attributes_per_span, cfg.max_events_per_span, cfg.max_attributes_per_event)
+    return TraceReceiver(pipeline, mapper, cfg.max_spans_per_export, cfg.max_decompressed_bytes, limits,
+                         cfg.max_json_containers)

@@ -57,6 +57,28 @@ _ZERO_SPAN = bytes(8)
 MAX_STRING = 255
 #: Elements kept from an array attribute.
 MAX_ARRAY = 16
+#: Longest attribute key kept; an attribute with a longer key is dropped (no convention has one).
+MAX_KEY = 255
+
+
+class Limits:
+    """Per-span caps applied while a body is walked, before anything is stored (``traces.max_*``).
+
+    Attributes:
+        attributes: attributes kept per span (and per resource); the rest are dropped.
+        events: events kept per span.
+        event_attributes: attributes kept per event.
+    """
+
+    __slots__ = ("attributes", "events", "event_attributes")
+
+    def __init__(self, attributes: int = 128, events: int = 128, event_attributes: int = 16) -> None:
+        self.attributes = attributes
+        self.events = events
+        self.event_attributes = event_attributes
+
+
+_DEFAULT_LIMITS = Limits()
 #: Largest integer that converts to a finite double.
 _MAX_DOUBLE_INT = int(sys.float_info.max)
 #: Longest duration taken from an attribute: what fits in the wire format's 64-bit nanoseconds.
@@ -130,12 +152,14 @@ class Span:
 class Decoded:
     """What one body held: usable spans, spans rejected by reason, and the body's encoding."""
 
-    __slots__ = ("spans", "rejected", "encoding")
+    __slots__ = ("spans", "rejected", "encoding", "cut")
 
     def __init__(self, encoding: str) -> None:
         self.spans: list[Span] = []
         self.rejected: dict[str, int] = {}
         self.encoding = encoding
+        #: what the per-span caps dropped: ``attribute``, ``event``, ``key`` -> count.
+        self.cut: dict[str, int] = {"attribute": 0, "event": 0, "key": 0}
 
     def reject(self, reason: str, n: int = 1) -> None:
         self.rejected[reason] = self.rejected.get(reason, 0) + n
@@ -180,22 +204,23 @@ def inflate(body: bytes, content_encoding: str | None, limit: int) -> bytes:
     return out
 
 
-def decode(body: bytes, encoding: str, max_spans: int) -> Decoded:
+def decode(body: bytes, encoding: str, max_spans: int, limits: Limits = _DEFAULT_LIMITS) -> Decoded:
     """Decode an uncompressed ``ExportTraceServiceRequest``.
 
     Args:
         body: the request body, already inflated.
         encoding: :data:`PROTOBUF` or :data:`JSON`.
         max_spans: spans taken from the body; the rest are rejected as ``too_many_spans``.
+        limits: attributes and events kept per span; what they cut is counted in ``Decoded.cut``.
 
     Raises:
         BodyError: the body does not parse as the message (400).
     """
     out = Decoded(encoding)
     if encoding == PROTOBUF:
-        _decode_protobuf(body, max_spans, out)
+        _decode_protobuf(body, max_spans, out, limits)
     else:
-        _decode_json(body, max_spans, out)
+        _decode_json(body, max_spans, out, limits)
     return out
 
 
@@ -218,16 +243,33 @@ def _pb_value(v: Any) -> Any:
     return None  # kvlist and bytes values are not used for metrics
 
 
-def _pb_attrs(kvs: Any) -> dict[str, Any]:
+def _pb_attrs(kvs: Any, limit: int, cut: dict[str, int]) -> dict[str, Any]:
+    n = len(kvs)
+    if n > limit:
+        cut["attribute"] += n - limit
+        kvs = kvs[:limit]
     out = {}
     for kv in kvs:
+        k = kv.key
+        if len(k) > MAX_KEY:
+            cut["key"] += 1
+            continue
         v = _pb_value(kv.value)
         if v is not None:
-            out[kv.key] = v
+            out[k] = v
     return out
 
 
-def _decode_protobuf(body: bytes, max_spans: int, out: Decoded) -> None:
+def _pb_events(evs: Any, lim: Limits, cut: dict[str, int]) -> list[tuple[str, int, dict[str, Any]]]:
+    n = len(evs)
+    if n > lim.events:
+        cut["event"] += n - lim.events
+        evs = evs[:lim.events]
+    ea = lim.event_attributes
+    return [(e.name[:MAX_STRING], e.time_unix_nano, _pb_attrs(e.attributes, ea, cut)) for e in evs]
+
+
+def _decode_protobuf(body: bytes, max_spans: int, out: Decoded, lim: Limits) -> None:
     msg = ExportTraceServiceRequest()
     try:
         msg.ParseFromString(body)
@@ -236,7 +278,8 @@ def _decode_protobuf(body: bytes, max_spans: int, out: Decoded) -> None:
     left = max_spans
     spans = out.spans
     for rs in msg.resource_spans:
-        rattrs = _pb_attrs(rs.resource.attributes)
+        cut = out.cut
+        rattrs = _pb_attrs(rs.resource.attributes, lim.attributes, cut)
         for ss in rs.scope_spans:
             n = len(ss.spans)
             if left <= 0:
@@ -261,9 +304,9 @@ def _decode_protobuf(body: bytes, max_spans: int, out: Decoded) -> None:
                 if not start or end < start:
                     out.reject("bad_time")
                     continue
-                events = [(e.name, e.time_unix_nano, _pb_attrs(e.attributes)) for e in s.events]
                 spans.append(Span(trace, sid, parent, s.name[:MAX_STRING], s.kind, start, end,
-                                  _pb_attrs(s.attributes), events, s.status.code, res))
+                                  _pb_attrs(s.attributes, lim.attributes, cut), _pb_events(s.events, lim, cut),
+                                  s.status.code, res))
             if n > left:
                 out.reject("too_many_spans", n - left)
             left -= n
@@ -373,22 +416,29 @@ def _json_value(v: Any) -> Any:
     return None
 
 
-def _json_attrs(kvs: Any) -> dict[str, Any]:
+def _json_attrs(kvs: Any, limit: int, cut: dict[str, int]) -> dict[str, Any]:
     if kvs is None:
         return {}
     if not isinstance(kvs, list):
         raise SpanError("bad_attribute")
+    if len(kvs) > limit:
+        cut["attribute"] += len(kvs) - limit
+        kvs = kvs[:limit]
     out = {}
     for kv in kvs:
         if not isinstance(kv, dict) or not isinstance(kv.get("key"), str):
             raise SpanError("bad_attribute")
+        k = kv["key"]
+        if len(k) > MAX_KEY:
+            cut["key"] += 1
+            continue
         v = _json_value(kv.get("value"))
         if v is not None:
-            out[kv["key"]] = v
+            out[k] = v
     return out
 
 
-def _json_span(s: Any, res: Resource) -> Span:
+def _json_span(s: Any, res: Resource, lim: Limits, cut: dict[str, int]) -> Span:
     if not isinstance(s, dict):
         raise SpanError("bad_span")
     trace = _hex_id(_get(s, "traceId", "trace_id"), 16, "bad_trace_id", True)
@@ -408,17 +458,21 @@ def _json_span(s: Any, res: Resource) -> Span:
     evs = s.get("events") or []
     if not isinstance(evs, list):
         raise SpanError("bad_span")
+    if len(evs) > lim.events:
+        cut["event"] += len(evs) - lim.events
+        evs = evs[:lim.events]
     for e in evs:
         if not isinstance(e, dict):
             raise SpanError("bad_span")
         en = e.get("name", "")
-        events.append((en if isinstance(en, str) else "", _time(_get(e, "timeUnixNano", "time_unix_nano")),
-                       _json_attrs(e.get("attributes"))))
-    return Span(trace, sid, parent, name[:MAX_STRING], kind, start, end, _json_attrs(s.get("attributes")), events,
-                code, res)
+        events.append((en[:MAX_STRING] if isinstance(en, str) else "",
+                       _time(_get(e, "timeUnixNano", "time_unix_nano")),
+                       _json_attrs(e.get("attributes"), lim.event_attributes, cut)))
+    return Span(trace, sid, parent, name[:MAX_STRING], kind, start, end,
+                _json_attrs(s.get("attributes"), lim.attributes, cut), events, code, res)
 
 
-def _decode_json(body: bytes, max_spans: int, out: Decoded) -> None:
+def _decode_json(body: bytes, max_spans: int, out: Decoded, lim: Limits) -> None:
     try:
         doc = json.loads(body)
     except (ValueError, UnicodeDecodeError) as e:
@@ -436,7 +490,8 @@ def _decode_json(body: bytes, max_spans: int, out: Decoded) -> None:
             raise BodyError(400, "bad_json", "each resourceSpans entry must be an object")
         resource = rs.get("resource") or {}
         try:
-            rattrs: dict[str, Any] | None = _json_attrs(resource.get("attributes") if isinstance(resource, dict) else None)
+            rattrs: dict[str, Any] | None = _json_attrs(
+                resource.get("attributes") if isinstance(resource, dict) else None, lim.attributes, out.cut)
         except BadText:
             rattrs = None
         except SpanError:
@@ -462,7 +517,7 @@ def _decode_json(body: bytes, max_spans: int, out: Decoded) -> None:
             res = Resource(rattrs, sname if isinstance(sname, str) else "")
             for s in spans[:left]:
                 try:
-                    out.spans.append(_json_span(s, res))
+                    out.spans.append(_json_span(s, res, lim, out.cut))
                 except SpanError as e:
                     out.reject(e.args[0])
             if len(spans) > left:

@@ -16,10 +16,19 @@ with their request span, possibly in an earlier export batch. So:
 
 - a request span is mapped at the end of the batch that brings it, with the
   stage spans already seen below it (the nearest request span above a stage
-  span takes it; the walk goes through every span of the trace seen so far);
+  span takes it). The join is incremental: each trace keeps a child index
+  (parent span ID -> child span IDs), a request span walks down its own
+  subtree (at most 64 levels, stopping at other request spans), and a new
+  stage span walks up at most 64 parents; no batch re-walks the spans that
+  were already waiting;
 - a stage span with no request span above it yet waits in a buffer keyed by
-  trace ID, at most ``join_timeout_s`` from the trace's first span and at
-  most ``max_pending_spans`` spans in all;
+  trace ID, at most ``join_timeout_s`` from the trace's first span. A waiting
+  span keeps only what the join needs (name, IDs, times, the GenAI operation
+  name and Triton's four compute events), and the buffer is bounded three
+  ways: ``max_pending_spans`` stage spans and ``max_pending_bytes`` estimated
+  bytes in all (the oldest traces are evicted), and ``max_spans_per_trace``
+  spans remembered per trace (further stage spans of that trace are counted
+  ``trace_full``, further links are not remembered);
 - a stage span that arrives after its request was mapped is counted
   ``late``; one whose request never comes is counted ``orphan`` when its
   trace times out, or ``evicted`` when the buffer is full; a request span
@@ -38,7 +47,7 @@ from typing import Any
 
 from inferwatch.wire import EV_RECORD, EV_REQUEST, KIND_NUMERIC, MAX_FEATURES, classify
 from inferwatch_sidecar.ingest.http_json import SchemaCache
-from inferwatch_sidecar.ingest.otlp_traces.decode import MAX_STRING, Span
+from inferwatch_sidecar.ingest.otlp_traces.decode import MAX_STRING, Resource, Span
 from inferwatch_sidecar.ingest.otlp_traces.presets import PRESETS, REQUEST, STAGE, Preset
 
 ACCEPTED = "accepted"
@@ -50,28 +59,64 @@ OUTCOMES: tuple[tuple[str, str], ...] = (
     (REJECTED, "bad_trace_id"), (REJECTED, "bad_span_id"), (REJECTED, "bad_time"), (REJECTED, "bad_span"),
     (REJECTED, "bad_attribute"), (REJECTED, "too_many_spans"),
     (DROPPED, "late"), (DROPPED, "orphan"), (DROPPED, "evicted"), (DROPPED, "duplicate"),
+    (DROPPED, "trace_full"),
 )
 #: Deepest parent chain walked from a stage span to its request span.
 _MAX_DEPTH = 64
-#: Span IDs remembered per trace for the parent walk; a trace with more still maps, its extra spans unlinked.
-_MAX_TRACE_SPANS = 10000
 #: Distinct (service, model, version) tuples interned; past it the cache starts over.
 _CTX_LIMIT = 4096
+#: Estimated bytes of one span remembered as a link (two 8-byte IDs as bytes objects, a dict slot, a list slot).
+LINK_BYTES = 200
+#: Estimated bytes of one waiting stage span besides its strings (the slim Span, its attrs dict and event list).
+PENDING_BYTES = 500
+#: Estimated bytes of one (name, time, attrs) event kept on a waiting span.
+EVENT_BYTES = 150
+#: The span events a waiting stage span keeps: those Triton's preset turns into stages.
+_JOIN_EVENTS = frozenset(("COMPUTE_START", "COMPUTE_INPUT_END", "COMPUTE_OUTPUT_START", "COMPUTE_END"))
+#: The attribute a waiting stage span keeps: the generic preset's stage name.
+_JOIN_ATTR = "gen_ai.operation.name"
+_NO_RES = Resource({}, "")
+
+
+def slim(span: Span) -> tuple[Span, int]:
+    """What the join keeps of a waiting stage span, and its estimated bytes.
+
+    A stage span gives its request a name, a duration and (Triton's compute span)
+    four event times; its other attributes and events are never read again, so a
+    span with a megabyte of attributes waits as a few hundred bytes.
+    """
+    op = span.attrs.get(_JOIN_ATTR)
+    attrs = {_JOIN_ATTR: op} if isinstance(op, str) else {}
+    events = []
+    seen = set()
+    for n, t, _ in span.events:
+        if n in _JOIN_EVENTS and n not in seen:
+            seen.add(n)
+            events.append((n, t, {}))
+            if len(seen) == len(_JOIN_EVENTS):
+                break
+    nbytes = PENDING_BYTES + len(span.name) + (len(op) if isinstance(op, str) else 0) + EVENT_BYTES * len(events)
+    return Span(span.trace, span.sid, span.parent, span.name, span.kind, span.start, span.end, attrs, events,
+                span.status, _NO_RES), nbytes
 
 
 class TraceEntry:
     """What the join remembers about one trace while it may still get spans."""
 
-    __slots__ = ("deadline", "parents", "pending", "done")
+    __slots__ = ("deadline", "parents", "kids", "pending", "done", "nbytes")
 
     def __init__(self, deadline: float) -> None:
         self.deadline = deadline
-        #: span ID -> parent span ID, for every span of the trace seen so far.
+        #: span ID -> parent span ID, for the spans of the trace seen so far (at most max_spans_per_trace).
         self.parents: dict[bytes, bytes] = {}
-        #: stage spans still waiting for a request span above them.
-        self.pending: list[Span] = []
+        #: parent span ID -> IDs of its children seen so far: the index a request span walks down.
+        self.kids: dict[bytes, list[bytes]] = {}
+        #: span ID -> (arrival number, slim span, bytes) of the stage spans still waiting for a request span.
+        self.pending: dict[bytes, tuple[int, Span, int]] = {}
         #: IDs of the request spans already mapped.
         self.done: set[bytes] = set()
+        #: estimated bytes this entry holds (links, waiting spans, mapped IDs).
+        self.nbytes = 0
 
 
 class Mapper:
@@ -86,6 +131,8 @@ class Mapper:
         service_attribute: span or resource attribute for the service label.
         join_timeout_s: how long a trace's stage spans wait for their request span.
         max_pending_spans: most stage spans waiting at once, over all traces.
+        max_pending_bytes: most estimated bytes the join buffer holds, over all traces.
+        max_spans_per_trace: spans remembered per trace (links and waiting stage spans).
         clock: monotonic seconds.
     """
 
@@ -99,6 +146,8 @@ class Mapper:
         service_attribute: str = "service.name",
         join_timeout_s: float = 5.0,
         max_pending_spans: int = 20000,
+        max_pending_bytes: int = 32 << 20,
+        max_spans_per_trace: int = 2048,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.presets: list[Preset] = [PRESETS[p] for p in presets]
@@ -109,6 +158,11 @@ class Mapper:
         self.service_attribute = service_attribute
         self.join_timeout_s = join_timeout_s
         self.max_pending_spans = max_pending_spans
+        self.max_pending_bytes = max_pending_bytes
+        self.max_spans_per_trace = max_spans_per_trace
+        #: estimated bytes held by every trace entry together.
+        self.nbytes = 0
+        self._seq = 0
         self.clock = clock
         self.traces: OrderedDict[bytes, TraceEntry] = OrderedDict()
         self.pending = 0
@@ -126,26 +180,42 @@ class Mapper:
         """Map one export batch; returns the event tuples for the pipeline."""
         now = self.clock()
         self.expire(now)
-        touched: dict[bytes, list[tuple[Span, Preset]]] = {}
+        roles: list[tuple[Span, Preset, int]] = []
+        batch: dict[bytes, set[bytes]] = {}  # trace -> IDs of this batch's request spans
         for span in spans:
             preset = self._preset(span)
             role = preset.role(span)
             if role != REQUEST and span.name in self.user_stages:
                 role = STAGE
+            roles.append((span, preset, role))
+            if role == REQUEST:
+                batch.setdefault(span.trace, set()).add(span.sid)
+        touched: dict[bytes, list[tuple[Span, Preset]]] = {}
+        cap = self.max_spans_per_trace
+        for span, preset, role in roles:
             entry = self.traces.get(span.trace)
             if entry is None:
                 entry = self.traces[span.trace] = TraceEntry(now + self.join_timeout_s)
-            if len(entry.parents) < _MAX_TRACE_SPANS:
-                entry.parents[span.sid] = span.parent
+            if role == REQUEST and span.sid in entry.done:
+                self.count(DROPPED, "duplicate")
+                continue
+            linked = self._link(entry, span, cap)
             if role == REQUEST:
-                if span.sid in entry.done:
-                    self.count(DROPPED, "duplicate")
-                    continue
                 touched.setdefault(span.trace, []).append((span, preset))
             elif role == STAGE:
-                entry.pending.append(span)
-                self.pending += 1
-                touched.setdefault(span.trace, [])
+                if not linked or len(entry.pending) >= cap:
+                    self.count(DROPPED, "trace_full")
+                elif span.sid in entry.pending:
+                    self.count(DROPPED, "duplicate")
+                elif self._above_is_done(entry, span.parent, batch.get(span.trace, ())):
+                    self.count(DROPPED, "late")
+                else:
+                    kept, nbytes = slim(span)
+                    self._seq += 1
+                    entry.pending[span.sid] = (self._seq, kept, nbytes)
+                    entry.nbytes += nbytes
+                    self.nbytes += nbytes
+                    self.pending += 1
             else:
                 self.count(ACCEPTED, "unused")
         out: list[tuple[Any, ...]] = []
@@ -155,49 +225,93 @@ class Mapper:
         self._bound()
         return out
 
+    def _link(self, entry: TraceEntry, span: Span, cap: int) -> bool:
+        """Remember ``span`` in its trace's parent and child indexes; False when the trace is full."""
+        sid = span.sid
+        if sid in entry.parents:
+            old = entry.parents[sid]
+            if old == span.parent:
+                return True
+            sibs = entry.kids.get(old)
+            if sibs is not None and sid in sibs:
+                sibs.remove(sid)
+        elif len(entry.parents) >= cap:
+            return False
+        else:
+            entry.nbytes += LINK_BYTES
+            self.nbytes += LINK_BYTES
+        entry.parents[sid] = span.parent
+        if span.parent:
+            entry.kids.setdefault(span.parent, []).append(sid)
+        return True
+
     def _preset(self, span: Span) -> Preset:
         for p in self.presets:
             if p.claims(span):
                 return p
         return self.presets[-1]
 
-    def _join(self, entry: TraceEntry, requests: list[tuple[Span, Preset]], out: list[tuple[Any, ...]]) -> None:
-        ids = {s.sid: i for i, (s, _) in enumerate(requests)}
-        children: list[list[Span]] = [[] for _ in requests]
-        keep = []
-        for st in entry.pending:
-            where = self._owner(entry, st, ids)
-            if where is None:
-                keep.append(st)
-            elif where < 0:
-                self.count(DROPPED, "late")
-            else:
-                children[where].append(st)
-                self.count(ACCEPTED, "stage")
-        self.pending -= len(entry.pending) - len(keep)
-        entry.pending = keep
-        for (span, preset), kids in zip(requests, children, strict=True):
-            self._emit(span, preset, kids, out)
-            entry.done.add(span.sid)
-            self.count(ACCEPTED, "request")
-
-    def _owner(self, entry: TraceEntry, st: Span, ids: dict[bytes, int]) -> int | None:
-        """Index of the nearest request span above ``st`` in this batch, -1 if it was mapped earlier, else None."""
-        p = st.parent
+    @staticmethod
+    def _above_is_done(entry: TraceEntry, p: bytes, batch: Any) -> bool:
+        """True when the nearest request span above parent ``p`` was mapped in an earlier batch."""
         parents = entry.parents
+        done = entry.done
         for _ in range(_MAX_DEPTH):
-            if not p:
-                return None
-            i = ids.get(p)
-            if i is not None:
-                return i
-            if p in entry.done:
-                return -1
+            if not p or p in batch:
+                return False
+            if p in done:
+                return True
             nxt = parents.get(p)
             if nxt is None:
-                return None
+                return False
             p = nxt
-        return None
+        return False
+
+    def _collect(self, entry: TraceEntry, root: bytes, batch: set[bytes]) -> list[Span]:
+        """The waiting stage spans whose nearest request span above is ``root``, in arrival order.
+
+        Walks down the child index from ``root``, at most ``_MAX_DEPTH`` levels and
+        each span once, not into other request spans (mapped or in this batch).
+        """
+        kids = entry.kids
+        pending = entry.pending
+        done = entry.done
+        found: list[tuple[int, Span, int]] = []
+        seen = {root}
+        level = [root]
+        for _ in range(_MAX_DEPTH):
+            nxt: list[bytes] = []
+            for p in level:
+                for c in kids.get(p, ()):
+                    if c in seen or c in done or c in batch:
+                        continue
+                    seen.add(c)
+                    w = pending.pop(c, None)
+                    if w is not None:
+                        found.append(w)
+                    nxt.append(c)
+            if not nxt:
+                break
+            level = nxt
+        if found:
+            freed = sum(w[2] for w in found)
+            entry.nbytes -= freed
+            self.nbytes -= freed
+            self.pending -= len(found)
+            found.sort(key=lambda w: w[0])
+        return [w[1] for w in found]
+
+    def _join(self, entry: TraceEntry, requests: list[tuple[Span, Preset]], out: list[tuple[Any, ...]]) -> None:
+        batch = {s.sid for s, _ in requests}
+        for span, preset in requests:
+            kids = self._collect(entry, span.sid, batch)
+            self.count(ACCEPTED, "stage", len(kids))
+            self._emit(span, preset, kids, out)
+            if span.sid not in entry.done:
+                entry.done.add(span.sid)
+                entry.nbytes += LINK_BYTES
+                self.nbytes += LINK_BYTES
+            self.count(ACCEPTED, "request")
 
     # -- events ----------------------------------------------------------------
 
@@ -273,21 +387,25 @@ class Mapper:
                 break
             del traces[trace]
             self._drop(entry, "orphan")
+            self.nbytes -= entry.nbytes
 
     def _bound(self) -> None:
         traces = self.traces
-        while traces and (self.pending > self.max_pending_spans or len(traces) > 4 * self.max_pending_spans):
+        while traces and (self.pending > self.max_pending_spans or len(traces) > 4 * self.max_pending_spans
+                          or self.nbytes > self.max_pending_bytes):
             _, entry = traces.popitem(last=False)
             self._drop(entry, "evicted")
+            self.nbytes -= entry.nbytes
 
     def _drop(self, entry: TraceEntry, reason: str) -> None:
         if entry.pending:
             self.count(DROPPED, reason, len(entry.pending))
             self.pending -= len(entry.pending)
-            entry.pending = []
+            entry.pending = {}
 
     def flush(self) -> None:
         """Give up on every waiting stage span (shutdown): each is counted ``orphan``."""
         while self.traces:
             _, entry = self.traces.popitem(last=False)
             self._drop(entry, "orphan")
+            self.nbytes -= entry.nbytes

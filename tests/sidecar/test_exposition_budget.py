@@ -1,0 +1,79 @@
+"""Issue 28: the whole exposition has a series budget at collection, and the scrape goes first."""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.core import GaugeMetricFamily, HistogramMetricFamily
+
+from inferwatch_sidecar.config import load_config
+from inferwatch_sidecar.daemon import Sidecar
+from inferwatch_sidecar.export.budget import ExpositionBudget
+from inferwatch_sidecar.export.priority import ScrapePriority
+from tests.sidecar.conftest import parse_metrics, sample
+
+
+class Wide:
+    """Families whose size the traffic decides (as drift's per-bin families do)."""
+
+    def __init__(self, gauges: int, hists: int) -> None:
+        self.gauges, self.hists = gauges, hists
+
+    def collect(self) -> Any:
+        g = GaugeMetricFamily("wide_bins", "bins", labels=["feature", "bin"])
+        for i in range(self.gauges):
+            g.add_metric([f"f{i // 20}", str(i % 20)], i)
+        yield g
+        h = HistogramMetricFamily("wide_seconds", "h", labels=["feature"])
+        for i in range(self.hists):
+            h.add_metric([f"f{i}"], [("0.1", 1), ("1", 2), ("+Inf", 3)], 1.5)
+        yield h
+
+
+def test_families_are_cut_at_whole_label_sets_and_counted() -> None:
+    reg = CollectorRegistry()
+    reg.register(Wide(30_000, 4000))  # type: ignore[arg-type]
+    view = ExpositionBudget(reg, max_series=12_000, max_family_series=5000)
+    text = generate_latest(view).decode()  # type: ignore[arg-type]
+    lines = [ln for ln in text.splitlines() if not ln.startswith("#")]
+    bins = [ln for ln in lines if ln.startswith("wide_bins")]
+    assert len(bins) == 5000
+    hist = [ln for ln in lines if ln.startswith("wide_seconds")]
+    # 4000 histograms of 5 samples (3 buckets, sum, count): 1000 fit in the family budget, each whole.
+    assert len(hist) == 5000 and len(lines) <= 12_000
+    m = parse_metrics(text)
+    for i in range(1000):
+        assert sample(m, "wide_seconds_count", feature=f"f{i}") == 3
+    assert view.overflow.overflowed == 2 and view.last_dropped == 30_000 - 5000 + 20_000 - 5000
+    # Families that fit pass through untouched.
+    small = CollectorRegistry()
+    small.register(Wide(100, 10))  # type: ignore[arg-type]
+    v2 = ExpositionBudget(small, 12_000, 5000)
+    assert generate_latest(v2) == generate_latest(small) and v2.overflow.overflowed == 0  # type: ignore[arg-type]
+
+
+def test_the_sidecar_scrape_goes_through_the_budget_and_counts_it() -> None:
+    s = Sidecar(load_config(environ={}, overrides={"gpu": {"enabled": False}, "drift": {"enabled": False},
+                                                  "labels": {"max_family_series": 500}}))
+    s.registry.register(Wide(3000, 0))  # type: ignore[arg-type]
+    body, _ = s._scrape("")
+    assert sum(1 for ln in body.decode().splitlines() if ln.startswith("wide_bins")) == 500
+    m = parse_metrics(generate_latest(s.exposition).decode())  # type: ignore[arg-type]
+    assert sample(m, "inferwatch_label_overflow_total", label="exposition") >= 1
+
+
+def test_pause_waits_for_the_scrape_and_only_then() -> None:
+    p = ScrapePriority()
+    p.pause(5)  # no scrape: returns at once
+    done = threading.Event()
+    with p:
+        t = threading.Thread(target=lambda: (p.pause(5), done.set()))
+        t.start()
+        assert not done.wait(0.1)  # held while the scrape renders
+    assert done.wait(5)
+    t.join()
+    with p:
+        p.pause(0.01)  # bounded: a stream of scrapes cannot stop ingest
+    assert p.paused_s > 0.1
