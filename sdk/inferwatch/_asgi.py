@@ -473,8 +473,9 @@ class InferwatchMiddleware:
         if type(route) is not str:
             route = None
         t1 = rt.clock()
+        excluded = route is not None and route in self.excluded
         if req.open:
-            if route is not None and route in self.excluded:
+            if excluded:
                 req.open = False
                 try:
                     _req_reset(req._token)
@@ -484,7 +485,7 @@ class InferwatchMiddleware:
                 req._close(rt, t1, outcome, req.status_error if outcome == OUTCOME_ERROR else None)
         gone = req.gone
         _push(rt, (EV_HTTP, req.ctx, t1 + rt.offset, route, req._status, outcome, resend,
-                   gone - req.t0 if gone > req.t0 else 0, client))
+                   gone - req.t0 if gone > req.t0 else 0, excluded, client))
 
     async def _excluded(self, rt: Any, scope: Scope, receive: Receive, send: Send) -> None:
         """Run a request to an excluded path: only its HTTP event is sent (route = the path)."""
@@ -499,7 +500,7 @@ class InferwatchMiddleware:
     @staticmethod
     def _probe_event(rt: Any, scope: Scope, status: int, outcome: int) -> None:
         try:
-            _push(rt, (EV_HTTP, rt.ctx, rt.clock() + rt.offset, scope.get("path"), status, outcome, 0, 0, None))
+            _push(rt, (EV_HTTP, rt.ctx, rt.clock() + rt.offset, scope.get("path"), status, outcome, 0, 0, True, None))
         except Exception:
             rt.internal_errors += 1
 

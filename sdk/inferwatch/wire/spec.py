@@ -271,13 +271,15 @@ RECORD_TYPES: dict[int, RecordType] = {
         ),
         # One HTTP request as the ASGI middleware saw it: its route template (bounded by the app's
         # routes), status (0 = no response started), outcome, the resend count its headers stated,
-        # how long a client that left had waited (0 = it did not leave), and the ID the client sent
+        # how long a client that left had waited (0 = it did not leave), whether its path is left out of
+        # the request metrics (a probe, the docs), and the ID the client sent
         # (None when the ID was generated: only a client's ID can repeat on a retry).
         _record_type(
             EV_HTTP, "HTTP",
             [("ctx", CTX), ("end_unix_ns", I64), ("route", STR), ("status", U32), ("outcome", OUTCOME),
-             ("resend_count", U32), ("client_wait_ns", U64), ("request_id", RID)],
-            ("ctx", "end_unix_ns", "route", "status", "outcome", "resend_count", "client_wait_ns", "request_id"),
+             ("resend_count", U32), ("client_wait_ns", U64), ("excluded", BOOL), ("request_id", RID)],
+            ("ctx", "end_unix_ns", "route", "status", "outcome", "resend_count", "client_wait_ns", "excluded",
+             "request_id"),
         ),
     )
 }

@@ -34,6 +34,7 @@ from inferwatch.wire import (
     EV_BATCH,
     EV_DROPS,
     EV_HELLO,
+    EV_HTTP,
     EV_QUEUE,
     EV_RECORD,
     EV_REQUEST,
@@ -42,6 +43,7 @@ from inferwatch.wire import (
 )
 from inferwatch_sidecar import __version__
 from inferwatch_sidecar.aggregate.labels import OVERFLOW, LabelLimiter
+from inferwatch_sidecar.aggregate.overload import Overload
 from inferwatch_sidecar.components.base import ComponentContext
 from inferwatch_sidecar.metrics import families
 from inferwatch_sidecar.metrics.core import (
@@ -65,6 +67,7 @@ from inferwatch_sidecar.metrics.core import (
     UNDELIVERED_TOKENS_TOTAL,
 )
 from inferwatch_sidecar.metrics.entry import Metric
+from inferwatch_sidecar.metrics.overload import METRICS as OVERLOAD_METRICS
 
 #: The histograms :meth:`Aggregator.collect` exports, in the order it yields them.
 _HISTOGRAMS = (
@@ -76,7 +79,7 @@ METRICS: tuple[Metric, ...] = (
     REQUESTS_TOTAL, REQUEST_ERRORS_TOTAL, GENERATED_TOKENS_TOTAL, CANCELLED_STREAMS_TOTAL, UNDELIVERED_TOKENS_TOTAL,
     RECORDS_TOTAL, LABELS_RECEIVED_TOTAL, QUEUE_DEPTH,
     *_HISTOGRAMS,
-    SDK_DROPPED_EVENTS_TOTAL, SIDECAR,
+    SDK_DROPPED_EVENTS_TOTAL, SIDECAR, *OVERLOAD_METRICS,
 )
 
 #: Raw-label caches are cleared when they reach this size, so hostile label
@@ -218,7 +221,7 @@ class Bundle:
 
     def __init__(self, lab: tuple[str, str, str], n_latency: int) -> None:
         self.lab = lab
-        self.requests = [0, 0, 0]  # by outcome code
+        self.requests = [0] * len(OUTCOMES)  # by outcome code
         self.errors: dict[str, int] = {}
         self.e2e = Histogram(n_latency)
         self.stages: dict[str, StageSeries] = {}  # capped stage name -> series
@@ -282,6 +285,8 @@ class Aggregator:
         self._lim_version = ctx.limiter("model_version")
         self._lim_stage = ctx.limiter("stage")
         self._lim_error = ctx.limiter("error_type")
+        #: HTTP events: routes, status outcomes, retries and give-ups (aggregate/overload.py).
+        self.overload = Overload(lambda c: self.bundle(c).lab, ctx.limiter("route"))
 
     def alert_bound_problems(self) -> list[str]:
         """One sentence per generated alert that counts a bucket bound the configured buckets leave out.
@@ -477,6 +482,8 @@ class Aggregator:
                 bq.depth = float(ev[2])
             elif t == EV_DROPS:
                 self.add_sdk_drops(ev[1] if producer is None else producer.plausible_drops(ev[1]))
+            elif t == EV_HTTP:
+                self.overload.process(ev)
             elif t == EV_HELLO and producer is not None:
                 producer.hello = {"sdk_version": ev[1], "language": ev[2], "hostname": ev[3], "start_unix_ns": ev[4]}
 
@@ -622,6 +629,9 @@ class Aggregator:
         info = families.info(SIDECAR)
         info.add_metric([], {"version": __version__, "python": sys.version.split()[0]})
         yield info
+        with self.lock:
+            overload = list(self.overload.collect())
+        yield from overload
 
 
 def _add_hist(fam: HistogramMetricFamily, labels: list[str], snap: Any, les: list[str]) -> None:

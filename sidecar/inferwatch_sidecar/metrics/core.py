@@ -50,7 +50,7 @@ _CTX = ("service", "model", "model_version")
 # -- requests ------------------------------------------------------------
 REQUESTS_TOTAL = Metric(
     name="inferwatch_requests_total", type="counter", labels=(*_CTX, "outcome"), component="core",
-    help="Requests finished, by outcome (ok, error, cancelled).",
+    help="Requests finished, by outcome (ok, error, cancelled, client_error for a 4xx, shed for a 429 or 503).",
 )
 REQUEST_ERRORS_TOTAL = Metric(
     name="inferwatch_request_errors_total", type="counter", labels=(*_CTX, "error_type"), component="core",
