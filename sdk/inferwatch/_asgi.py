@@ -20,10 +20,10 @@ from inferwatch._core import _NO_STAGE, _inflight, _push, _req_reset, _req_set, 
 from inferwatch.wire import (
     EV_HTTP,
     OUTCOME_CANCELLED,
-    OUTCOME_CLIENT_ERROR,
     OUTCOME_ERROR,
     OUTCOME_OK,
-    OUTCOME_SHED,
+    SHED_STATUSES,
+    outcome_of_status,
 )
 
 Scope = MutableMapping[str, Any]
@@ -62,21 +62,9 @@ DEFAULT_EXCLUDED_PATHS: frozenset[str] = frozenset((
     "/health", "/healthz", "/livez", "/readyz", "/ready", "/ping", "/metrics", "/docs", "/docs/oauth2-redirect",
     "/redoc", "/openapi.json", "/favicon.ico",
 ))
-#: Status codes a server returns when it sheds load.
-SHED_STATUSES = frozenset((429, 503))
 #: Exceptions that mean the client went away, by class name (Starlette's, uvicorn's), so that
 #: neither needs importing.
 _DISCONNECT_ERRORS = frozenset(("ClientDisconnect", "ClientDisconnected"))
-
-
-def outcome_of_status(status: int) -> int:
-    """The outcome code of a response status: ok below 400, shed for 429 and 503, client_error for
-    another 4xx, error for another 5xx."""
-    if status < 400:
-        return OUTCOME_OK
-    if status in SHED_STATUSES:
-        return OUTCOME_SHED
-    return OUTCOME_CLIENT_ERROR if status < 500 else OUTCOME_ERROR
 
 
 def scan_headers(headers: Any) -> tuple[str, bytes | None, str | None, int]:

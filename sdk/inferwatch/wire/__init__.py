@@ -69,6 +69,7 @@ from inferwatch.wire.spec import (
     OUTCOME_SHED,
     OUTCOMES,
     RECORD_TYPES,
+    SHED_STATUSES,
     STAGE_CANCELLED,
     STAGE_FIELDS,
     STREAM_FIELDS,
@@ -83,6 +84,7 @@ from inferwatch.wire.spec import (
     Schema,
     WireError,
     classify,
+    outcome_of_status,
 )
 
 __all__ = [
@@ -124,6 +126,8 @@ __all__ = [
     "DROP_REASONS",
     "DROP_CODES",
     "classify",
+    "outcome_of_status",
+    "SHED_STATUSES",
     # the field table
     "RECORD_TYPES",
     "STAGE_CANCELLED",

@@ -352,6 +352,20 @@ DROP_STRUCT = struct.Struct("<BQ")
 
 # -- value rules -----------------------------------------------------------------------
 
+#: Status codes a server returns when it sheds load.
+SHED_STATUSES = frozenset((429, 503))
+
+
+def outcome_of_status(status: int) -> int:
+    """The outcome code of an HTTP response status: ok below 400, shed for 429 and 503,
+    client_error for another 4xx, error for another 5xx."""
+    if status < 400:
+        return OUTCOME_OK
+    if status in SHED_STATUSES:
+        return OUTCOME_SHED
+    return OUTCOME_CLIENT_ERROR if status < 500 else OUTCOME_ERROR
+
+
 def classify(value: Any) -> tuple[int, Any] | None:
     """Classify one feature value for the wire.
 

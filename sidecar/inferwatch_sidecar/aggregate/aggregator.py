@@ -43,7 +43,7 @@ from inferwatch.wire import (
 )
 from inferwatch_sidecar import __version__
 from inferwatch_sidecar.aggregate.labels import OVERFLOW, LabelLimiter
-from inferwatch_sidecar.aggregate.overload import Overload
+from inferwatch_sidecar.aggregate.overload import OVERLOAD_METRICS, Overload
 from inferwatch_sidecar.components.base import ComponentContext
 from inferwatch_sidecar.metrics import families
 from inferwatch_sidecar.metrics.core import (
@@ -67,7 +67,6 @@ from inferwatch_sidecar.metrics.core import (
     UNDELIVERED_TOKENS_TOTAL,
 )
 from inferwatch_sidecar.metrics.entry import Metric
-from inferwatch_sidecar.metrics.overload import METRICS as OVERLOAD_METRICS
 
 #: The histograms :meth:`Aggregator.collect` exports, in the order it yields them.
 _HISTOGRAMS = (

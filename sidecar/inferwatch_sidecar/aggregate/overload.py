@@ -15,7 +15,6 @@ slot since the first attempt: about ``rate * delay / slots`` (1000 requests/s re
 
 from __future__ import annotations
 
-import time
 from array import array
 from bisect import bisect_left
 from collections.abc import Callable, Iterator
@@ -26,13 +25,19 @@ from prometheus_client.metrics_core import Metric as PromMetric
 from inferwatch.wire import OUTCOME_CANCELLED, OUTCOMES
 from inferwatch_sidecar.aggregate.labels import LabelLimiter
 from inferwatch_sidecar.metrics import families
-from inferwatch_sidecar.metrics.overload import (
+from inferwatch_sidecar.metrics.core import (
     CLIENT_GIVEUP_WAIT_SECONDS,
     CLIENT_GIVEUPS_TOTAL,
     HTTP_REQUESTS_TOTAL,
     LOAD_AMPLIFICATION_RATIO,
     REQUEST_ATTEMPTS_TOTAL,
     REQUEST_RETRIES_TOTAL,
+)
+
+#: The catalog entries :meth:`Overload.collect` exports, in order.
+OVERLOAD_METRICS = (
+    HTTP_REQUESTS_TOTAL, REQUEST_ATTEMPTS_TOTAL, REQUEST_RETRIES_TOTAL, LOAD_AMPLIFICATION_RATIO,
+    CLIENT_GIVEUPS_TOTAL, CLIENT_GIVEUP_WAIT_SECONDS,
 )
 
 #: Default slots of the retry window (a power of two): 2 MiB.
@@ -109,20 +114,20 @@ class Overload:
         route_limiter: caps the route label.
         slots, window_s: the retry window's size (see :class:`SeenIds`).
         bounds: bucket bounds of the give-up wait histogram.
-        clock: wall clock (s) for the amplification window at scrape time.
     """
 
     def __init__(
         self, bundle_label: Callable[[Any], tuple[str, str, str]], route_limiter: LabelLimiter,
         slots: int = DEFAULT_SLOTS, window_s: int = DEFAULT_WINDOW_S,
         bounds: tuple[float, ...] = CLIENT_GIVEUP_WAIT_SECONDS.buckets or (),
-        clock: Callable[[], float] = time.time,
     ) -> None:
         self.label = bundle_label
         self.routes = route_limiter
         self.seen = SeenIds(slots, window_s)
         self.bounds = bounds
-        self.clock = clock
+        #: The latest HTTP event's end (whole seconds): the amplification window ends there, so it
+        #: follows the events' own clock (a replay, a late OTLP batch) rather than the scrape's.
+        self.latest_s = 0
         self.series: dict[tuple[str, str, str], HttpSeries] = {}
         self._cache: dict[Any, HttpSeries] = {}
 
@@ -147,6 +152,8 @@ class Overload:
             return
         s.attempts += 1
         sec = end_ns // 1_000_000_000
+        if sec > self.latest_s:
+            self.latest_s = sec
         retry = resend > 0
         if rid is not None and self.seen.seen(rid, sec):
             retry = True
@@ -167,7 +174,7 @@ class Overload:
             s.wait_sum += v
 
     def amplification(self, s: HttpSeries, now_s: float) -> float:
-        """Attempts per unique request in the buckets of the last 60 s (1.0 with none)."""
+        """Attempts per unique request in the buckets of the 60 s up to ``now_s`` (1.0 with none)."""
         lo = now_s - AMP_BUCKET_S * AMP_BUCKETS
         att = ret = 0
         for start, (a, r) in s.amp.items():
@@ -178,7 +185,7 @@ class Overload:
 
     def collect(self) -> Iterator[PromMetric]:
         """Metric families (call with the aggregator's lock held: it copies nothing large)."""
-        now = self.clock()
+        now = self.latest_s
         http = families.counter(HTTP_REQUESTS_TOTAL)
         attempts = families.counter(REQUEST_ATTEMPTS_TOTAL)
         retries = families.counter(REQUEST_RETRIES_TOTAL)
