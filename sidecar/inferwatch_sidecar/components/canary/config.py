@@ -71,8 +71,8 @@ class Tolerances(BaseModel):
     ttft_shift: float = Field(default=0.05, ge=0, le=0.5)
     itl_shift: float = Field(default=0.05, ge=0, le=0.5)
     stream_min_increase_s: float = Field(default=0.001, ge=0)
-    goodput_drop: float = Field(default=0.02, ge=0, le=1)
-    rate_min_increase: float = Field(default=0.01, ge=0, le=1)
+    goodput_drop: float = Field(default=0.05, ge=0, le=1)
+    rate_min_increase: float = Field(default=0.02, ge=0, le=1)
 
 
 class Slo(BaseModel):
