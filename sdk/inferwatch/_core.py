@@ -176,6 +176,11 @@ def _stage_event(
 _inflight: set[Any] = set()
 
 
+if hasattr(os, "register_at_fork"):
+    # A forked child serves none of its parent's requests.
+    os.register_at_fork(after_in_child=_inflight.clear)
+
+
 def _sweep_disconnects(rt: Runtime) -> None:
     """Mark the in-flight requests whose client has disconnected (the sender thread calls it)."""
     try:
