@@ -10,6 +10,8 @@ import pytest
 fastapi = pytest.importorskip("fastapi")
 httpx = pytest.importorskip("httpx")
 
+from fastapi import FastAPI, Response  # noqa: E402
+
 import inferwatch  # noqa: E402
 from inferwatch._asgi import DEFAULT_EXCLUDED_PATHS, InferwatchMiddleware, scan_headers  # noqa: E402
 from inferwatch.wire import (  # noqa: E402
@@ -22,8 +24,6 @@ from inferwatch.wire import (  # noqa: E402
     outcome_of_status,
 )
 from tests.sdk.conftest import Receiver, buffered  # noqa: E402
-
-from fastapi import FastAPI, Response  # noqa: E402
 
 
 def make_app(**options: Any) -> Any:
