@@ -9,7 +9,7 @@ become microseconds at the machine's own rate, measured by timing the same loop 
 Errors: ``--unique N`` unique client request IDs (random, as clients make them) go through a window of
 the default size at ``--rate`` requests per second; every repeat it reports is a false retry. Then
 the same traffic with each of a fraction of requests retried after ``--delay`` seconds gives the
-share of retries the window misses (overwritten slots).
+share of retries the window misses (first attempts already forgotten).
 
 Usage::
 
@@ -58,7 +58,7 @@ def work(kind: str, loops: int, n: int) -> None:
     ov = make_overload()
     if kind == "seen":
         seen = ov.seen.seen
-        keys = [(e[9], e[2] // 1_000_000_000) for e in evs]
+        keys = [(e[9], e[2]) for e in evs]
         for _ in range(loops):
             for rid, sec in keys:
                 seen(rid, sec)
@@ -102,7 +102,7 @@ def error_rates(unique: int, rate: float, delay: float, retried: float) -> tuple
     w = SeenIds()
     false = 0
     for i in range(unique):
-        false += w.seen(f"{rnd.getrandbits(64):016x}{rnd.getrandbits(32):08x}", int(i / rate))
+        false += w.seen(f"{rnd.getrandbits(64):016x}{rnd.getrandbits(32):08x}", int(i / rate * 1e9))
     w = SeenIds()
     pending: list[tuple[float, str]] = []
     sent = missed = 0
@@ -111,9 +111,9 @@ def error_rates(unique: int, rate: float, delay: float, retried: float) -> tuple
         while pending and pending[0][0] <= now:
             _, rid = pending.pop(0)
             sent += 1
-            missed += not w.seen(rid, int(now))
+            missed += not w.seen(rid, int(now * 1e9))
         rid = f"{rnd.getrandbits(64):016x}"
-        w.seen(rid, int(now))
+        w.seen(rid, int(now * 1e9))
         if rnd.random() < retried:
             pending.append((now + delay, rid))
     return false, sent, missed
@@ -135,7 +135,11 @@ def main() -> int:
         return 0
     from inferwatch_sidecar.aggregate.overload import SeenIds
 
-    print(f"retry window: {SeenIds().nbytes} bytes ({len(SeenIds().table)} slots), whatever the traffic")
+    full = SeenIds()
+    for i in range(2 * full.capacity):  # both generations full: the most it ever holds
+        full.seen(f"id-{i}", 0)
+    print(f"retry window: at most {full.nbytes / 2**20:.1f} MiB ({len(full.cur) + len(full.prev)} IDs in two "
+          f"generations of {full.capacity}), whatever the traffic")
     for kind, what in (("seen", "SeenIds.seen"), ("process", "Overload.process (whole HTTP event)")):
         us = seconds(kind, a.loops, a.events) / (a.loops * a.events) * 1e6
         if a.no_callgrind:
@@ -146,9 +150,13 @@ def main() -> int:
         print(f"  {what:<38} {ir:8.0f} instructions/request  {us:6.3f} us/request (median of 5; "
               f"{ns_per_ir:.3f} ns/instruction here)")
     false, sent, missed = error_rates(a.unique, a.rate, a.delay, a.retried)
-    print(f"false retries: {false} of {a.unique} unique IDs ({false / a.unique:.2e}; bound 2**-32 = {2**-32:.1e})")
+    from inferwatch_sidecar.aggregate.overload import DEFAULT_CAPACITY
+
+    bound = 2 * DEFAULT_CAPACITY / 2**64
+    print(f"false retries: {false} of {a.unique} unique IDs ({false / a.unique:.2e}; bound 2 * capacity / 2**64 = "
+          f"{bound:.1e} per request)")
     print(f"missed retries at {a.rate:.0f}/s retried after {a.delay:.0f} s: {missed} of {sent} "
-          f"({missed / max(sent, 1):.2%}; expected about rate*delay/slots = {a.rate * a.delay / len(SeenIds().table):.2%})")
+          f"({missed / max(sent, 1):.2%}; none expected while rate * delay < capacity)")
     return 0
 
 

@@ -20,23 +20,31 @@ def http(rid: str | None, sec: float, resend: int = 0, outcome: int = OUTCOME_OK
 
 
 def test_an_id_seen_again_within_the_window_is_a_repeat_and_not_after_it() -> None:
-    w = SeenIds(slots=1 << 10, window_s=120)
-    assert not w.seen("a", T0)
-    assert w.seen("a", T0 + 5)
-    assert w.seen("a", T0 + 125)  # 120 s after its last sighting at +5
-    assert not w.seen("a", T0 + 400)
-    assert w.nbytes == 8 << 10
-    for bad in (0, 3, 1000):
-        with pytest.raises(ValueError, match="power of two"):
-            SeenIds(slots=bad)
+    w = SeenIds(capacity=1000, window_s=120)
+    s = 10**9
+    t0 = T0 * s
+    assert not w.seen("a", t0)
+    assert w.seen("a", t0 + 5 * s)
+    assert w.seen("a", t0 + 65 * s)  # remembered for at least half a window...
+    assert not w.seen("a", t0 + 400 * s)  # ...and forgotten after a window
+    assert not w.seen("b", t0 + 401 * s) and w.seen("a", t0 + 402 * s)
+    for bad in ({"capacity": 0}, {"window_s": 1}):
+        with pytest.raises(ValueError, match="retry window"):
+            SeenIds(**bad)
 
 
-def test_memory_is_constant_and_unique_ids_are_never_retries() -> None:
-    w = SeenIds()
-    before = w.nbytes
+def test_memory_is_bounded_and_unique_ids_are_never_retries() -> None:
+    w = SeenIds(capacity=20_000)
     rnd = random.Random(1)
-    false = sum(w.seen(f"{rnd.getrandbits(96):024x}", T0 + i // 1000) for i in range(200_000))
-    assert false == 0 and w.nbytes == before == 2 << 20
+    false = 0
+    for i in range(200_000):  # ten times the capacity, within one window
+        false += w.seen(f"{rnd.getrandbits(96):024x}", T0 * 10**9 + i * 10**5)
+        assert len(w.cur) <= w.capacity and len(w.prev) <= w.capacity
+    assert false == 0
+    # The last `capacity` IDs are always remembered, even past the capacity.
+    rnd = random.Random(1)
+    ids = [f"{rnd.getrandbits(96):024x}" for _ in range(200_000)]
+    assert all(w.seen(x, T0 * 10**9 + 200_000 * 10**5) for x in ids[-w.capacity // 2:])
 
 
 def test_the_aggregator_counts_retries_by_id_and_header_and_give_ups() -> None:
@@ -48,5 +56,5 @@ def test_the_aggregator_counts_retries_by_id_and_header_and_give_ups() -> None:
     agg.process(evs, [0] * 16)
     s = agg.overload.series[CTX]
     assert (s.attempts, s.retries, s.giveups) == (70, 14, 6)
-    assert agg.overload.amplification(s, T0 + 3) == pytest.approx(70 / 56)
+    assert agg.overload.amplification(s, (T0 + 3) * 10**9) == pytest.approx(70 / 56)
     assert s.wait_sum == pytest.approx(30.0)

@@ -3,19 +3,22 @@
 Fed by HTTP events (``EV_HTTP``: the SDK's ASGI middleware, and the OTLP trace receiver's server
 spans), under the aggregator's lock. docs/overload.md explains the signals.
 
-The retry window (:class:`SeenIds`) is a direct-mapped table of ``slots`` 64-bit words: one word per
-slot holds a 32-bit fingerprint of a client request ID and the second it was last seen. Its memory is
-``8 * slots`` bytes whatever the traffic (2 MiB for the default 2**18 slots). A request whose ID finds
-its own fingerprint in its slot, seen at most ``window_s`` earlier, is a retry. A unique ID is taken
-for a retry only when its slot holds another in-window ID with the same 32-bit fingerprint: at most
-2**-32 per request (bench/retry_window.py measures it). A retry is missed when other IDs overwrote its
-slot since the first attempt: about ``rate * delay / slots`` (1000 requests/s retried after 5 s:
-1.9 %), so the retry count errs low, never high.
+The retry window (:class:`SeenIds`) keeps the 64-bit hashes of client request IDs in two generations of
+sets: the current one and the one before. A generation starts every ``window_s / 2`` seconds (of the events'
+own clock), or when the current one holds ``capacity`` IDs, so an ID is remembered for at least half a
+window (at least ``capacity`` IDs back) and forgotten after at most a window. Memory: at most ``2 *
+capacity`` entries, 8.5 MiB for the default 65536 (measured by bench/retry_window.py), whatever the
+traffic. A unique ID is taken for a retry only when another ID in the window has the same 64-bit hash:
+about ``2 * capacity / 2**64`` (7e-15) per request. A retry is missed only when its first attempt was
+forgotten: sent more than half a window earlier, or more than ``capacity`` IDs earlier at a rate above
+``capacity / (window_s / 2)`` (1092 requests/s by default). So the retry count errs low, never high.
+The check is a hash and two set lookups in C, no big-integer arithmetic (bench/retry_window.py counts
+its instructions under callgrind).
 """
 
 from __future__ import annotations
 
-from array import array
+import sys
 from bisect import bisect_left
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -40,58 +43,68 @@ OVERLOAD_METRICS = (
     CLIENT_GIVEUPS_TOTAL, CLIENT_GIVEUP_WAIT_SECONDS,
 )
 
-#: Default slots of the retry window (a power of two): 2 MiB.
-DEFAULT_SLOTS = 1 << 18
+#: Default IDs per generation of the retry window (two generations are kept).
+DEFAULT_CAPACITY = 1 << 16
 #: Default seconds within which a repeated request ID counts as a retry.
 DEFAULT_WINDOW_S = 120
 #: The route label of a request no route matched (a 404).
 UNMATCHED = "_unmatched"
-#: Seconds per bucket of the load-amplification window, and buckets in it (60 s).
-AMP_BUCKET_S = 10
+#: Nanoseconds per bucket of the load-amplification window, and buckets in it (60 s).
+AMP_BUCKET_NS = 10 * 10**9
 AMP_BUCKETS = 6
-_U32 = 0xFFFFFFFF
-_U64 = 0xFFFFFFFFFFFFFFFF
 
 
 class SeenIds:
-    """A bounded, constant-memory set of the request IDs seen within a sliding window.
+    """A bounded set of the client request IDs seen within a sliding window (see the module docstring).
 
     Args:
-        slots: table size, a power of two (memory is ``8 * slots`` bytes).
-        window_s: an ID seen again at most this many seconds later is a repeat.
+        capacity: IDs per generation; memory holds at most twice as many.
+        window_s: an ID seen again within this many seconds (at least half of it) is a repeat.
     """
 
-    __slots__ = ("table", "mask", "window")
+    __slots__ = ("cur", "prev", "capacity", "half_ns", "rotate_at")
 
-    def __init__(self, slots: int = DEFAULT_SLOTS, window_s: int = DEFAULT_WINDOW_S) -> None:
-        if slots < 2 or slots & (slots - 1):
-            raise ValueError(f"retry window slots must be a power of two >= 2, not {slots}")
-        if not 0 < window_s < 1 << 31:
-            raise ValueError(f"retry window must be 1 s or more, not {window_s}")
-        self.table = array("Q", bytes(8 * slots))
-        self.mask = slots - 1
-        self.window = int(window_s)
+    def __init__(self, capacity: int = DEFAULT_CAPACITY, window_s: float = DEFAULT_WINDOW_S) -> None:
+        if capacity < 1:
+            raise ValueError(f"retry window capacity must be >= 1, not {capacity}")
+        if not window_s >= 2:
+            raise ValueError(f"retry window must be 2 s or more, not {window_s}")
+        self.cur: set[int] = set()
+        self.prev: set[int] = set()
+        self.capacity = int(capacity)
+        self.half_ns = int(window_s * 1e9) // 2
+        #: When (event ns) the current generation ends.
+        self.rotate_at = 0
 
     @property
     def nbytes(self) -> int:
-        """Memory the table holds, in bytes (constant)."""
-        return self.table.itemsize * len(self.table)
+        """Memory held now: the two sets and their int objects."""
+        n = len(self.cur) + len(self.prev)
+        return sys.getsizeof(self.cur) + sys.getsizeof(self.prev) + n * sys.getsizeof(1 << 62)
 
-    def seen(self, rid: str, now_s: int) -> bool:
-        """Record ``rid`` at ``now_s`` (whole seconds) and say whether it was seen within the window."""
-        h = hash(rid) & _U64
-        i = h & self.mask
-        fp = (h >> 32) | 1  # never 0: an empty slot matches nothing
-        t = self.table
-        e = t[i]
-        t[i] = (fp << 32) | (now_s & _U32)
-        return (e >> 32) == fp and ((now_s - e) & _U32) <= self.window
+    def rotate(self, end_ns: int) -> None:
+        """Start a generation at ``end_ns`` (the current one full, or half a window old)."""
+        # After an idle gap longer than the window, the previous generation is out of it too.
+        self.prev = self.cur if end_ns < self.rotate_at + self.half_ns else set()
+        self.cur = set()
+        self.rotate_at = end_ns + self.half_ns
+
+    def seen(self, rid: str, end_ns: int) -> bool:
+        """Record ``rid`` at ``end_ns`` (event ns) and say whether it was seen within the window."""
+        if end_ns >= self.rotate_at or len(self.cur) >= self.capacity:
+            self.rotate(end_ns)
+        h = hash(rid)
+        if h in self.cur or h in self.prev:
+            return True
+        self.cur.add(h)
+        return False
 
 
 class HttpSeries:
     """The HTTP counters of one capped (service, model, model_version) label set."""
 
-    __slots__ = ("lab", "routes", "attempts", "retries", "giveups", "wait", "wait_sum", "amp")
+    __slots__ = ("lab", "routes", "attempts", "retries", "giveups", "wait", "wait_sum", "amp", "amp_cur", "amp_lo",
+                 "amp_hi")
 
     def __init__(self, lab: tuple[str, str, str], n_bounds: int) -> None:
         self.lab = lab
@@ -102,8 +115,11 @@ class HttpSeries:
         self.giveups = 0
         self.wait = [0] * (n_bounds + 1)
         self.wait_sum = 0.0
-        #: bucket start (s) -> [attempts, retries], for the last AMP_BUCKETS buckets
+        #: bucket start (event ns) -> [attempts, retries], for the last AMP_BUCKETS buckets; the bucket being
+        #: filled and its bounds (an event outside them finds its bucket through the dict).
         self.amp: dict[int, list[int]] = {}
+        self.amp_cur = [0, 0]
+        self.amp_lo = self.amp_hi = 0
 
 
 class Overload:
@@ -112,22 +128,22 @@ class Overload:
     Args:
         bundle_label: raw ctx -> its capped (service, model, model_version) label set (the aggregator's).
         route_limiter: caps the route label.
-        slots, window_s: the retry window's size (see :class:`SeenIds`).
+        capacity, window_s: the retry window's size (see :class:`SeenIds`).
         bounds: bucket bounds of the give-up wait histogram.
     """
 
     def __init__(
         self, bundle_label: Callable[[Any], tuple[str, str, str]], route_limiter: LabelLimiter,
-        slots: int = DEFAULT_SLOTS, window_s: int = DEFAULT_WINDOW_S,
+        capacity: int = DEFAULT_CAPACITY, window_s: float = DEFAULT_WINDOW_S,
         bounds: tuple[float, ...] = CLIENT_GIVEUP_WAIT_SECONDS.buckets or (),
     ) -> None:
         self.label = bundle_label
         self.routes = route_limiter
-        self.seen = SeenIds(slots, window_s)
+        self.seen = SeenIds(capacity, window_s)
         self.bounds = bounds
-        #: The latest HTTP event's end (whole seconds): the amplification window ends there, so it
-        #: follows the events' own clock (a replay, a late OTLP batch) rather than the scrape's.
-        self.latest_s = 0
+        #: The latest HTTP event's end (ns): the amplification window ends there, so it follows the
+        #: events' own clock (a replay, a late OTLP batch) rather than the scrape's.
+        self.latest_ns = 0
         self.series: dict[tuple[str, str, str], HttpSeries] = {}
         self._cache: dict[Any, HttpSeries] = {}
 
@@ -151,27 +167,21 @@ class Overload:
         if excluded:
             return
         s.attempts += 1
-        sec = end_ns // 1_000_000_000
-        if sec > self.latest_s:
-            self.latest_s = sec
+        # Measured (bench/retry_window.py, callgrind): only comparisons on the ns times, no division.
+        if end_ns > self.latest_ns:
+            self.latest_ns = end_ns
         retry = resend > 0
         if rid is not None:
-            # SeenIds.seen, inlined (a method call is a third of its cost; bench/retry_window.py).
+            # SeenIds.seen, inlined (the call is a large share of its cost).
             seen = self.seen
-            h = hash(rid) & _U64
-            i = h & seen.mask
-            fp = (h >> 32) | 1
-            t = seen.table
-            e = t[i]
-            t[i] = (fp << 32) | (sec & _U32)
-            if (e >> 32) == fp and ((sec - e) & _U32) <= seen.window:
+            if end_ns >= seen.rotate_at or len(seen.cur) >= seen.capacity:
+                seen.rotate(end_ns)
+            h = hash(rid)
+            if h in seen.cur or h in seen.prev:
                 retry = True
-        b = sec - sec % AMP_BUCKET_S
-        amp = s.amp.get(b)
-        if amp is None:
-            amp = s.amp[b] = [0, 0]
-            if len(s.amp) > AMP_BUCKETS:
-                del s.amp[min(s.amp)]
+            else:
+                seen.cur.add(h)
+        amp = s.amp_cur if s.amp_lo <= end_ns < s.amp_hi else self._amp_bucket(s, end_ns)
         amp[0] += 1
         if retry:
             s.retries += 1
@@ -182,19 +192,31 @@ class Overload:
             s.wait[bisect_left(self.bounds, v)] += 1
             s.wait_sum += v
 
-    def amplification(self, s: HttpSeries, now_s: float) -> float:
-        """Attempts per unique request in the buckets of the 60 s up to ``now_s`` (1.0 with none)."""
-        lo = now_s - AMP_BUCKET_S * AMP_BUCKETS
+    @staticmethod
+    def _amp_bucket(s: HttpSeries, end_ns: int) -> list[int]:
+        """The amplification bucket of ``end_ns``, made current (the oldest dropped past AMP_BUCKETS)."""
+        lo = end_ns - end_ns % AMP_BUCKET_NS
+        amp = s.amp.get(lo)
+        if amp is None:
+            amp = s.amp[lo] = [0, 0]
+            while len(s.amp) > AMP_BUCKETS:
+                del s.amp[min(s.amp)]
+        s.amp_cur, s.amp_lo, s.amp_hi = amp, lo, lo + AMP_BUCKET_NS
+        return amp
+
+    def amplification(self, s: HttpSeries, now_ns: int) -> float:
+        """Attempts per unique request in the buckets of the 60 s up to ``now_ns`` (1.0 with none)."""
+        lo = now_ns - AMP_BUCKET_NS * AMP_BUCKETS
         att = ret = 0
         for start, (a, r) in s.amp.items():
-            if start + AMP_BUCKET_S > lo:
+            if start + AMP_BUCKET_NS > lo:
                 att += a
                 ret += r
         return att / (att - ret) if att > ret else (1.0 if att == 0 else float(att))
 
     def collect(self) -> Iterator[PromMetric]:
         """Metric families (call with the aggregator's lock held: it copies nothing large)."""
-        now = self.latest_s
+        now = self.latest_ns
         http = families.counter(HTTP_REQUESTS_TOTAL)
         attempts = families.counter(REQUEST_ATTEMPTS_TOTAL)
         retries = families.counter(REQUEST_RETRIES_TOTAL)
