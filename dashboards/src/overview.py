@@ -134,5 +134,47 @@ def build() -> Dashboard:
                      targets=[target("max by (model_version, metric, stage) "
                                      f"(inferwatch_canary_metric_failed{{{CORE}}})",
                                      "{{model_version}} {{metric}} {{stage}}")]),
+            *_overload_panels(),
         ],
     )
+
+
+def _overload_panels() -> list[object]:
+    """HTTP truth and overload (issue 27, docs/overload.md): 4xx and shed rates, retries, give-ups."""
+    amp = threshold("InferwatchRetryStorm", "amplification")
+    att = f"sum by (model, model_version) (rate(inferwatch_request_attempts_total{{{CORE}}}[{RATE}]))"
+    ret = f"sum by (model, model_version) (rate(inferwatch_request_retries_total{{{CORE}}}[{RATE}]))"
+    return [
+        Row("Overload: status codes, retries and give-ups"),
+        timeseries(title="4xx and shed by route", unit="reqps", stack=True, minimum=0, w=8,
+                   description="Requests per second answered with a 4xx (client_error: validation, 404) or shed "
+                               "(429/503 the server returned), by route template; probes and docs included.",
+                   targets=[target("sum by (route, outcome) (rate(inferwatch_http_requests_total"
+                                   f'{{{CORE}, outcome=~"client_error|shed"}}[{RATE}]))',
+                                   "{{route}} {{outcome}}")]),
+        timeseries(title="4xx and shed ratio", unit="percentunit", minimum=0, w=8,
+                   description="Share of model requests answered with a 4xx or shed (probes left out).",
+                   targets=[target(f'sum by (outcome) (rate(inferwatch_requests_total{{{CORE}, '
+                                   f'outcome=~"client_error|shed"}}[{RATE}]))\n/ ignoring(outcome) group_left\n'
+                                   f"sum(rate(inferwatch_requests_total{{{CORE}}}[{RATE}]))", "{{outcome}}")]),
+        timeseries(title="Load amplification (attempts per unique request)", minimum=1, w=8,
+                   thresholds=[(amp, "red")],
+                   description="Attempts per unique request: 1 without retries; InferwatchRetryStorm fires "
+                               f"above {amp:g} when clients also give up.",
+                   targets=[target(f"{att}\n/\n({att} - {ret})", "{{model}} {{model_version}}")]),
+        timeseries(title="Client give-ups per second", unit="reqps", minimum=0, w=12,
+                   description="Requests whose client disconnected before the response was complete.",
+                   targets=[target("sum by (model, model_version) "
+                                   f"(rate(inferwatch_client_giveups_total{{{CORE}}}[{RATE}]))",
+                                   "{{model}} {{model_version}}")]),
+        timeseries(title="Client give-up wait vs server latency (P50)", unit="s", minimum=0, w=12,
+                   description="How long clients that gave up had waited, against the server's median: a wait "
+                               "below the server's latency is a timeout shorter than the work "
+                               "(InferwatchTimeoutMismatch).",
+                   targets=[target("histogram_quantile(0.5, sum by (le) "
+                                   f"(rate(inferwatch_client_giveup_wait_seconds_bucket{{{CORE}}}[{RATE}])))",
+                                   "client give-up wait P50"),
+                            target("histogram_quantile(0.5, sum by (le) "
+                                   f"(rate(inferwatch_request_duration_seconds_bucket{{{CORE}}}[{RATE}])))",
+                                   "server latency P50")]),
+    ]

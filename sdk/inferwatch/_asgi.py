@@ -8,15 +8,23 @@ The per-request path is budgeted in CPU instructions: see ``InferwatchMiddleware
 
 from __future__ import annotations
 
+import os
 import re
 import sys
-from collections.abc import Awaitable, Callable, MutableMapping
+from collections.abc import Awaitable, Callable, Iterable, MutableMapping
 from operator import itemgetter
 from typing import Any
 
 from inferwatch import _core
-from inferwatch._core import _NO_STAGE, _req_set, check_stage_name, request
-from inferwatch.wire import OUTCOME_CANCELLED, OUTCOME_ERROR, OUTCOME_OK
+from inferwatch._core import _NO_STAGE, _inflight, _push, _req_reset, _req_set, check_stage_name, request
+from inferwatch.wire import (
+    EV_HTTP,
+    OUTCOME_CANCELLED,
+    OUTCOME_ERROR,
+    OUTCOME_OK,
+    SHED_STATUSES,
+    outcome_of_status,
+)
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -33,11 +41,54 @@ _TRACEPARENT = re.compile(rb"([0-9a-f]{2})-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-
 _REQUEST_ID = re.compile(rb"[\x21-\x7e]{1,128}")
 _ZERO_TRACE = b"0" * 32
 _ZERO_SPAN = b"0" * 16
+#: The headers that state how many times a request was sent before, and what to subtract from each
+#: value to get that count (Envoy counts the first attempt as 1; the others count resends).
+RESEND_HEADERS: dict[bytes, int] = {
+    b"x-retry-count": 0,
+    b"x-retry-attempt": 0,
+    b"x-stainless-retry-count": 0,  # the OpenAI and Anthropic Python and Node SDKs
+    b"grpc-previous-rpc-attempts": 0,
+    b"x-envoy-attempt-count": 1,
+}
+#: Largest resend count taken from a header (a bigger or unparsable value is ignored).
+MAX_RESEND = 1000
 #: The header names that carry a request ID (ASGI servers lowercase header names).
 _ID_HEADERS = frozenset((b"traceparent", b"x-request-id"))
+#: The header names the middleware reads: one scan in C decides whether any is present.
+_SCAN_HEADERS = _ID_HEADERS | frozenset(RESEND_HEADERS)
+#: Paths left out of the request metrics by default: orchestrator probes, metrics scrapes and the API
+#: docs. They are still counted, by path, in ``inferwatch_http_requests_total``.
+DEFAULT_EXCLUDED_PATHS: frozenset[str] = frozenset((
+    "/health", "/healthz", "/livez", "/readyz", "/ready", "/ping", "/metrics", "/docs", "/docs/oauth2-redirect",
+    "/redoc", "/openapi.json", "/favicon.ico",
+))
 #: Exceptions that mean the client went away, by class name (Starlette's, uvicorn's), so that
 #: neither needs importing.
 _DISCONNECT_ERRORS = frozenset(("ClientDisconnect", "ClientDisconnected"))
+
+
+def scan_headers(headers: Any) -> tuple[str, bytes | None, str | None, int]:
+    """Request ID, trace ID, the client's own request ID (or None) and the resend count of a request.
+
+    The resend count is the first valid value of :data:`RESEND_HEADERS` (0 when none): how many times
+    the client says it sent this request before.
+    """
+    rid, trace = request_id_from_headers(headers)
+    client = None
+    resend = 0
+    for name, value in headers:
+        if name == b"x-request-id" and client is None and _REQUEST_ID.fullmatch(value.strip()):
+            client = rid
+        elif not resend:
+            off = RESEND_HEADERS.get(name)
+            if off is not None:
+                try:
+                    n = int(value) - off
+                except ValueError:
+                    continue
+                if 0 < n <= MAX_RESEND:
+                    resend = n
+    return rid, trace, client, resend
 
 
 def request_id_from_headers(headers: Any) -> tuple[str, bytes | None]:
@@ -85,7 +136,7 @@ class _HTTPRequest(request):
 
     __slots__ = (
         "_asgi_send", "_asgi_receive", "_resp_start", "_resp_done", "_body_done", "_listening", "_watch", "_held",
-        "_headers", "_echo",
+        "_headers", "_echo", "_status", "_cycle",
     )
     _asgi_send: Send
     _asgi_receive: Receive
@@ -103,6 +154,10 @@ class _HTTPRequest(request):
     _held: Any
     _headers: Any
     _echo: bool
+    #: The response status (0 until the response starts).
+    _status: int
+    #: The server's request cycle when it has ``disconnected`` (uvicorn), else None.
+    _cycle: Any
 
     async def _receive(self) -> Message:
         # An ``http.disconnect`` before the response is complete means the client left: the
@@ -186,14 +241,19 @@ class _HTTPRequest(request):
             # After http.response.start every message is the body (or its trailers): the one without
             # more_body completes the response, the first with it starts a stream.
             if not message.get("more_body", False):
+                c = self._cycle
+                if c is not None and c.disconnected is True and not self.gone:
+                    self.gone = self._rt.clock()  # type: ignore[union-attr]  # the server drops this body
                 self._resp_done = True
             elif self._watch is None:
                 self._start_watch()
         elif message["type"] == "http.response.start":
             self._resp_start = self._rt.clock()  # type: ignore[union-attr]
             status = message.get("status", 200)
-            if type(status) is int and status >= 500:
-                self.status_error = f"http_{status}" if status < 600 else "http_5xx"
+            if type(status) is int:
+                self._status = status
+                if status >= 500 and status not in SHED_STATUSES:
+                    self.status_error = f"http_{status}" if status < 600 else "http_5xx"
             if self._echo:
                 headers = message.get("headers")
                 if headers is None:
@@ -204,6 +264,39 @@ class _HTTPRequest(request):
                         headers = message["headers"] = list(headers)
                     headers.append((b"x-request-id", self.rid.encode()))
         return self._asgi_send(message)
+
+
+class _Probe:
+    """The ``send`` of a request on an excluded path: it only notes the status."""
+
+    __slots__ = ("send_", "status")
+
+    def __init__(self, send: Send) -> None:
+        self.send_ = send
+        self.status = 0
+
+    def send(self, message: Message) -> Awaitable[None]:
+        if message["type"] == "http.response.start":
+            st = message.get("status", 200)
+            if type(st) is int:
+                self.status = st
+        return self.send_(message)
+
+
+def _paths(value: Iterable[str] | str | None, env: str, default: frozenset[str]) -> frozenset[str]:
+    if value is None:
+        raw = os.environ.get(env)
+        if raw is None:
+            return default
+        value = raw
+    if isinstance(value, str):
+        value = [p for p in (x.strip() for x in value.split(",")) if p]
+    out = frozenset(value)
+    bad = sorted(p for p in out if type(p) is not str or not p.startswith("/"))
+    if bad:
+        raise ValueError(f"{env.lower().removeprefix('inferwatch_')}: paths must be strings starting with '/', "
+                         f"not {bad!r}")
+    return out
 
 
 class InferwatchMiddleware:
@@ -217,18 +310,34 @@ class InferwatchMiddleware:
     records the ingress stage: the time from the request reaching this
     middleware until the first stage of the handler starts (routing, body
     parsing and validation), or until the response starts when the handler
-    has no stages. A 5xx response is an error with ``error_type`` ``http_5xx``
-    style (``http_503``); an exception is an error with its class name.
+    has no stages.
+
+    The outcome comes from the status code (:func:`outcome_of_status`): ``ok``,
+    ``client_error`` for a 4xx, ``shed`` for a 429 or 503, ``error`` for another
+    5xx (``error_type`` ``http_500`` style) or an exception (its class name).
+    Each request also sends an HTTP event: its route template (Starlette's
+    ``scope["route"].path``, never the raw path), status, outcome, the resend
+    count its retry headers state (:data:`RESEND_HEADERS`), how long a client
+    that left had waited, and the request ID the client sent, from which the
+    sidecar counts retries, give-ups and load amplification.
+
+    Requests to excluded paths (:data:`DEFAULT_EXCLUDED_PATHS`: probes, docs,
+    metrics) or routes send only the HTTP event, so probes neither dilute the
+    latency percentiles nor the request rate.
 
     A client that disconnects before the response is complete ends the
     request as ``cancelled``. The middleware sees the ``http.disconnect``
     message when the app (or Starlette's ``StreamingResponse``) calls
     ``receive``, or a disconnect error raised through the app (Starlette's
-    ``ClientDisconnect``, uvicorn's ``ClientDisconnected``); while a response
-    streams under asyncio, once the request body is read, a watcher task
-    reads ``receive`` itself (and hands what it read to the app), so an app
-    that never listens is seen too. A streamed stage still running then
-    counts the items it produces after that moment as undelivered.
+    ``ClientDisconnect``, uvicorn's ``ClientDisconnected``); under uvicorn the
+    SDK's sender thread looks at every request in flight on each wake-up
+    (50 ms by default) and stamps the moment its client left, so a plain
+    handler whose client hung up is seen too, with no task per request; and
+    while a response streams under asyncio, once the request body is read, a
+    watcher task reads ``receive`` itself (and hands what it read to the app),
+    so an app that never listens is seen under any server. A streamed stage
+    still running then counts the items it produces after that moment as
+    undelivered.
 
     Before ``configure()`` it passes every request straight through.
 
@@ -236,21 +345,36 @@ class InferwatchMiddleware:
         app: the ASGI application to wrap.
         ingress_stage: the name of the ingress stage.
         echo_request_id: add ``X-Request-ID`` to responses.
+        exclude_paths: paths or route templates left out of the request metrics (default
+            :data:`DEFAULT_EXCLUDED_PATHS`, or the comma-separated ``INFERWATCH_HTTP_EXCLUDE``).
+        include_paths: paths taken back out of ``exclude_paths`` (``INFERWATCH_HTTP_INCLUDE``),
+            for example ``["/metrics"]`` for a service whose model is its metrics endpoint.
+
+    Raises:
+        ValueError: a path that does not start with ``/``.
     """
 
-    def __init__(self, app: ASGIApp, ingress_stage: str = "ingress", echo_request_id: bool = True) -> None:
+    def __init__(
+        self, app: ASGIApp, ingress_stage: str = "ingress", echo_request_id: bool = True,
+        exclude_paths: Iterable[str] | None = None, include_paths: Iterable[str] | None = None,
+    ) -> None:
         self.app = app
         self.ingress_stage = check_stage_name(ingress_stage)
         self.echo = echo_request_id
+        self.excluded = (_paths(exclude_paths, "INFERWATCH_HTTP_EXCLUDE", DEFAULT_EXCLUDED_PATHS)
+                         - _paths(include_paths, "INFERWATCH_HTTP_INCLUDE", frozenset()))
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         rt = _core._rt
         if rt is None or scope["type"] != "http":
             await self.app(scope, receive, send)
             return
+        if scope.get("path") in self.excluded:
+            await self._excluded(rt, scope, receive, send)
+            return
         # This runs for every HTTP request and its cost is measured in instructions
         # (bench/fastapi_overhead.py): one object holds the request scope and the send
-        # wrapper, the header scan runs in C unless an ID header is present, the scope is
+        # wrapper, the header scan runs in C unless an ID or retry header is present, the scope is
         # opened inline, and it is closed through request._close, the one place that
         # resets the contextvar and emits the REQUEST event (splitting over 255 stages).
         clock = rt.clock
@@ -258,8 +382,10 @@ class InferwatchMiddleware:
         req.t0 = clock()
         try:
             headers = scope.get("headers")
-            if headers and not _ID_HEADERS.isdisjoint(map(_first, headers)):
-                rid, trace = request_id_from_headers(headers)
+            client = None
+            resend = 0
+            if headers and not _SCAN_HEADERS.isdisjoint(map(_first, headers)):
+                rid, trace, client, resend = scan_headers(headers)
             else:
                 rid, trace = next(_core._rid_iter), None
             state = scope.get("state")
@@ -284,6 +410,13 @@ class InferwatchMiddleware:
             req._watch = None
             req._headers = headers
             req._echo = self.echo
+            req._status = 0
+            cyc = getattr(receive, "__self__", None)
+            if getattr(cyc, "disconnected", None) is not None:
+                req._cycle = cyc
+                _inflight.add(req)
+            else:
+                req._cycle = None
             req._token = _req_set(req)
         except Exception:  # never let the SDK fail a request
             rt.internal_errors += 1
@@ -293,20 +426,69 @@ class InferwatchMiddleware:
             await self.app(scope, req.receive, req.send)
         except BaseException as e:
             req._stop_watch()
+            _inflight.discard(req)
             if not req.gone and type(e).__name__ in _DISCONNECT_ERRORS:
                 req.gone = clock()
             self._ingress(req)
             req.__exit__(type(e), e, e.__traceback__)
+            try:
+                self._http(rt, req, scope, OUTCOME_CANCELLED if req.gone else OUTCOME_ERROR, client, resend)
+            except Exception:
+                rt.internal_errors += 1
             raise
         try:
             if req._watch:
                 req._stop_watch()
+            c = req._cycle
+            if c is not None:
+                _inflight.discard(req)
+                if not req.gone and not req._resp_done and c.disconnected is True:
+                    req.gone = clock()
             self._ingress(req)
-            err = req.status_error
             if req.gone:
-                req._close(rt, clock(), OUTCOME_CANCELLED, None)
+                outcome = OUTCOME_CANCELLED
             else:
-                req._close(rt, clock(), OUTCOME_OK if err is None else OUTCOME_ERROR, err)
+                st = req._status
+                outcome = OUTCOME_OK if st < 400 else outcome_of_status(st)
+            self._http(rt, req, scope, outcome, client, resend)
+        except Exception:
+            rt.internal_errors += 1
+
+    def _http(self, rt: Any, req: _HTTPRequest, scope: Scope, outcome: int, client: str | None, resend: int) -> None:
+        """Close the request scope (unless its route is excluded) and send its HTTP event."""
+        r = scope.get("route")
+        route = getattr(r, "path", None) if r is not None else None
+        if type(route) is not str:
+            route = None
+        t1 = rt.clock()
+        excluded = route is not None and route in self.excluded
+        if req.open:
+            if excluded:
+                req.open = False
+                try:
+                    _req_reset(req._token)
+                except ValueError:
+                    pass
+            else:
+                req._close(rt, t1, outcome, req.status_error if outcome == OUTCOME_ERROR else None)
+        gone = req.gone
+        _push(rt, (EV_HTTP, req.ctx, t1 + rt.offset, route, req._status, outcome, resend,
+                   gone - req.t0 if gone > req.t0 else 0, excluded, client))
+
+    async def _excluded(self, rt: Any, scope: Scope, receive: Receive, send: Send) -> None:
+        """Run a request to an excluded path: only its HTTP event is sent (route = the path)."""
+        probe = _Probe(send)
+        try:
+            await self.app(scope, receive, probe.send)
+        except BaseException:
+            self._probe_event(rt, scope, probe.status, OUTCOME_ERROR)
+            raise
+        self._probe_event(rt, scope, probe.status, outcome_of_status(probe.status) if probe.status else OUTCOME_ERROR)
+
+    @staticmethod
+    def _probe_event(rt: Any, scope: Scope, status: int, outcome: int) -> None:
+        try:
+            _push(rt, (EV_HTTP, rt.ctx, rt.clock() + rt.offset, scope.get("path"), status, outcome, 0, 0, True, None))
         except Exception:
             rt.internal_errors += 1
 

@@ -169,6 +169,29 @@ def _stage_event(
         rt.internal_errors += 1
 
 
+#: HTTP requests in flight whose server tells whether their client has gone (uvicorn's request
+#: cycle has ``disconnected``). The sender thread looks at them on every wake-up (50 ms by default)
+#: and stamps the moment a client left, so a plain handler whose client hung up ends cancelled with
+#: the client's wait: one set insertion per request rather than a watcher task.
+_inflight: set[Any] = set()
+
+
+if hasattr(os, "register_at_fork"):
+    # A forked child serves none of its parent's requests.
+    os.register_at_fork(after_in_child=_inflight.clear)
+
+
+def _sweep_disconnects(rt: Runtime) -> None:
+    """Mark the in-flight requests whose client has disconnected (the sender thread calls it)."""
+    try:
+        now = rt.clock()
+        for req in tuple(_inflight):
+            if not req.gone and not req._resp_done and req._cycle.disconnected is True:
+                req.gone = now
+    except Exception:
+        rt.internal_errors += 1
+
+
 def _is_cancelled(et: type[BaseException]) -> bool:
     # asyncio is not imported by the SDK (it costs tens of ms); if it is not
     # loaded, the exception cannot be its CancelledError.

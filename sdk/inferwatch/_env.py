@@ -22,6 +22,8 @@ the variable, because configuration is where we are strict.
 | ``INFERWATCH_SIDECAR_HTTP`` | ``http://127.0.0.1:9464`` | the sidecar's HTTP address, where :func:`inferwatch.record_offline` posts offline feature values (``POST /v1/skew``, docs/skew.md) |
 | ``INFERWATCH_SKEW_SAMPLE_RATIO`` | ``0`` | share of request IDs :func:`inferwatch.skew_sampled` says yes to (the training-serving skew sample, at most 0.1; 0 turns it off); read once |
 | ``INFERWATCH_LOG_REQUEST_ID`` | ``request_id`` | what :class:`inferwatch.RequestIdFilter` puts in ``%(request_id)s``: ``request_id`` (the client's ``X-Request-ID`` when it sent one) or ``trace_id`` (the W3C trace ID when the request has one, else the request ID); read when the filter is created |
+| ``INFERWATCH_HTTP_EXCLUDE`` | probes, docs, ``/metrics`` | comma-separated paths or route templates the ASGI middleware leaves out of the request metrics (counted only in ``inferwatch_http_requests_total``) |
+| ``INFERWATCH_HTTP_INCLUDE`` | unset | comma-separated paths taken back out of the excluded ones |
 
 The sidecar imports :data:`DEFAULT_SOCKET` so both sides agree on the default
 address, and :func:`socket_dir_problem` so both sides judge a socket's
@@ -73,6 +75,9 @@ ENV_VARS: dict[str, str] = {
     "INFERWATCH_SKEW_SAMPLE_RATIO": "share of request IDs skew_sampled() says yes to (default 0: off, at most 0.1)",
     "INFERWATCH_LOG_REQUEST_ID": "request_id/trace_id: the ID RequestIdFilter puts in %(request_id)s "
                                  "(default request_id)",
+    "INFERWATCH_HTTP_EXCLUDE": "comma-separated paths/route templates the ASGI middleware leaves out of request "
+                               "metrics (default: probes, docs, /metrics)",
+    "INFERWATCH_HTTP_INCLUDE": "comma-separated paths taken back out of INFERWATCH_HTTP_EXCLUDE",
 }
 
 #: The values of ``INFERWATCH_LOG_REQUEST_ID``.

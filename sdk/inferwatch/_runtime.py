@@ -217,6 +217,8 @@ class Sender:
             wake.clear()
             if self.stopping.is_set():
                 break
+            if _core._inflight:
+                _core._sweep_disconnects(self.rt)
             self.cycle()
 
     def cycle(self, timeout: float = -1) -> bool:

@@ -180,6 +180,28 @@ def test_long_inputs_make_the_tail_attribution_name_the_queue_and_the_input_leng
     assert tokens["distinguishes"] and tokens["p_adjusted"] < 0.01 and tokens["rest_median"] <= 48, tokens
 
 
+def test_retry_storm_clients_give_up_and_retry_with_the_same_id(tmp_path: Path) -> None:
+    """Issue 27: every batch slower than the clients' 0.5 s timeout; they hang up and send the same request again."""
+    from inferwatch_sidecar.demo.config import ScenarioConfig
+    from inferwatch_sidecar.demo.scenario import Scenario
+
+    # Bounded: 40 s and 50 requests/s at most; it stops at the first poll that shows retries and give-ups.
+    with Scenario(ScenarioConfig(duration_s=40, inject_at_s=10, faults=("retry_storm",),
+                                 workdir=str(tmp_path / "demo"))) as sc:
+        sc.start(timeout=90)
+        sc.run(until=lambda s: sc.all_detected())
+        counts = dict(sc.loadgen.counts) if sc.loadgen is not None else {}
+    st = sc.faults["retry_storm"]
+    assert st.detected_at is not None and st.injected_at is not None, st
+    m = re.fullmatch(r"(\d+) retries of (\d+) attempts \((\d+\.\d+) per unique request\), (\d+) clients gave up",
+                     st.detail)
+    assert m is not None, st.detail
+    retries, attempts, giveups = int(m.group(1)), int(m.group(2)), int(m.group(4))
+    assert retries > 0 and giveups > 0 and attempts > retries, st.detail
+    # The sidecar counts no more retries than the clients sent (the window errs low, never high).
+    assert retries <= counts.get("retries", 0), (st.detail, counts)
+
+
 #: PyTriton pins numpy<2: scripts/test builds its venv from tests/traces/triton-requirements.txt.
 TRITON_PYTHON = Path(__file__).resolve().parents[2] / ".venv-triton" / "bin" / "python"
 

@@ -18,7 +18,7 @@ uvicorn = pytest.importorskip("uvicorn")
 import inferwatch  # noqa: E402
 from inferwatch import _core  # noqa: E402
 from inferwatch._asgi import request_id_from_headers  # noqa: E402
-from inferwatch.wire import EV_REQUEST, EV_STAGE, OUTCOME_ERROR, OUTCOME_OK  # noqa: E402
+from inferwatch.wire import EV_REQUEST, EV_STAGE, OUTCOME_ERROR, OUTCOME_OK, OUTCOME_SHED  # noqa: E402
 from tests.conftest import free_port  # noqa: E402
 from tests.sdk.conftest import Receiver, buffered, wait_for  # noqa: E402
 
@@ -125,14 +125,15 @@ def test_request_id_from_headers_unit() -> None:
     assert trace is None and rid
 
 
-def test_exceptions_and_5xx_are_errors(sdk: Receiver) -> None:
+def test_exceptions_and_5xx_are_errors_and_503_is_shed(sdk: Receiver) -> None:
     app = make_app()
     r1 = asyncio.run(_get(app, "/fail"))
     r2 = asyncio.run(_get(app, "/unavailable"))
     assert r1.status_code == 500 and r2.status_code == 503
     assert r2.headers["x-request-id"]
     evs = _requests()
-    assert [(e[4], e[5]) for e in evs] == [(OUTCOME_ERROR, "KeyError"), (OUTCOME_ERROR, "http_503")]
+    # A 503 the server returns is load shed (issue 27), not an error of the model.
+    assert [(e[4], e[5]) for e in evs] == [(OUTCOME_ERROR, "KeyError"), (OUTCOME_SHED, None)]
 
 
 def test_more_than_255_stages_through_the_middleware_spill_and_the_scope_closes(sdk: Receiver) -> None:

@@ -35,5 +35,5 @@ async def predict(x: float = 1.0) -> dict[str, float]:
 
 @app.get("/fail")
 async def fail() -> Response:
-    # A 5xx response counts as an error with error_type http_503.
-    return Response("overloaded", status_code=503)
+    # A 5xx response counts as an error with error_type http_500 (a 503 would be load shed).
+    return Response("broken", status_code=500)

@@ -130,7 +130,7 @@ def test_multiworker_uvicorn_app_exact_counts_and_exemplars(sidecar_factory: Any
                 assert r.status_code == 200
                 assert r.headers["x-request-id"] == f"req-{i}"
             for _ in range(n_err):
-                assert c.get(base + "/fail").status_code == 503
+                assert c.get(base + "/fail").status_code == 500
         s = wait_until(
             lambda: (m := parse_metrics(sc.metrics()))
             and sample(m, "inferwatch_requests_total", **lab, outcome="ok") >= before_ok + n_ok
@@ -139,7 +139,7 @@ def test_multiworker_uvicorn_app_exact_counts_and_exemplars(sidecar_factory: Any
         )
         assert sample(s, "inferwatch_requests_total", **lab, outcome="ok") == before_ok + n_ok
         assert sample(s, "inferwatch_requests_total", **lab, outcome="error") == n_err
-        assert sample(s, "inferwatch_request_errors_total", **lab, error_type="http_503") == n_err
+        assert sample(s, "inferwatch_request_errors_total", **lab, error_type="http_500") == n_err
         assert sample(s, "inferwatch_stage_duration_seconds_count", **lab, stage="inference") == before_ok + n_ok
         # inference awaits 2 ms: nothing in the buckets below it.
         assert sample(s, "inferwatch_stage_duration_seconds_bucket", **lab, stage="inference", le="0.001") == 0

@@ -47,7 +47,7 @@ from inferwatch.wire.spec import (
     N_STAGES,
     NONE_REF,
     OUTCOME,
-    OUTCOME_CANCELLED,
+    OUTCOME_MAX,
     RECORD_HEADER,
     RECORD_TYPES,
     RID,
@@ -656,7 +656,7 @@ def _decode_fixed(f: Field) -> list[str]:
     if k is STR:
         return [f"{v} = None if {v} == {NONE_REF} else strings[{v}]"]
     if k is OUTCOME:
-        return [f"if {v} > {OUTCOME_CANCELLED}:", "    raise FALLBACK"]
+        return [f"if {v} > {OUTCOME_MAX}:", "    raise FALLBACK"]
     if k is BOOL:
         return [f"{v} = bool({v})"]
     if k is CONF:

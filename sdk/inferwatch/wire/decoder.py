@@ -34,7 +34,7 @@ from inferwatch.wire.spec import (
     N_STAGES,
     NONE_REF,
     OUTCOME,
-    OUTCOME_CANCELLED,
+    OUTCOME_MAX,
     RECORD_TYPES,
     RID,
     SCHEMA_FIELD_STRUCT,
@@ -243,7 +243,7 @@ class Decoder:
                     if k is STR:
                         v = _s(strings, v)
                     elif k is OUTCOME:
-                        if v > OUTCOME_CANCELLED:
+                        if v > OUTCOME_MAX:
                             raise WireError("bad_record", "outcome")
                     elif k is CONF:
                         if v != v:

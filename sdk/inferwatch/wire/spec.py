@@ -45,11 +45,18 @@ EV_BATCH = 6
 EV_QUEUE = 7
 EV_DROPS = 8
 EV_ALLOC = 9
+EV_HTTP = 10
 
 OUTCOME_OK = 0
 OUTCOME_ERROR = 1
 OUTCOME_CANCELLED = 2
-OUTCOMES = ("ok", "error", "cancelled")
+#: A 4xx response other than 429 (the client's request was bad).
+OUTCOME_CLIENT_ERROR = 3
+#: A 429 or 503 the server itself returned: load shed.
+OUTCOME_SHED = 4
+#: The largest outcome code; a record with a larger one is a bad record.
+OUTCOME_MAX = OUTCOME_SHED
+OUTCOMES = ("ok", "error", "cancelled", "client_error", "shed")
 
 KIND_NUMERIC = 0
 KIND_CATEGORICAL = 1
@@ -143,8 +150,8 @@ I64 = Kind("i64", "q", "`i64`")
 U64 = Kind("u64", "Q", "`u64`")
 #: An unsigned 32-bit int (sizes, depths, counts). ``int()`` of the value, clamped to the range.
 U32 = Kind("u32", "I", "`u32`")
-#: An outcome code, ``u8``: ``int()`` of the value; out of range drops the event, over 2 is a bad record.
-OUTCOME = Kind("outcome", "B", "`u8` outcome (0 ok, 1 error, 2 cancelled)")
+#: An outcome code, ``u8``: ``int()`` of the value; out of range drops the event, over 4 is a bad record.
+OUTCOME = Kind("outcome", "B", "`u8` outcome (0 ok, 1 error, 2 cancelled, 3 client_error, 4 shed)")
 #: A CUDA device number, ``u8``: ``int()`` of the value, modulo 256.
 DEVICE = Kind("device", "B", "`u8` device")
 #: A flag, ``u8`` 0 or 1: the value's truth. Decodes as a bool.
@@ -262,6 +269,18 @@ RECORD_TYPES: dict[int, RecordType] = {
             ("unix_ns", "device", "allocated", "reserved", "active", "inactive_split", "num_alloc_retries",
              "num_ooms", "expandable_segments"),
         ),
+        # One HTTP request as the ASGI middleware saw it: its route template (bounded by the app's
+        # routes), status (0 = no response started), outcome, the resend count its headers stated,
+        # how long a client that left had waited (0 = it did not leave), whether its path is left out of
+        # the request metrics (a probe, the docs), and the ID the client sent
+        # (None when the ID was generated: only a client's ID can repeat on a retry).
+        _record_type(
+            EV_HTTP, "HTTP",
+            [("ctx", CTX), ("end_unix_ns", I64), ("route", STR), ("status", U32), ("outcome", OUTCOME),
+             ("resend_count", U32), ("client_wait_ns", U64), ("excluded", BOOL), ("request_id", RID)],
+            ("ctx", "end_unix_ns", "route", "status", "outcome", "resend_count", "client_wait_ns", "excluded",
+             "request_id"),
+        ),
     )
 }
 
@@ -332,6 +351,20 @@ DROP_STRUCT = struct.Struct("<BQ")
 
 
 # -- value rules -----------------------------------------------------------------------
+
+#: Status codes a server returns when it sheds load.
+SHED_STATUSES = frozenset((429, 503))
+
+
+def outcome_of_status(status: int) -> int:
+    """The outcome code of an HTTP response status: ok below 400, shed for 429 and 503,
+    client_error for another 4xx, error for another 5xx."""
+    if status < 400:
+        return OUTCOME_OK
+    if status in SHED_STATUSES:
+        return OUTCOME_SHED
+    return OUTCOME_CLIENT_ERROR if status < 500 else OUTCOME_ERROR
+
 
 def classify(value: Any) -> tuple[int, Any] | None:
     """Classify one feature value for the wire.

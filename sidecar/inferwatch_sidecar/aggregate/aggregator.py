@@ -35,6 +35,7 @@ from inferwatch.wire import (
     EV_BATCH,
     EV_DROPS,
     EV_HELLO,
+    EV_HTTP,
     EV_QUEUE,
     EV_RECORD,
     EV_REQUEST,
@@ -43,6 +44,7 @@ from inferwatch.wire import (
 )
 from inferwatch_sidecar import __version__
 from inferwatch_sidecar.aggregate.labels import OVERFLOW, LabelLimiter
+from inferwatch_sidecar.aggregate.overload import OVERLOAD_METRICS, Overload
 from inferwatch_sidecar.components.base import ComponentContext
 from inferwatch_sidecar.metrics import families
 from inferwatch_sidecar.metrics.core import (
@@ -78,7 +80,7 @@ METRICS: tuple[Metric, ...] = (
     REQUESTS_TOTAL, REQUEST_ERRORS_TOTAL, GENERATED_TOKENS_TOTAL, CANCELLED_STREAMS_TOTAL, UNDELIVERED_TOKENS_TOTAL,
     RECORDS_TOTAL, LABELS_RECEIVED_TOTAL, QUEUE_DEPTH,
     *_HISTOGRAMS,
-    SDK_DROPPED_EVENTS_TOTAL, SIDECAR,
+    SDK_DROPPED_EVENTS_TOTAL, SIDECAR, *OVERLOAD_METRICS,
 )
 
 #: Raw-label caches are cleared when they reach this size, so hostile label
@@ -237,7 +239,7 @@ class Bundle:
 
     def __init__(self, lab: tuple[str, str, str], n_latency: int) -> None:
         self.lab = lab
-        self.requests = [0, 0, 0]  # by outcome code
+        self.requests = [0] * len(OUTCOMES)  # by outcome code
         self.errors: dict[str, int] = {}
         self.e2e = Histogram(n_latency)
         self.stages: dict[str, StageSeries] = {}  # capped stage name -> series
@@ -336,6 +338,8 @@ class Aggregator:
         self._lim_version = ctx.limiter("model_version")
         self._lim_stage = ctx.limiter("stage")
         self._lim_error = ctx.limiter("error_type")
+        #: HTTP events: routes, status outcomes, retries and give-ups (aggregate/overload.py).
+        self.overload = Overload(lambda c: self.bundle(c).lab, ctx.limiter("route"))
 
     def alert_bound_problems(self) -> list[str]:
         """One sentence per generated alert that counts a bucket bound the configured buckets leave out.
@@ -581,6 +585,8 @@ class Aggregator:
                 bq.depth = float(ev[2])
             elif t == EV_DROPS:
                 self.add_sdk_drops(ev[1] if producer is None else producer.plausible_drops(ev[1]))
+            elif t == EV_HTTP:
+                self.overload.process(ev)
             elif t == EV_HELLO and producer is not None:
                 producer.hello = {"sdk_version": ev[1], "language": ev[2], "hostname": ev[3], "start_unix_ns": ev[4]}
 
@@ -735,6 +741,9 @@ class Aggregator:
         info = families.info(SIDECAR)
         info.add_metric([], {"version": __version__, "python": sys.version.split()[0]})
         yield info
+        with self.lock:
+            overload = list(self.overload.collect())
+        yield from overload
 
 
 def _fold(snap: Any, layout: Layout) -> tuple[list[int], float, list[Any] | None]:

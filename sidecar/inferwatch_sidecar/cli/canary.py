@@ -48,12 +48,14 @@ def _print(judgements: list[dict[str, Any]], out: Any) -> None:
         out.write(f"{j['model']} ({j['service']}): {j['canary_version']} against stable {j['baseline_version']}: "
                   f"{j['verdict'].upper()}, score {j['score']:.0f}/100 "
                   f"({j['canary_requests']} vs {j['baseline_requests']} requests)\n")
-        rows = [("metric", "direction", "stable", "canary", "effect", "tolerance", "adj. p", "result")]
+        rows = [("metric", "statistic", "unit", "direction", "stable", "canary", "effect", "tolerance", "adj. p",
+                 "result")]
         for m in j["metrics"]:
             label = m["name"] if m["stage"] is None else f"{m['name']}[{m['stage']}]"
             if m["critical"]:
                 label += " *"
-            rows.append((label, m["direction"], _num(m["baseline"]), _num(m["canary"]),
+            rows.append((label, m.get("statistic", ""), m.get("unit", ""), m["direction"], _num(m["baseline"]),
+                         _num(m["canary"]),
                          f"{m['effect_name']} {_num(m['effect'])}", _num(m["tolerance"]), _num(m["p_adjusted"]),
                          m["result"]))
         widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
@@ -61,6 +63,8 @@ def _print(judgements: list[dict[str, Any]], out: Any) -> None:
             out.write("  " + "  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() + "\n")
         for reason in j["reasons"]:
             out.write(f"  why: {reason}\n")
+        for warning in j.get("warnings", []):
+            out.write(f"  warning: {warning}\n")
         out.write("\n")
     out.write("* critical: its failure fails the canary whatever the score\n" if judgements else
               "no canary to judge: every model has one version with enough requests in the window\n")

@@ -9,8 +9,10 @@ FAULTS = ("latency", "drift", "confidence", "gpu_leak", "canary")
 #: Every fault the scenario knows; ``bad_events`` (a client posting malformed JSON events) is opt-in.
 ALL_FAULTS = (*FAULTS, "bad_events")
 #: Variants of a fault, opt-in, which replace it in a run: ``long_inputs`` is the latency fault's (long inputs
-#: fill the batch and the queue; tail attribution names the queue and the input length).
-VARIANTS = {"long_inputs": "latency"}
+#: fill the batch and the queue; tail attribution names the queue and the input length); ``retry_storm`` slows
+#: every batch past the clients' timeout, and the clients give up and retry at once with the same request ID
+#: (docs/overload.md).
+VARIANTS = {"long_inputs": "latency", "retry_storm": "latency"}
 #: Every fault name ``--faults`` accepts.
 KNOWN_FAULTS = (*ALL_FAULTS, *VARIANTS)
 #: The engines that can serve the demo: the SDK-instrumented FastAPI server, Triton (PyTriton), or vLLM
@@ -77,6 +79,8 @@ class ScenarioConfig:
                 raise ValueError(f"fault {f!r} replaces {VARIANTS[f]!r}: inject one of them")
         if "long_inputs" in self.faults and self.engine != "fastapi":
             raise ValueError("fault 'long_inputs' needs the FastAPI server's batcher (engine 'fastapi')")
+        if "retry_storm" in self.faults and self.engine != "fastapi":
+            raise ValueError("fault 'retry_storm' needs the SDK's ASGI middleware (engine 'fastapi')")
 
     def injection_time(self) -> float:
         """Seconds from the sidecar's start at which every fault is switched on."""

@@ -14,7 +14,10 @@ Faults that live in the model server:
   ``rate_bytes_per_s`` from ``start_unix`` (the fake NVML backend in the
   sidecar scripts the matching device-side growth);
 - ``confidence_temperature``: logits are divided by it (> 1 flattens the
-  probabilities). No demo fault sets it; it is a knob for ``PUT /admin/faults``.
+  probabilities). No demo fault sets it; it is a knob for ``PUT /admin/faults``;
+- ``retry_storm``: every batch sleeps :data:`RETRY_STORM_DELAY_S` longer (the latency
+  fault's switches, on every batch), past the load generator's timeout, which gives up
+  and retries at once.
 
 Feature drift, the hard segment of the confidence fault, long inputs and the
 canary's share of the traffic are load-generator faults (what inputs are sent,
@@ -32,6 +35,12 @@ from typing import Any
 
 #: How much longer each batch of the faulty canary takes (its heavier model), in seconds.
 CANARY_SLOWDOWN_S = 0.03
+#: The ``retry_storm`` fault: every inference batch takes this much longer (seconds)...
+RETRY_STORM_DELAY_S = 1.5
+#: ...while the clients give up after this many seconds...
+RETRY_STORM_CLIENT_TIMEOUT_S = 0.5
+#: ...and send the same request (same X-Request-ID) again at once, this many times.
+RETRY_STORM_RETRIES = 2
 
 
 @dataclass

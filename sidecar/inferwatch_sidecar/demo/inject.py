@@ -23,7 +23,7 @@ from typing import Any
 
 from inferwatch_sidecar.demo import allocator
 from inferwatch_sidecar.demo.config import ScenarioConfig
-from inferwatch_sidecar.demo.faults import Faults, write
+from inferwatch_sidecar.demo.faults import RETRY_STORM_DELAY_S, Faults, write
 from inferwatch_sidecar.demo.loadgen import LoadGenerator
 
 MiB = 2**20
@@ -88,6 +88,8 @@ def server_faults(cfg: ScenarioConfig, leak_pid: int | None) -> Faults:
         f.hard_share = cfg.hard_share
     if "long_inputs" in cfg.faults:
         f.long_input_share = cfg.long_input_share
+    if "retry_storm" in cfg.faults:
+        f.latency_stage, f.latency_share, f.latency_delay_s = "inference", 1.0, RETRY_STORM_DELAY_S
     if "gpu_leak" in cfg.faults:
         # The sidecar's fake NVML scripts the device side from its config; the allocator side follows here.
         f.leak_pid, f.leak_rate_bytes_per_s = leak_pid, cfg.leak_mib_per_s * MiB
@@ -123,6 +125,7 @@ def switch_on(cfg: ScenarioConfig, *, server_url: str | None, token: str, loadge
     loadgen.long_share = f.long_input_share
     loadgen.canary_share = f.canary_share
     loadgen.bad_events = "bad_events" in cfg.faults
+    loadgen.retry_storm = "retry_storm" in cfg.faults
 
 
 def _put_faults(server_url: str, token: str, f: Faults) -> None:

@@ -63,6 +63,8 @@ EXPECTED_ALERTS: dict[str, Alerts] = {
     "canary": [("InferwatchCanaryDiverging", {"model_version": mdl.CANARY}),
                ("InferwatchCanaryFailing", {"model": mdl.NAME})],
     "bad_events": [("InferwatchIngestDecodeErrors", {"scope": "json"})],
+    "retry_storm": [("InferwatchRetryStorm", {"model_version": mdl.STABLE}),
+                    ("InferwatchTimeoutMismatch", {"model_version": mdl.STABLE})],
 }
 
 
@@ -192,6 +194,16 @@ def _bad_events(snap: Snapshot, scrape: Scrape, leak_pid: int | None) -> tuple[b
     return n > 0, f"{n:.0f} malformed JSON events counted and dropped"
 
 
+def _retry_storm(snap: Snapshot, scrape: Scrape, leak_pid: int | None) -> tuple[bool, str]:
+    lab = {"model": mdl.NAME, "model_version": mdl.STABLE}
+    att = scrape.value("inferwatch_request_attempts_total", 0.0, **lab) or 0.0
+    ret = scrape.value("inferwatch_request_retries_total", 0.0, **lab) or 0.0
+    gone = scrape.value("inferwatch_client_giveups_total", 0.0, **lab) or 0.0
+    amp = att / (att - ret) if att > ret else 0.0
+    return ret > 0 and gone > 0, (f"{ret:.0f} retries of {att:.0f} attempts ({amp:.2f} per unique request), "
+                                  f"{gone:.0f} clients gave up")
+
+
 #: Fault -> its detection signal: (detected now, the evidence).
 SIGNALS: dict[str, Signal] = {
     "latency": _latency,
@@ -201,6 +213,7 @@ SIGNALS: dict[str, Signal] = {
     "gpu_leak": _gpu_leak,
     "canary": _canary,
     "bad_events": _bad_events,
+    "retry_storm": _retry_storm,
 }
 
 

@@ -34,6 +34,7 @@ import numpy as np
 
 from inferwatch_sidecar.demo import model as mdl
 from inferwatch_sidecar.demo.config import ENGINES
+from inferwatch_sidecar.demo.faults import RETRY_STORM_CLIENT_TIMEOUT_S, RETRY_STORM_RETRIES
 
 #: Words in a note: a healthy one, and a long one (the ``long_inputs`` fault), as (low, high) bounds.
 SHORT_TOKENS = (8, 48)
@@ -148,6 +149,9 @@ class LoadGenerator:
         self.canary_share = 0.0
         #: While True, post one malformed event (a confidence that is not a number) to /v1/events per cycle.
         self.bad_events = False
+        #: While True, predictions time out after RETRY_STORM_CLIENT_TIMEOUT_S, hang up, and are sent again at once
+        #: with the same X-Request-ID, up to RETRY_STORM_RETRIES times (the ``retry_storm`` fault).
+        self.retry_storm = False
         self._stop = threading.Event()
         self._lock = threading.Lock()
         self._threads: list[threading.Thread] = []
@@ -257,6 +261,11 @@ class LoadGenerator:
             if self.engine == "triton":
                 status, body = conn.post(f"/v2/models/{mdl.NAME}/infer", triton_body(rows, k),
                                          {"traceparent": f"00-{rid}-{rid[16:]}-01"})
+            elif self.retry_storm:
+                got = self._storm(conn, rid, {"features": rows.row(k), "note": note(rng, rng.random() < self.long_share)})
+                if got is None:
+                    return
+                status, body = got
             else:
                 body_in = {"features": rows.row(k), "note": note(rng, rng.random() < self.long_share)}
                 status, body = conn.post("/predict", body_in, {"X-Request-ID": rid})
@@ -272,6 +281,21 @@ class LoadGenerator:
             with self._lock:
                 self._labels.append({"request_id": rid, "label": rows.label[k], "model": self.model,
                                      "model_version": version})
+
+    def _storm(self, conn: _Conn, rid: str, body: dict[str, Any]) -> tuple[int, bytes] | None:
+        """A client with a short timeout that retries at once: the response, or None when every attempt timed out."""
+        if conn.timeout != RETRY_STORM_CLIENT_TIMEOUT_S:
+            conn.close()
+            conn.timeout = RETRY_STORM_CLIENT_TIMEOUT_S
+        data = json.dumps(body).encode()
+        for attempt in range(1 + RETRY_STORM_RETRIES):
+            try:
+                return conn._request("/predict", data, {"X-Request-ID": rid})  # no hidden retry: each one counts
+            except TimeoutError:  # _request closed the connection: the server sees the client leave
+                self._count("giveups")
+                if attempt < RETRY_STORM_RETRIES:
+                    self._count("retries")
+        return None
 
     def _generate(self, conn: _Conn, rid: str, rng: np.random.Generator) -> None:
         try:

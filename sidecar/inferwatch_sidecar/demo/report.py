@@ -18,6 +18,7 @@ FAULT_TITLES = {
     "gpu_leak": "GPU memory leak in one worker (fake NVML)",
     "canary": "canary v2 turns bad: other mix, 30 ms slower",
     "bad_events": "a client posting malformed JSON events",
+    "retry_storm": "retry storm: clients time out at 0.5 s, retry at once",
 }
 
 

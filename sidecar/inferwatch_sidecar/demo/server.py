@@ -31,7 +31,8 @@ Environment (besides the SDK's ``INFERWATCH_*`` variables):
 | ``INFERWATCH_DEMO_SEED`` | dataset and model seed (default 0) |
 | ``INFERWATCH_DEMO_ADMIN_TOKEN`` | token for ``/admin/faults``; unset disables the route |
 | ``INFERWATCH_DEMO_WAIT_SOCKET_S`` | wait this long for the sidecar's socket before configuring the SDK (default 60) |
-| ``INFERWATCH_DEMO_ERROR_SHARE`` | share of predictions that fail with 503 (default 0.003) |
+| ``INFERWATCH_DEMO_ERROR_SHARE`` | share of predictions that fail with 504 (default 0.003) |
+| ``INFERWATCH_DEMO_SHED_SHARE`` | share of predictions a simulated rate limiter answers with 429 (default 0.002) |
 """
 
 from __future__ import annotations
@@ -243,9 +244,11 @@ class State:
         self.bad_model = model.canary()
         self.batcher = Batcher(self)
         self.rng = random.Random(os.getpid())
-        #: Share of predictions failing with 503 (a flaky feature store): the error panels are never empty,
+        #: Share of predictions failing with 504 (a flaky feature store): the error panels are never empty,
         #: and the error-rate alert (5%) stays quiet.
         self.error_share = float(os.environ.get("INFERWATCH_DEMO_ERROR_SHARE", "0.003"))
+        #: Share answered 429 by a simulated rate limiter: the shed panels are never empty either.
+        self.shed_share = float(os.environ.get("INFERWATCH_DEMO_SHED_SHARE", "0.002"))
 
     def model_for(self, f: fl.Faults) -> mdl.Model:
         """The model this worker serves under the faults ``f``."""
@@ -326,8 +329,11 @@ async def predict(body: PredictBody, request: Request) -> dict[str, Any]:
             except (TypeError, ValueError):
                 raise HTTPException(422, f"feature {name!r} must be a number, got {v!r}") from None
         region = str(feats.get(mdl.CATEGORICAL_NAME) or "")
-        if st.rng.random() < st.error_share:
-            raise HTTPException(503, "feature store timed out (simulated)")
+        r = st.rng.random()
+        if r < st.error_share:
+            raise HTTPException(504, "feature store timed out (simulated)")
+        if r < st.error_share + st.shed_share:
+            raise HTTPException(429, "rate limited (simulated)", headers={"Retry-After": "1"})
         # A missing numeric value is imputed with the training mean (and recorded as missing).
         x = [m if v != v else v for v, m in zip(numeric, st.model.mean.tolist(), strict=True)]
         tokens = len(body.note.split())

@@ -41,8 +41,10 @@ from inferwatch.wire import (
     MAX_FEATURES,
     MAX_REQUEST_ID,
     OUTCOME_CANCELLED,
+    OUTCOME_CLIENT_ERROR,
     OUTCOME_ERROR,
     OUTCOME_OK,
+    OUTCOME_SHED,
     Schema,
     classify,
 )
@@ -51,7 +53,8 @@ from inferwatch_sidecar.ingest.pipeline import Pipeline
 
 log = logging.getLogger("inferwatch.sidecar.ingest")
 
-_OUTCOMES = {"ok": OUTCOME_OK, "error": OUTCOME_ERROR, "cancelled": OUTCOME_CANCELLED}
+_OUTCOMES = {"ok": OUTCOME_OK, "error": OUTCOME_ERROR, "cancelled": OUTCOME_CANCELLED,
+             "client_error": OUTCOME_CLIENT_ERROR, "shed": OUTCOME_SHED}
 _TRACE = re.compile(r"^[0-9a-f]{32}$")
 _SURROGATE = re.compile("[\ud800-\udfff]")
 _MAX_STR = 255

@@ -34,6 +34,7 @@ from inferwatch.wire import (
     EV_BATCH,
     EV_DROPS,
     EV_HELLO,
+    EV_HTTP,
     EV_QUEUE,
     EV_RECORD,
     EV_REQUEST,
@@ -73,6 +74,7 @@ EVENT_TYPES = {
     EV_QUEUE: "queue",
     EV_DROPS: "drops",
     EV_ALLOC: "alloc",
+    EV_HTTP: "http",
 }
 TRANSPORTS = ("unix", "udp", "http")
 #: Every catalog entry :meth:`Pipeline.collect` exports, in the order it yields them.

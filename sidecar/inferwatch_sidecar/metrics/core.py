@@ -50,7 +50,7 @@ _CTX = ("service", "model", "model_version")
 # -- requests ------------------------------------------------------------
 REQUESTS_TOTAL = Metric(
     name="inferwatch_requests_total", type="counter", labels=(*_CTX, "outcome"), component="core",
-    help="Requests finished, by outcome (ok, error, cancelled).",
+    help="Requests finished, by outcome (ok, error, cancelled, client_error for a 4xx, shed for a 429 or 503).",
 )
 REQUEST_ERRORS_TOTAL = Metric(
     name="inferwatch_request_errors_total", type="counter", labels=(*_CTX, "error_type"), component="core",
@@ -280,4 +280,39 @@ METRICS: tuple[Metric, ...] = (
     OTLP_SPANS_TOTAL, OTLP_PENDING_SPANS, OTLP_CUT_TOTAL, OTLP_PENDING_BYTES, COMPONENT_ERRORS_TOTAL, COMPONENT_UP, SIDECAR, SIDECAR_PROCESS_CPU_SECONDS_TOTAL, SIDECAR_PROCESS_VIRTUAL_MEMORY_BYTES,
     SIDECAR_PROCESS_RESIDENT_MEMORY_BYTES, SIDECAR_PROCESS_START_TIME_SECONDS, SIDECAR_PROCESS_OPEN_FDS,
     SIDECAR_PROCESS_MAX_FDS,
+)
+
+# -- HTTP truth and overload (issue 27; aggregate/overload.py, docs/overload.md) ---------------
+HTTP_REQUESTS_TOTAL = Metric(
+    name="inferwatch_http_requests_total", type="counter", labels=(*_CTX, "route", "outcome"), component="core",
+    help="HTTP requests by route template (capped; __overflow__ past the cap, _unmatched for no route, the path "
+    "for probes and docs) and outcome (ok, client_error, error, cancelled, shed); probes included.",
+)
+REQUEST_ATTEMPTS_TOTAL = Metric(
+    name="inferwatch_request_attempts_total", type="counter", labels=_CTX, component="core",
+    help="HTTP requests to the model's routes (probes and docs left out), first attempts and retries alike.",
+)
+REQUEST_RETRIES_TOTAL = Metric(
+    name="inferwatch_request_retries_total", type="counter", labels=_CTX, component="core",
+    help="HTTP requests that were retries: a resend count in their headers or span "
+    "(http.request.resend_count), or a client request ID already seen within the retry window.",
+)
+LOAD_AMPLIFICATION_RATIO = Metric(
+    name="inferwatch_load_amplification_ratio", type="gauge", unit="ratio", labels=_CTX, component="core",
+    help="Attempts per unique request over the 60 s up to the latest HTTP request (1 = no retries; 2 = every "
+    "request sent twice); alerts use the counters' rates instead.",
+)
+CLIENT_GIVEUPS_TOTAL = Metric(
+    name="inferwatch_client_giveups_total", type="counter", labels=_CTX, component="core",
+    help="HTTP requests whose client disconnected before the response was complete.",
+)
+CLIENT_GIVEUP_WAIT_SECONDS = Metric(
+    name="inferwatch_client_giveup_wait_seconds", type="histogram", unit="seconds", labels=_CTX,
+    buckets=LATENCY_BUCKETS, component="core",
+    help="How long clients that gave up had waited: compare with inferwatch_request_duration_seconds.",
+)
+
+METRICS = (
+    *METRICS, HTTP_REQUESTS_TOTAL, REQUEST_ATTEMPTS_TOTAL, REQUEST_RETRIES_TOTAL, LOAD_AMPLIFICATION_RATIO,
+    CLIENT_GIVEUPS_TOTAL, CLIENT_GIVEUP_WAIT_SECONDS,
 )

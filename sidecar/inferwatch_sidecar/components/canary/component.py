@@ -27,7 +27,7 @@ import threading
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from inferwatch.wire import EV_RECORD, EV_REQUEST
+from inferwatch.wire import EV_RECORD, EV_REQUEST, OUTCOME_OK
 from inferwatch_sidecar.components.base import ComponentContext
 from inferwatch_sidecar.components.canary.config import CanaryConfig
 from inferwatch_sidecar.components.canary.judge import VERDICTS, Judgement, judge
@@ -52,6 +52,8 @@ from inferwatch_sidecar.metrics.drift import DRIFT_ESTIMATED_ACCURACY_RATIO
 log = logging.getLogger("inferwatch.sidecar.canary")
 
 Key = tuple[str, str, str]
+#: (ctx, pid, producer ID) entries remembered for the per-replica load; past it the table starts over.
+_MAX_REPLICA_KEYS = 4096
 Snapshot = dict[str, list[tuple[tuple[str, ...], float]]]
 
 
@@ -79,6 +81,8 @@ class CanaryComponent:
         self._next_eval = 0.0
         self._lim = (ctx.limiter("service"), ctx.limiter("model"), ctx.limiter("model_version"))
         self._lim_stage = ctx.limiter("stage")
+        #: (raw ctx, pid, producer ID) -> when its last frame came (monotonic s): the replicas of each version.
+        self._replicas: dict[tuple[Any, int, int], float] = {}
 
     def connect(self, peers: Mapping[str, Any]) -> None:
         """Receive the daemon's other built components (the drift component provides accuracy estimates)."""
@@ -91,6 +95,17 @@ class CanaryComponent:
         refused = self._staging.put(records)
         if refused:
             self.dropped["staging_full"] += refused
+        # Replicas per version, for the load-imbalance warning: one dict store per frame (its first event's
+        # context; a frame's events nearly always share one), bounded.
+        try:
+            if records:
+                rep = self._replicas
+                k = (records[0][1], pid, producer_id)
+                if k not in rep and len(rep) >= _MAX_REPLICA_KEYS:
+                    rep.clear()
+                rep[k] = self.ctx.monotonic()
+        except Exception:
+            self.dropped["error"] += 1
 
     # -- judge thread ---------------------------------------------------------------------------------------------
 
@@ -131,9 +146,12 @@ class CanaryComponent:
             slot = self._advance(now)
             if not batch:
                 return 0
-            # Per raw ctx: outcomes, e2e seconds, stage seconds by name, confidences, predictions.
+            # Per raw ctx: outcomes, e2e seconds, stage seconds by name, confidences, predictions; then
+            # streamed stages' TTFTs and gaps (seconds) and the requests that met every SLO.
             reqs: dict[Any, tuple[list[int], list[float], dict[str, list[float]]]] = {}
+            streams: dict[Any, tuple[list[float], list[float], list[int]]] = {}
             recs: dict[Any, tuple[list[float], list[str]]] = {}
+            slo = self.cfg.slo if self.cfg.slo.enabled else None
             for ev in batch:
                 try:
                     if ev[0] == EV_REQUEST:
@@ -142,8 +160,30 @@ class CanaryComponent:
                             r = reqs[ev[1]] = ([], [], {})
                         r[0].append(ev[4])
                         r[1].append(ev[3] * 1e-9)
-                        for name, dur, _stream in ev[8]:
+                        good = ev[4] == OUTCOME_OK
+                        st = None
+                        for name, dur, stream in ev[8]:
                             r[2].setdefault(self._lim_stage.get(name), []).append(dur * 1e-9)
+                            if stream is not None:
+                                if st is None:
+                                    st = streams.get(ev[1])
+                                    if st is None:
+                                        st = streams[ev[1]] = ([], [], [0])
+                                ttft = stream[0] * 1e-9
+                                if stream[1]:
+                                    st[0].append(ttft)
+                                gaps = [g * 1e-6 for g in stream[2]]
+                                st[1].extend(gaps)
+                                if slo is not None and good:
+                                    good = ((slo.ttft_s is None or (stream[1] > 0 and ttft <= slo.ttft_s))
+                                            and (slo.itl_s is None or not gaps or max(gaps) <= slo.itl_s))
+                        if slo is not None:
+                            good = good and (slo.latency_s is None or ev[3] * 1e-9 <= slo.latency_s)
+                            if good:
+                                g = streams.get(ev[1])
+                                if g is None:
+                                    g = streams[ev[1]] = ([], [], [0])
+                                g[2][0] += 1
                     elif ev[4] is not None or ev[5] is not None:  # a record with a prediction or confidence
                         c = recs.get(ev[1])
                         if c is None:
@@ -164,6 +204,11 @@ class CanaryComponent:
                 before = w.dropped_stages
                 w.add_requests(slot, outcomes, e2e, stages)
                 self.dropped["too_many_stages"] += w.dropped_stages - before
+                if slo is not None:
+                    w.add_good(slot, streams[ctx][2][0] if ctx in streams else 0)
+                sv = streams.get(ctx)
+                if sv is not None and (sv[0] or sv[1]):
+                    w.add_streams(slot, sv[0], sv[1])
             for ctx, (confs, preds) in recs.items():
                 w = self._window(ctx)
                 if w is None:
@@ -194,6 +239,7 @@ class CanaryComponent:
         with self._state_lock:
             self._advance(now)
             summaries = {k: w.summary() for k, w in self.windows.items()}
+        replicas = self._replica_counts()
         by_model: dict[tuple[str, str], list[Key]] = {}
         for key in sorted(summaries):
             by_model.setdefault(key[:2], []).append(key)
@@ -216,7 +262,8 @@ class CanaryComponent:
                 if k == base or summaries[k].requests < self.cfg.min_requests:
                     continue
                 j = judge(svc, model, base[2], k[2], summaries[base], summaries[k], self.cfg,
-                          (accuracy.get((model, base[2])), accuracy.get((model, k[2]))))
+                          (accuracy.get((model, base[2])), accuracy.get((model, k[2]))),
+                          (replicas.get(base, 0), replicas.get(k, 0)))
                 judgements.append(j)
                 pair = (*k, base[2])
                 put(CANARY_SCORE, pair, j.score)
@@ -236,6 +283,21 @@ class CanaryComponent:
             self._snapshot = out
             self.judgements = judgements
         return judgements
+
+    def _replica_counts(self) -> dict[Key, int]:
+        """Producers (SDK processes: replicas) that sent each version's events within the window."""
+        lo = self.ctx.monotonic() - self.cfg.window_seconds
+        out: dict[Key, int] = {}
+        for (ctx, _pid, _prod), t in list(self._replicas.items()):
+            if t < lo:
+                continue
+            try:
+                svc, model, ver = ctx
+            except (TypeError, ValueError):
+                continue
+            key = (self._lim[0].get(svc), self._lim[1].get(model), self._lim[2].get(ver))
+            out[key] = out.get(key, 0) + 1
+        return out
 
     def _baseline(self, model: str, keys: list[Key], summaries: dict[Key, Any]) -> Key | None:
         """The stable version of a model: the configured one, else the busiest; None without enough requests."""

@@ -17,7 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 #: The judged metrics, by name (docs/canary.md, "Metrics"). ``stage_*`` are judged once per stage.
 METRIC_NAMES = ("error_rate", "latency", "latency_p99", "stage_latency", "stage_p99", "prediction_mix",
-                "confidence", "estimated_accuracy")
+                "confidence", "estimated_accuracy", "ttft", "itl", "goodput", "cancel_rate", "shed_rate")
 #: The metrics judged per stage: ``canary.critical`` may name one stage of them, as ``stage_latency[inference]``.
 STAGE_METRICS = ("stage_latency", "stage_p99")
 _STAGE_ENTRY = re.compile(r"([a-z_0-9]+)\[([^\[\]]+)\]")
@@ -48,6 +48,14 @@ class Tolerances(BaseModel):
         prediction_psi: largest tolerated PSI between the two prediction mixes.
         confidence_drop: largest tolerated drop of the mean confidence.
         accuracy_drop: largest tolerated drop of the drift component's estimated accuracy.
+        stage_min_increase_s: a stage metric fails only when the canary's median (``stage_latency``) or P99
+            (``stage_p99``) is also slower by more than this many seconds: an absolute floor far above timer
+            noise (a 5 us stage measured 0.5 us slower is not a regression, however significant).
+        ttft_shift, itl_shift: largest tolerated ``AUC - 0.5`` of time to first token and inter-token latency.
+        stream_min_increase_s: ...and their medians must differ by more than this many seconds to fail.
+        goodput_drop: largest tolerated drop of the share of requests meeting every SLO of ``canary.slo``.
+        rate_min_increase: the cancelled and shed rates fail only beyond both the error-rate ratio and this
+            absolute increase.
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -59,6 +67,32 @@ class Tolerances(BaseModel):
     prediction_psi: float = Field(default=0.1, ge=0)
     confidence_drop: float = Field(default=0.02, ge=0, le=1)
     accuracy_drop: float = Field(default=0.03, ge=0, le=1)
+    stage_min_increase_s: float = Field(default=0.0001, ge=0)
+    ttft_shift: float = Field(default=0.05, ge=0, le=0.5)
+    itl_shift: float = Field(default=0.05, ge=0, le=0.5)
+    stream_min_increase_s: float = Field(default=0.001, ge=0)
+    goodput_drop: float = Field(default=0.05, ge=0, le=1)
+    rate_min_increase: float = Field(default=0.02, ge=0, le=1)
+
+
+class Slo(BaseModel):
+    """Service-level objectives a request must meet to count toward goodput (unset: not part of it).
+
+    Attributes:
+        latency_s: end-to-end latency at most this.
+        ttft_s: time to first token of every streamed stage at most this.
+        itl_s: every gap between tokens at most this.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    latency_s: float | None = Field(default=None, gt=0)
+    ttft_s: float | None = Field(default=None, gt=0)
+    itl_s: float | None = Field(default=None, gt=0)
+
+    @property
+    def enabled(self) -> bool:
+        return self.latency_s is not None or self.ttft_s is not None or self.itl_s is not None
 
 
 class Weights(BaseModel):
@@ -93,6 +127,9 @@ class CanaryConfig(BaseModel):
         max_stages: stages tracked per version; others are dropped and counted.
         max_classes: prediction classes tracked per version; others count as ``__other__``.
         max_staged: events waiting for the judge's thread; beyond it events are dropped and counted.
+        slo: objectives for goodput (judged only when one is set).
+        load_imbalance_ratio: the judgement warns when one version's requests per replica (SDK producer)
+            exceed the other's by this factor: the busier replicas are slower for load, not for code.
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -106,13 +143,15 @@ class CanaryConfig(BaseModel):
     alpha: float = Field(default=0.01, gt=0, lt=1)
     pass_score: float = Field(default=95.0, ge=0, le=100)
     marginal_score: float = Field(default=75.0, ge=0, le=100)
-    critical: list[str] = Field(default_factory=lambda: ["error_rate", "latency", "latency_p99"])
+    critical: list[str] = Field(default_factory=lambda: ["error_rate", "latency", "latency_p99", "ttft"])
     tolerances: Tolerances = Field(default_factory=Tolerances)
     weights: Weights = Field(default_factory=Weights)
     max_versions: int = Field(default=32, ge=2, le=1000)
     max_stages: int = Field(default=16, ge=0, le=256)
     max_classes: int = Field(default=32, ge=1, le=256)
     max_staged: int = Field(default=200_000, ge=1000)
+    slo: Slo = Field(default_factory=Slo)
+    load_imbalance_ratio: float = Field(default=1.5, ge=1)
 
     @model_validator(mode="after")
     def _check(self) -> CanaryConfig:

@@ -23,7 +23,20 @@ Metrics (docs/canary.md has the table):
 - ``confidence`` (lower is worse): Mann-Whitney on binned confidences, effect:
   drop of the mean;
 - ``estimated_accuracy`` (lower is worse): the drift component's estimate for
-  each version, compared with the tolerance only (it comes without a sample).
+  each version, compared with the tolerance only (it comes without a sample);
+- ``ttft`` and ``itl`` (higher is worse): time to first token and inter-token
+  gaps of streamed stages, Mann-Whitney like ``latency``;
+- ``goodput`` (lower is worse): the share of requests meeting every SLO of
+  ``canary.slo``, two-proportion z-test; judged only when an SLO is set;
+- ``cancel_rate`` and ``shed_rate`` (higher is worse): clients that left, and
+  429/503 the server returned, two-proportion z-tests like ``error_rate``.
+
+Stage metrics and ``ttft``/``itl`` also need an absolute increase beyond a floor
+(``stage_min_increase_s``, ``stream_min_increase_s``) to fail: a timer's noise
+is significant on a large window but is no regression. The judgement warns when
+one version's requests per replica exceed the other's by
+``load_imbalance_ratio``: busier replicas are slower for their load, not for
+their code.
 """
 
 from __future__ import annotations
@@ -41,7 +54,18 @@ from inferwatch_sidecar.components.drift import stats
 VERDICTS = ("pass", "marginal", "fail")
 #: Metric group of each metric, for the score's weights.
 GROUPS = {"error_rate": "errors", "latency": "latency", "latency_p99": "latency", "stage_latency": "stages",
-          "stage_p99": "stages", "prediction_mix": "outputs", "confidence": "outputs", "estimated_accuracy": "outputs"}
+          "stage_p99": "stages", "prediction_mix": "outputs", "confidence": "outputs", "estimated_accuracy": "outputs",
+          "ttft": "latency", "itl": "latency", "goodput": "latency", "cancel_rate": "errors", "shed_rate": "errors"}
+#: The statistic each metric is tested with, and the unit of its stable/canary values (the table's columns).
+STATISTICS = {
+    "error_rate": ("two-proportion z", "share"), "cancel_rate": ("two-proportion z", "share"),
+    "shed_rate": ("two-proportion z", "share"), "goodput": ("two-proportion z", "share"),
+    "latency": ("Mann-Whitney U", "s (median)"), "stage_latency": ("Mann-Whitney U", "s (median)"),
+    "ttft": ("Mann-Whitney U", "s (median)"), "itl": ("Mann-Whitney U", "s (median)"),
+    "latency_p99": ("z, share above stable P99", "s (P99)"), "stage_p99": ("z, share above stable P99", "s (P99)"),
+    "prediction_mix": ("chi-square", "-"), "confidence": ("Mann-Whitney U", "mean confidence"),
+    "estimated_accuracy": ("none (tolerance only)", "accuracy"),
+}
 
 
 @dataclass
@@ -72,6 +96,13 @@ class MetricResult:
     critical: bool
     p_adjusted: float | None = None
     result: str = "nodata"
+    #: The statistical test, and the unit of ``baseline`` and ``canary`` (``STATISTICS``).
+    statistic: str = ""
+    unit: str = ""
+
+    def __post_init__(self) -> None:
+        if not self.statistic:
+            self.statistic, self.unit = STATISTICS[self.name]
 
     @property
     def group(self) -> str:
@@ -98,6 +129,10 @@ class Judgement:
     score: float
     verdict: str
     metrics: list[MetricResult] = field(default_factory=list)
+    #: Why the judgement may be biased (unequal load per replica), for people.
+    warnings: list[str] = field(default_factory=list)
+    baseline_replicas: int = 0
+    canary_replicas: int = 0
 
     @property
     def failed(self) -> list[MetricResult]:
@@ -117,7 +152,8 @@ class Judgement:
             "service": self.service, "model": self.model, "canary_version": self.canary_version,
             "baseline_version": self.baseline_version, "canary_requests": self.canary_requests,
             "baseline_requests": self.baseline_requests, "score": round(self.score, 2), "verdict": self.verdict,
-            "reasons": self.reasons(), "metrics": [m.to_json() for m in self.metrics],
+            "reasons": self.reasons(), "warnings": list(self.warnings), "baseline_replicas": self.baseline_replicas,
+            "canary_replicas": self.canary_replicas, "metrics": [m.to_json() for m in self.metrics],
         }
 
 
@@ -166,6 +202,44 @@ def _p99(name: str, stage: str | None, b: np.ndarray, c: np.ndarray, cfg: Canary
     return m
 
 
+def _rate(name: str, kb: int, nb: int, kc: int, nc: int, cfg: CanaryConfig) -> MetricResult:
+    """A share that is worse higher (cancelled, shed): like ``error_rate``, with its own absolute floor."""
+    br, cr = kb / nb, kc / nc
+    z, p = stats.two_proportion_z(kb, nb, kc, nc)
+    tol = max(cfg.tolerances.rate_min_increase, br * cfg.tolerances.error_rate_ratio)
+    return MetricResult(name, None, "increase", br, cr, "increase", cr - br, tol, _one_sided_greater(z, p),
+                        name in cfg.critical)
+
+
+def _goodput(b: Summary, c: Summary, cfg: CanaryConfig) -> MetricResult:
+    assert b.good is not None and c.good is not None
+    br, cr = b.good / b.requests, c.good / c.requests
+    z, p = stats.two_proportion_z(b.good, b.requests, c.good, c.requests)
+    return MetricResult("goodput", None, "decrease", br, cr, "drop", br - cr, cfg.tolerances.goodput_drop,
+                        _one_sided_greater(-z, p), "goodput" in cfg.critical)
+
+
+def _stream(name: str, b: np.ndarray, c: np.ndarray, tol: float, cfg: CanaryConfig) -> MetricResult:
+    auc, _z, p = stats.mann_whitney_binned(b, c)
+    return MetricResult(name, None, "increase", quantile(b, 0.5), quantile(c, 0.5), "auc_shift", auc - 0.5, tol, p,
+                        name in cfg.critical)
+
+
+def imbalance_warning(b: Summary, c: Summary, replicas: tuple[int, int], ratio: float) -> str | None:
+    """A warning when the two versions' requests per replica differ by ``ratio`` or more; None otherwise."""
+    rb, rc = replicas
+    if rb <= 0 or rc <= 0:
+        return None
+    lb, lc = b.requests / rb, c.requests / rc
+    lo, hi = min(lb, lc), max(lb, lc)
+    if lo <= 0 or hi / lo < ratio:
+        return None
+    busier = "canary" if lc > lb else "stable"
+    return (f"load per replica differs {hi / lo:.2f}x (stable {lb:.0f} requests on {rb} replica(s), canary "
+            f"{lc:.0f} on {rc}): the {busier} version's replicas carry more load each, which alone can make it "
+            "slower; compare latency with care")
+
+
 def _prediction_mix(b: Summary, c: Summary, cfg: CanaryConfig) -> MetricResult:
     names = sorted(set(b.classes) | set(c.classes))
     bc = np.array([b.classes.get(n, 0) for n in names], dtype=np.float64)
@@ -184,7 +258,8 @@ def _confidence(b: Summary, c: Summary, cfg: CanaryConfig) -> MetricResult:
 
 
 def judge(service: str, model: str, baseline_version: str, canary_version: str, b: Summary, c: Summary,
-          cfg: CanaryConfig, accuracy: tuple[float | None, float | None] = (None, None)) -> Judgement:
+          cfg: CanaryConfig, accuracy: tuple[float | None, float | None] = (None, None),
+          replicas: tuple[int, int] = (0, 0)) -> Judgement:
     """Judge canary ``c`` against the stable version ``b`` (both with at least ``cfg.min_requests`` requests).
 
     Args:
@@ -192,6 +267,7 @@ def judge(service: str, model: str, baseline_version: str, canary_version: str, 
         b, c: the two versions' windows.
         cfg: tolerances, alpha, weights, thresholds and critical metrics.
         accuracy: the drift component's estimated accuracy of the stable and the canary version, if known.
+        replicas: the producers (replicas) that sent each version's events (0: unknown).
     """
     metrics = [_error_rate(b, c, cfg), _latency("latency", None, b.e2e, c.e2e, cfg),
                _p99("latency_p99", None, b.e2e, c.e2e, cfg)]
@@ -203,6 +279,20 @@ def judge(service: str, model: str, baseline_version: str, canary_version: str, 
         metrics.append(_prediction_mix(b, c, cfg))
     if b.confidence_n >= cfg.min_requests and c.confidence_n >= cfg.min_requests:
         metrics.append(_confidence(b, c, cfg))
+    tol = cfg.tolerances
+    if b.ttft is not None and c.ttft is not None and b.ttft.sum() >= cfg.min_requests \
+            and c.ttft.sum() >= cfg.min_requests:
+        metrics.append(_stream("ttft", b.ttft, c.ttft, tol.ttft_shift, cfg))
+    if b.itl is not None and c.itl is not None and b.itl.sum() >= cfg.min_requests \
+            and c.itl.sum() >= cfg.min_requests:
+        metrics.append(_stream("itl", b.itl, c.itl, tol.itl_shift, cfg))
+    if b.good is not None and c.good is not None:
+        metrics.append(_goodput(b, c, cfg))
+    # Judged when either version had any (a pair of zero rates tests nothing).
+    if b.cancelled or c.cancelled:
+        metrics.append(_rate("cancel_rate", b.cancelled, b.requests, c.cancelled, c.requests, cfg))
+    if b.shed or c.shed:
+        metrics.append(_rate("shed_rate", b.shed, b.requests, c.shed, c.requests, cfg))
     ab, ac = accuracy
     if ab is not None and ac is not None:
         metrics.append(MetricResult("estimated_accuracy", None, "decrease", ab, ac, "drop", ab - ac,
@@ -217,6 +307,10 @@ def judge(service: str, model: str, baseline_version: str, canary_version: str, 
             continue
         significant = m.p_adjusted is None or m.p_adjusted <= cfg.alpha
         m.result = "fail" if significant and m.effect > m.tolerance else "pass"
+        floor = _FLOORS.get(m.name)
+        if m.result == "fail" and floor is not None and m.baseline is not None and m.canary is not None \
+                and m.canary - m.baseline <= getattr(tol, floor):
+            m.result = "pass"  # significant, but no slower than the absolute floor: timer noise, not a regression
     score = _score(metrics, cfg)
     if any(m.critical and m.result == "fail" for m in metrics):
         verdict = "fail"
@@ -226,8 +320,14 @@ def judge(service: str, model: str, baseline_version: str, canary_version: str, 
         verdict = "marginal"
     else:
         verdict = "fail"
+    warning = imbalance_warning(b, c, replicas, cfg.load_imbalance_ratio)
     return Judgement(service, model, canary_version, baseline_version, c.requests, b.requests, score, verdict,
-                     metrics)
+                     metrics, [warning] if warning else [], replicas[0], replicas[1])
+
+
+#: The metrics with an absolute floor on their increase (seconds), by tolerance name.
+_FLOORS = {"stage_latency": "stage_min_increase_s", "stage_p99": "stage_min_increase_s",
+           "ttft": "stream_min_increase_s", "itl": "stream_min_increase_s"}
 
 
 def _score(metrics: list[MetricResult], cfg: CanaryConfig) -> float:

@@ -15,12 +15,16 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from inferwatch.wire import OUTCOME_SHED, OUTCOMES
+
 #: Upper bounds of the latency bins in seconds (``le`` semantics), plus an overflow bin above the last.
 LATENCY_EDGES = 10.0 ** (np.arange(-6 * 20, 4 * 20 + 1) / 20.0)
 N_LATENCY = LATENCY_EDGES.size + 1
 #: Upper bounds of the confidence bins: 100 bins over [0, 1] (values outside fall in the end bins).
 CONFIDENCE_EDGES = np.arange(1, 100) / 100.0
 N_CONFIDENCE = CONFIDENCE_EDGES.size + 1
+#: Outcome codes counted per sub-window (ok, error, cancelled, client_error, shed).
+N_OUTCOMES = len(OUTCOMES)
 #: The class that collects predictions beyond ``max_classes``.
 OTHER_CLASS = "__other__"
 
@@ -60,6 +64,13 @@ class Summary:
     confidence: np.ndarray
     confidence_sum: float
     classes: dict[str, int] = field(default_factory=dict)
+    #: Requests the server shed (429/503).
+    shed: int = 0
+    #: Time to first token and inter-token gaps of streamed stages (latency bins), when there were streams.
+    ttft: np.ndarray | None = None
+    itl: np.ndarray | None = None
+    #: Requests that met every SLO of ``canary.slo`` (None: no SLO set).
+    good: int | None = None
 
     @property
     def confidence_n(self) -> int:
@@ -77,14 +88,14 @@ class VersionWindow:
     """
 
     __slots__ = ("key", "S", "max_stages", "max_classes", "outcomes", "e2e", "stages", "conf", "conf_sum",
-                 "classes", "dropped_stages")
+                 "classes", "dropped_stages", "ttft", "itl", "good")
 
     def __init__(self, key: tuple[str, str, str], subwindows: int, max_stages: int, max_classes: int) -> None:
         self.key = key
         self.S = subwindows
         self.max_stages = max_stages
         self.max_classes = max_classes
-        self.outcomes = np.zeros((subwindows, 3), dtype=np.int64)
+        self.outcomes = np.zeros((subwindows, N_OUTCOMES), dtype=np.int64)
         self.e2e = np.zeros((subwindows, N_LATENCY), dtype=np.int64)
         self.stages: dict[str, np.ndarray] = {}
         self.conf = np.zeros((subwindows, N_CONFIDENCE), dtype=np.int64)
@@ -92,11 +103,32 @@ class VersionWindow:
         self.classes: dict[str, np.ndarray] = {}
         #: Stage observations refused because ``max_stages`` stages were already tracked.
         self.dropped_stages = 0
+        #: Streamed stages' TTFT and inter-token gaps, and requests meeting the SLOs (made on first use).
+        self.ttft: np.ndarray | None = None
+        self.itl: np.ndarray | None = None
+        self.good: np.ndarray | None = None
+
+    def add_streams(self, slot: int, ttft_s: list[float], itl_s: list[float]) -> None:
+        """Add streamed stages' times to first token and inter-token gaps (seconds) to sub-window ``slot``."""
+        if self.ttft is None:
+            self.ttft = np.zeros((self.S, N_LATENCY), dtype=np.int64)
+            self.itl = np.zeros((self.S, N_LATENCY), dtype=np.int64)
+        assert self.itl is not None
+        if ttft_s:
+            self.ttft[slot] += np.bincount(latency_bins(np.asarray(ttft_s)), minlength=N_LATENCY)
+        if itl_s:
+            self.itl[slot] += np.bincount(latency_bins(np.asarray(itl_s)), minlength=N_LATENCY)
+
+    def add_good(self, slot: int, n: int) -> None:
+        """Count ``n`` requests that met every SLO in sub-window ``slot``."""
+        if self.good is None:
+            self.good = np.zeros(self.S, dtype=np.int64)
+        self.good[slot] += n
 
     def add_requests(self, slot: int, outcomes: list[int], e2e_s: list[float], stages: dict[str, list[float]]) -> None:
         """Add requests to sub-window ``slot``: outcome codes, latencies and per-stage durations in seconds."""
         if outcomes:
-            self.outcomes[slot] += np.bincount(np.asarray(outcomes, dtype=np.intp), minlength=3)[:3]
+            self.outcomes[slot] += np.bincount(np.asarray(outcomes, dtype=np.intp), minlength=N_OUTCOMES)[:N_OUTCOMES]
             self.e2e[slot] += np.bincount(latency_bins(np.asarray(e2e_s)), minlength=N_LATENCY)
         for name, vals in stages.items():
             h = self.stages.get(name)
@@ -133,6 +165,9 @@ class VersionWindow:
         self.conf_sum[slot] = 0.0
         for c in self.classes.values():
             c[slot] = 0
+        for h in (self.ttft, self.itl, self.good):
+            if h is not None:
+                h[slot] = 0
 
     @property
     def requests(self) -> int:
@@ -141,7 +176,8 @@ class VersionWindow:
     @property
     def nbytes(self) -> int:
         return int(self.outcomes.nbytes + self.e2e.nbytes + sum(h.nbytes for h in self.stages.values())
-                   + self.conf.nbytes + self.conf_sum.nbytes + sum(c.nbytes for c in self.classes.values()))
+                   + self.conf.nbytes + self.conf_sum.nbytes + sum(c.nbytes for c in self.classes.values())
+                   + sum(h.nbytes for h in (self.ttft, self.itl, self.good) if h is not None))
 
     def summary(self) -> Summary:
         """The window summed over its sub-windows."""
@@ -151,4 +187,8 @@ class VersionWindow:
             stages={n: h.sum(axis=0) for n, h in self.stages.items()}, confidence=self.conf.sum(axis=0),
             confidence_sum=float(self.conf_sum.sum()),
             classes={c: int(h.sum()) for c, h in self.classes.items() if h.any()},
+            shed=int(o[OUTCOME_SHED]),
+            ttft=None if self.ttft is None else self.ttft.sum(axis=0),
+            itl=None if self.itl is None else self.itl.sum(axis=0),
+            good=None if self.good is None else int(self.good.sum()),
         )

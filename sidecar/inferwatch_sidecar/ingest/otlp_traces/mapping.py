@@ -45,7 +45,8 @@ from collections import OrderedDict
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from inferwatch.wire import EV_RECORD, EV_REQUEST, KIND_NUMERIC, MAX_FEATURES, classify
+from inferwatch._asgi import DEFAULT_EXCLUDED_PATHS, MAX_RESEND
+from inferwatch.wire import EV_HTTP, EV_RECORD, EV_REQUEST, KIND_NUMERIC, MAX_FEATURES, classify
 from inferwatch_sidecar.ingest.http_json import SchemaCache
 from inferwatch_sidecar.ingest.otlp_traces.decode import MAX_STRING, Resource, Span
 from inferwatch_sidecar.ingest.otlp_traces.presets import PRESETS, REQUEST, STAGE, Preset
@@ -134,6 +135,8 @@ class Mapper:
         max_pending_bytes: most estimated bytes the join buffer holds, over all traces.
         max_spans_per_trace: spans remembered per trace (links and waiting stage spans).
         clock: monotonic seconds.
+        exclude_routes: ``http.route`` (or ``url.path``) values of request spans left out of the request
+            metrics (probes, docs): they give only an HTTP event, like the SDK's middleware.
     """
 
     def __init__(
@@ -149,7 +152,9 @@ class Mapper:
         max_pending_bytes: int = 32 << 20,
         max_spans_per_trace: int = 2048,
         clock: Callable[[], float] = time.monotonic,
+        exclude_routes: Iterable[str] = DEFAULT_EXCLUDED_PATHS,
     ) -> None:
+        self.exclude_routes = frozenset(exclude_routes)
         self.presets: list[Preset] = [PRESETS[p] for p in presets]
         self.user_stages = dict(stages or {})
         self.features = None if features is None else tuple(features)
@@ -343,11 +348,40 @@ class Mapper:
         user = self.user_stages
         stages += [(user[k.name], k.end - k.start, None) for k in kids if k.name in user]
         rid = span.trace.hex()
+        excluded = self._http(span, ctx, outcome, out)
+        if excluded:
+            return
         out.append((EV_REQUEST, ctx, span.end, max(0, preset.duration(span)), outcome, err, rid, span.trace,
                     stages[:255]))
         feats = self._features(span, preset)
         if feats is not None:
             out.append((EV_RECORD, ctx, span.end, rid, None, None, None, feats))
+
+    def _http(self, span: Span, ctx: Any, outcome: int, out: list[tuple[Any, ...]]) -> bool:
+        """The HTTP event of a request span with an HTTP status code; True when its route is excluded.
+
+        The route is ``http.route`` (a template by the semantic conventions; ``url.path`` only decides
+        exclusion), the resend count ``http.request.resend_count``, the client's request ID a captured
+        ``http.request.header.x-request-id``. A span cannot tell how long a client waited: 0.
+        """
+        a = span.attrs
+        code = a.get("http.response.status_code", a.get("http.status_code"))
+        if not isinstance(code, int) or isinstance(code, bool) or not 0 < code < 1000:
+            return False
+        route = a.get("http.route")
+        route = route[:MAX_STRING] if isinstance(route, str) and route else None
+        path = a.get("url.path", a.get("http.target"))
+        excluded = (route or (path if isinstance(path, str) else None)) in self.exclude_routes
+        if excluded and route is None:
+            route = path
+        resend = a.get("http.request.resend_count")
+        resend = resend if isinstance(resend, int) and not isinstance(resend, bool) and 0 < resend <= MAX_RESEND else 0
+        xrid = a.get("http.request.header.x-request-id")
+        if isinstance(xrid, tuple):
+            xrid = xrid[0] if xrid else None
+        xrid = xrid[:128] if isinstance(xrid, str) and xrid else None
+        out.append((EV_HTTP, ctx, span.end, route, code, outcome, resend, 0, excluded, xrid))
+        return excluded
 
     def _features(self, span: Span, preset: Preset) -> Any:
         names = preset.default_features if self.features is None else self.features

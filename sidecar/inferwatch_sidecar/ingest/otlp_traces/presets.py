@@ -39,7 +39,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from inferwatch.wire import OUTCOME_ERROR, OUTCOME_OK
+from inferwatch.wire import OUTCOME_ERROR, OUTCOME_OK, outcome_of_status
 from inferwatch_sidecar.ingest.otlp_traces.decode import SPAN_KIND_SERVER, STATUS_ERROR, Span, finite_seconds
 
 REQUEST = 0
@@ -53,8 +53,11 @@ Stage = tuple[str, int, Any]
 def _error(span: Span) -> tuple[int, str | None]:
     """Outcome and error type from the span status and the HTTP status code."""
     code = span.attrs.get("http.response.status_code", span.attrs.get("http.status_code"))
-    if isinstance(code, int) and not isinstance(code, bool) and code >= 500:
-        return OUTCOME_ERROR, f"http_{code}" if code < 600 else "http_5xx"
+    if isinstance(code, int) and not isinstance(code, bool) and code >= 400:
+        outcome = outcome_of_status(code)  # 429/503 shed, another 4xx client_error, another 5xx error
+        if outcome == OUTCOME_ERROR:
+            return OUTCOME_ERROR, f"http_{code}" if code < 600 else "http_5xx"
+        return outcome, None
     if span.status == STATUS_ERROR:
         et = span.attrs.get("error.type")
         if not isinstance(et, str):
