@@ -116,7 +116,7 @@ def _drift(d: Mapping[str, Any]) -> Iterator[dict[str, Any]]:
             share = _num(m.get("share_drifted")) or 0.0
             yield _verdict("drift", subject, "drifted", "warn",
                            f"{share:.0%} of columns drifted: {', '.join(str(x) for x in drifted[:6]) or '-'}"
-                           + (" …" if len(drifted) > 6 else ""), "InferwatchFeatureDrift")
+                           + (f" and {len(drifted) - 6} more" if len(drifted) > 6 else ""), "InferwatchFeatureDrift")
         elif (m.get("multivariate") or {}).get("drifted"):
             yield _verdict("drift", subject, "joint drift", "warn",
                            "the inputs' joint distribution moved while no single column did", "InferwatchJointDrift")
