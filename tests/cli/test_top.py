@@ -14,7 +14,6 @@ import os
 import re
 import signal
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -132,13 +131,25 @@ def test_top_once_in_a_pipe_against_a_live_sidecar(sidecar_factory: Any) -> None
     out = p.stdout
     assert "\x1b[" not in out  # plain text in a pipe
     assert max(len(ln) for ln in out.splitlines()) <= 80 and "…" not in out
-    flat = re.sub(r"\s+", " ", out.replace("│", " "))
     # 10 of 40 failed: the error-rate verdict, and the share in the requests table.
     cols = column_text(out, "what is wrong now")
     assert "higherrorrate" in cols[2] and "25.0%of40requestsfailed" in cols[3], out
     assert re.search(r"svc ranker v3\s*│\s*40\s*│", out)
     assert "25.00%" in out
     assert "stage latency since the sidecar started" in out
+    # Refreshing, in a pipe: a frame every interval, the second with stage rates; Ctrl-C ends it with status 0.
+    p2 = subprocess.Popen([*CMD, "top", "--sidecar", sc.url, "--interval", "0.3"], stdout=subprocess.PIPE,
+                          stderr=subprocess.PIPE, text=True, env=env)
+    assert p2.stdout is not None
+    frames = 0
+    for line in p2.stdout:
+        frames += line.startswith("inferwatch top")
+        if frames == 3:
+            break
+    p2.send_signal(signal.SIGINT)
+    rest, err = p2.communicate(timeout=30)
+    assert p2.returncode == 0, err
+    assert frames == 3
 
 
 def test_top_says_what_is_wrong_with_its_arguments_and_fails_on_a_sidecar_that_is_down() -> None:
@@ -152,5 +163,3 @@ def test_top_says_what_is_wrong_with_its_arguments_and_fails_on_a_sidecar_that_i
     p = subprocess.run([*CMD, "top", "--sidecar", f"127.0.0.1:{free_port()}", "--once"], capture_output=True,
                        text=True, timeout=30, env={**os.environ, "COLUMNS": "100"})
     assert p.returncode == 1 and "Connection refused" in p.stdout.replace("\n", ""), p.stdout
-    assert signal.SIGINT  # the refreshing mode stops on Ctrl-C with status 0 (main() maps it otherwise)
-    assert sys.executable
