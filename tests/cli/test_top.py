@@ -163,3 +163,14 @@ def test_top_says_what_is_wrong_with_its_arguments_and_fails_on_a_sidecar_that_i
     p = subprocess.run([*CMD, "top", "--sidecar", f"127.0.0.1:{free_port()}", "--once"], capture_output=True,
                        text=True, timeout=30, env={**os.environ, "COLUMNS": "100"})
     assert p.returncode == 1 and "Connection refused" in p.stdout.replace("\n", ""), p.stdout
+
+
+def test_readme_lists_every_command() -> None:
+    import argparse
+
+    from inferwatch_sidecar.cli import build_parser
+
+    sub = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    listed = set(re.findall(r"^\| `inferwatch (\w+)", readme, re.M))
+    assert listed == set(sub.choices), (sorted(listed), sorted(sub.choices))
