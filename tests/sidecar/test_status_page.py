@@ -339,6 +339,15 @@ def test_status_page_in_chromium_shows_the_live_status(sidecar_factory: Any, tmp
     (ingest,) = dom.tables["ingest"]
     assert ingest["events"][0] == str(st["ingest"]["events"]) and ingest["lost_frames"][0] == "0"
     assert str(sdk["pid"]) in {r["pid"][0] for r in dom.tables["producers"]}
+    # The summary band, first: the leaking process since its detection, with the leak runbook; the drift.
+    band = _Summary()
+    band.feed(out.stdout)
+    by = {(v["attrs"]["data-component"], v["attrs"]["data-verdict"]): v for v in band.verdicts}
+    (leak,) = [v for v in st["summary"]["verdicts"] if v["verdict"] == "leak" and "4242" in v["subject"]]
+    assert leak["since_unix"] == next(x["detected_at"] for x in st["components"]["gpu"]["leaks"] if x["pid"] == 4242)
+    assert by[("gpu", "leak")]["runbook"].endswith("#inferwatchgpumemoryleak")
+    assert "GPU 0 pid 4242" in by[("gpu", "leak")]["text"]
+    assert ("drift", "drifted") in by and ("ingest", "dropping events") in by
     states = {r["name"][1]: r["state"][1] for r in dom.tables["components"]}
     assert states["drift"] == "running" and states["gpu"] == st["components"]["gpu"]["state"]
 
