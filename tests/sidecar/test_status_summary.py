@@ -88,6 +88,26 @@ def test_verdicts_name_every_bad_component_and_only_what_is_bad() -> None:
     assert got[("overload", "saturated")]["runbook_url"].endswith("#inferwatchqueuebacklog")
 
 
+def test_a_device_filling_up_is_a_verdict_at_the_alerts_thresholds() -> None:
+    GiB = 2**30
+    doc = {"components": {"gpu": {"state": "ok", "devices": [
+        {"gpu": 0, "total_bytes": 80 * GiB, "free_bytes": 16 * GiB, "device_time_to_oom_s": 3600.0},   # 20% free
+        {"gpu": 1, "total_bytes": 80 * GiB, "free_bytes": 4 * GiB, "device_time_to_oom_s": 900.0},     # 5% free
+        {"gpu": 2, "total_bytes": 80 * GiB, "free_bytes": 4 * GiB, "device_time_to_oom_s": None},      # not growing
+        {"gpu": 3, "total_bytes": 80 * GiB, "free_bytes": 40 * GiB, "device_time_to_oom_s": 60.0}]}}}  # half free
+    got = {v["subject"]: (v["severity"], v["alert"]) for v in summary.verdicts(doc)}
+    assert got == {"GPU 0": ("warn", "InferwatchGPUMemoryFillingUp"),
+                   "GPU 1": ("bad", "InferwatchGPUMemoryFillingUpSoon")}
+    sys.path.insert(0, str(REPO))
+    from alerts.source import ALERTS
+
+    th = {(a.name, t.name): t.value for a in ALERTS for t in a.thresholds}
+    assert summary.FILLING_UP == (th[("InferwatchGPUMemoryFillingUp", "free_ratio")],
+                                  th[("InferwatchGPUMemoryFillingUp", "horizon_seconds")])
+    assert summary.FILLING_UP_SOON == (th[("InferwatchGPUMemoryFillingUpSoon", "free_ratio")],
+                                       th[("InferwatchGPUMemoryFillingUpSoon", "horizon_seconds")])
+
+
 def test_since_tracker_keeps_the_first_time_seen_and_forgets_what_cleared() -> None:
     tr = summary.SinceTracker()
     v = {"component": "drift", "subject": "m v1", "verdict": "drifted", "since_unix": None}

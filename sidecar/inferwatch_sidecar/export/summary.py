@@ -34,6 +34,9 @@ ERROR_RATIO = 0.05
 ACCURACY_DROP = 0.05
 #: InferwatchEstimatedAccuracyLow's accuracy.
 ACCURACY_FLOOR = 0.7
+#: InferwatchGPUMemoryFillingUp's and ...Soon's (free share of the device, seconds to out of memory).
+FILLING_UP = (0.25, 86400.0)
+FILLING_UP_SOON = (0.10, 14400.0)
 #: Fewest requests in the window before an error rate is a verdict (a single failed request of two is not).
 MIN_REQUESTS = 20
 #: Outcomes that are the client's doing or the server's choice, shown as rates but not an error verdict.
@@ -78,6 +81,19 @@ def _verdict(component: str, subject: str, verdict: str, severity: str, detail: 
 
 
 def _gpu(g: Mapping[str, Any]) -> Iterator[dict[str, Any]]:
+    for dev in g.get("devices") or []:
+        total, free = _num(dev.get("total_bytes")), _num(dev.get("free_bytes"))
+        tto = _num(dev.get("device_time_to_oom_s"))
+        if not total or free is None or tto is None:
+            continue
+        share = free / total
+        for (ratio, horizon), severity, alert in ((FILLING_UP_SOON, "bad", "InferwatchGPUMemoryFillingUpSoon"),
+                                                  (FILLING_UP, "warn", "InferwatchGPUMemoryFillingUp")):
+            if share < ratio and tto < horizon:
+                yield _verdict("gpu", f"GPU {dev.get('gpu')}", "memory filling up", severity,
+                               f"{_pct(share)} free, out of memory in {_duration(tto)} at the growth of every "
+                               "process", alert)
+                break
     for leak in g.get("leaks") or []:
         pid = leak.get("pid")
         subject = f"GPU {leak.get('gpu')}" + (f" pid {pid}" if pid is not None else " (device)")
