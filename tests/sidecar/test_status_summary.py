@@ -102,10 +102,10 @@ def test_a_device_filling_up_is_a_verdict_at_the_alerts_thresholds() -> None:
     from alerts.source import ALERTS
 
     th = {(a.name, t.name): t.value for a in ALERTS for t in a.thresholds}
-    assert summary.FILLING_UP == (th[("InferwatchGPUMemoryFillingUp", "free_ratio")],
-                                  th[("InferwatchGPUMemoryFillingUp", "horizon_seconds")])
-    assert summary.FILLING_UP_SOON == (th[("InferwatchGPUMemoryFillingUpSoon", "free_ratio")],
-                                       th[("InferwatchGPUMemoryFillingUpSoon", "horizon_seconds")])
+    for got_th, alert in ((summary.FILLING_UP, "InferwatchGPUMemoryFillingUp"),
+                          (summary.FILLING_UP_SOON, "InferwatchGPUMemoryFillingUpSoon")):
+        want = (th[(alert, "free_ratio")], th[(alert, "horizon_seconds")])
+        assert got_th == want, alert
 
 
 def test_since_tracker_keeps_the_first_time_seen_and_forgets_what_cleared() -> None:
