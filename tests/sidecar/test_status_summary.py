@@ -40,7 +40,8 @@ def test_verdicts_name_every_bad_component_and_only_what_is_bad() -> None:
     assert set(found) == {
         ("gpu", "GPU 0 pid 4242", "leak"), ("gpu", "GPU 0 pids 4343, 4444", "duplicate model copies"),
         ("drift", "ranker v1", "drifted"), ("drift", "ranker v1", "prediction drift"),
-        ("accuracy", "ranker v1", "accuracy estimate dropped"), ("canary", "ranker v2 vs v1", "fail"),
+        ("accuracy", "ranker v1", "accuracy estimate dropped"), ("accuracy", "ranker v1", "labelled accuracy dropped"),
+        ("canary", "ranker v2 vs v1", "fail"),
         ("requests", "svc ranker v1", "high error rate"), ("ingest", "SDK", "dropping events"),
     }
     leak = found[("gpu", "GPU 0 pid 4242", "leak")]
@@ -68,6 +69,7 @@ def test_verdicts_name_every_bad_component_and_only_what_is_bad() -> None:
     ok["components"]["drift"]["models"][0]["dataset_drift"] = False
     ok["components"]["drift"]["models"][0]["features"] = []
     ok["ingest"]["sdk_dropped"] = {}
+    ok["components"]["drift"]["models"][0]["labelled"] = {"events": 400, "accuracy": 0.85}
     assert summary.verdicts(ok) == []
     perf.update(estimated_accuracy=0.66, estimated_accuracy_interval=[0.6, 0.9])
     (low,) = summary.verdicts(ok)
@@ -86,6 +88,26 @@ def test_verdicts_name_every_bad_component_and_only_what_is_bad() -> None:
     assert got[("tail", "failed")]["detail"] == "start() raised OSError: boom"
     assert got[("overload", "saturated")]["since_unix"] == 123.0
     assert got[("overload", "saturated")]["runbook_url"].endswith("#inferwatchqueuebacklog")
+
+
+def test_labels_show_a_changed_models_accuracy_that_the_estimate_cannot() -> None:
+    from scipy.stats import binomtest
+
+    doc = status_fixture.status()
+    v2 = doc["components"]["drift"]["models"][1]
+    assert v2["performance"]["estimated_accuracy"] > v2["performance"]["reference_accuracy"]  # the estimate: fine
+    v2["labelled"] = {"events": 131, "accuracy": 54 / 131}
+    (lab,) = [v for v in summary.verdicts(doc) if v["subject"] == "ranker v2" and v["component"] == "accuracy"]
+    ci = binomtest(54, 131).proportion_ci(confidence_level=0.95, method="wilson")
+    lo, hi = summary.wilson(54 / 131, 131)
+    assert (lo, hi) == pytest.approx((ci.low, ci.high), rel=1e-12)
+    assert lab["verdict"] == "labelled accuracy dropped" and lab["detail"] == (
+        f"41.2% [{100 * ci.low:.1f}%-{100 * ci.high:.1f}%] of 131 labelled predictions correct against 86.5% on the "
+        "reference")
+    # Too few labels, or an interval that reaches the reference: no verdict.
+    for labelled in ({"events": 30, "accuracy": 0.3}, {"events": 60, "accuracy": 0.78}):
+        v2["labelled"] = labelled
+        assert not [v for v in summary.verdicts(doc) if v["subject"] == "ranker v2" and v["component"] == "accuracy"]
 
 
 def test_a_device_filling_up_is_a_verdict_at_the_alerts_thresholds() -> None:

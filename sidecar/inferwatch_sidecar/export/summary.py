@@ -6,7 +6,11 @@ GPU process, a drifted model version, an accuracy estimate below its
 reference, a failing canary, a high error rate, a component that does not
 run. The thresholds are those of the alert that pages for the same thing
 (``tests/sidecar/test_status_summary.py`` checks them against
-``alerts/source.py``), so the summary and the alerts agree.
+``alerts/source.py``), so the summary and the alerts agree. The labelled
+accuracy, which no alert reads, is a verdict too once 50 labels arrived: when
+it is more than the estimate's drop below the reference accuracy and its 95%
+Wilson interval lies below it (the labels see a changed model's own errors,
+which a label-free estimate cannot).
 
 :class:`SinceTracker` remembers when each verdict was first seen bad (the
 daemon feeds it every few seconds), for verdicts whose component gives no
@@ -24,6 +28,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterator, Mapping
+from statistics import NormalDist
 from typing import Any
 
 #: Where each verdict's runbook section lives (alerts/source.py's RUNBOOK_BASE_URL; the anchor is the alert name).
@@ -37,10 +42,21 @@ ACCURACY_FLOOR = 0.7
 #: InferwatchGPUMemoryFillingUp's and ...Soon's (free share of the device, seconds to out of memory).
 FILLING_UP = (0.25, 86400.0)
 FILLING_UP_SOON = (0.10, 14400.0)
+#: Fewest labels before the labelled accuracy is a verdict.
+MIN_LABELS = 50
 #: Fewest requests in the window before an error rate is a verdict (a single failed request of two is not).
 MIN_REQUESTS = 20
 #: Outcomes that are the client's doing or the server's choice, shown as rates but not an error verdict.
 NON_ERROR_OUTCOMES = ("ok", "cancelled")
+
+
+def wilson(p: float, n: float, level: float = 0.95) -> tuple[float, float]:
+    """The Wilson score interval of a proportion ``p`` of ``n`` trials, at ``level``."""
+    z = NormalDist().inv_cdf(0.5 + level / 2)
+    d = 1 + z * z / n
+    centre = (p + z * z / (2 * n)) / d
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / d
+    return max(0.0, centre - half), min(1.0, centre + half)
 
 
 def runbook_url(alert: str) -> str:
@@ -143,13 +159,23 @@ def _drift(d: Mapping[str, Any]) -> Iterator[dict[str, Any]]:
         est, ref = _num(p.get("estimated_accuracy")), _num(p.get("reference_accuracy"))
         iv = p.get("estimated_accuracy_interval") or [None, None]
         upper = _num(iv[1]) if len(iv) > 1 else None
-        if p.get("calibrated") and est is not None and ref is not None and ref - est > ACCURACY_DROP \
-                and (upper is None or upper < ref):
+        dropped = bool(p.get("calibrated") and est is not None and ref is not None and ref - est > ACCURACY_DROP
+                       and (upper is None or upper < ref))
+        if dropped:
             yield _verdict("accuracy", subject, "accuracy estimate dropped", "bad",
                            f"estimated {_pct(est)}"
                            + (f" [{_pct(_num(iv[0]) or 0.0)}-{_pct(upper)}]" if upper is not None else "")
                            + f" against {_pct(ref)} on the reference", "InferwatchEstimatedAccuracyDrop")
-        elif p.get("calibrated") and est is not None and est < ACCURACY_FLOOR:
+        # The labels see what the estimate cannot (a changed model's own errors): no alert of their own yet.
+        lab = m.get("labelled") or {}
+        acc, n = _num(lab.get("accuracy")), _num(lab.get("events")) or 0
+        if acc is not None and ref is not None and n >= MIN_LABELS:
+            lo, hi = wilson(acc, n)
+            if ref - acc > ACCURACY_DROP and hi < ref:
+                yield _verdict("accuracy", subject, "labelled accuracy dropped", "bad",
+                               f"{_pct(acc)} [{_pct(lo)}-{_pct(hi)}] of {n:.0f} labelled predictions correct against "
+                               f"{_pct(ref)} on the reference", "InferwatchEstimatedAccuracyDrop")
+        if not dropped and p.get("calibrated") and est is not None and est < ACCURACY_FLOOR:
             yield _verdict("accuracy", subject, "accuracy estimate low", "warn",
                            f"estimated {_pct(est)}, below {_pct(ACCURACY_FLOOR)}", "InferwatchEstimatedAccuracyLow")
 
