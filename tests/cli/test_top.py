@@ -174,3 +174,16 @@ def test_readme_lists_every_command() -> None:
     readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
     listed = set(re.findall(r"^\| `inferwatch (\w+)", readme, re.M))
     assert listed == set(sub.choices), (sorted(listed), sorted(sub.choices))
+
+
+def test_a_status_without_a_summary_gets_its_verdicts_computed() -> None:
+    # A sidecar from before the summary section: top computes the verdicts from the rest of its status.
+    from inferwatch_sidecar.export.summary import verdicts
+
+    view, status = recorded_view()
+    old = {k: v for k, v in status.items() if k != "summary"}
+    new = promtext.Scrape(gzip.decompress((POLL / "metrics-10.txt.gz").read_bytes()).decode(), 59.0)
+    bare = SidecarView(59.0)
+    apply(bare, new, None, old)
+    assert bare.verdicts == verdicts(old) and len(bare.verdicts) >= 4
+    assert bare.stage_window_s is None and view.stage_window_s == 5.0
