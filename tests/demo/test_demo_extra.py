@@ -51,8 +51,11 @@ def _closure(extra: str) -> set[str]:
     return seen
 
 
-def test_the_demo_extra_alone_imports_everything_the_demo_runs() -> None:
+def test_the_demo_extra_is_the_sidecar_extra_less_pyarrow_and_imports_everything_the_demo_runs() -> None:
+    extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    assert set(extras["demo"]) >= set(extras["sidecar"]) - {r for r in extras["sidecar"] if r.startswith("pyarrow")}
     allowed = _closure("demo")
+    assert "pyarrow" not in allowed
     assert {"fastapi", "uvicorn", "rich", "numpy", "scipy", "prometheus-client"} <= allowed
     blocked = sorted({mod for mod, dists in metadata.packages_distributions().items()
                       if mod.isidentifier() and not mod.startswith("_")
