@@ -21,6 +21,9 @@ What it shows:
   the sidecar's drift tests;
 - a streaming endpoint whose token generator is a stage, so the sidecar sees
   the time to the first token, the gaps between tokens and the token count;
+  it is another model (``toy-llm``, ``EXAMPLE_LLM_MODEL``), so it is served by an app of its own
+  whose middleware names that model: its requests, latency and records never mix with the
+  classifier's;
 - ``observe_batch`` and ``set_queue_depth`` for the serving queue;
 - log lines that carry the request ID.
 """
@@ -69,8 +72,21 @@ COUNTRIES = ("DE", "FR", "US", "JP", "BR")
 WEIGHTS = {"age": 0.03, "income": 0.00002, "tenure": 0.1}
 BIAS = -2.0
 
-app = FastAPI(title="inferwatch example model server")
-inferwatch.instrument_fastapi(app)
+#: The generation endpoint's own model (its requests and records count under it, not the classifier's).
+LLM_MODEL = os.environ.get("EXAMPLE_LLM_MODEL") or "toy-llm"
+
+classifier = FastAPI(title="inferwatch example model server: the classifier")
+inferwatch.instrument_fastapi(classifier)
+llm = FastAPI(title="inferwatch example model server: the generator")
+inferwatch.instrument_fastapi(llm, model=LLM_MODEL, model_version="v1")
+
+
+async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
+    """The server: ``/generate`` goes to the generator's app, everything else (and lifespan) to the classifier's."""
+    if scope["type"] == "http" and scope["path"] == "/generate":
+        await llm(scope, receive, send)
+    else:
+        await classifier(scope, receive, send)
 
 _slots: asyncio.Semaphore | None = None
 _waiting = 0
@@ -113,7 +129,7 @@ def postprocess(p: float) -> tuple[str, float]:
     return label, p if p >= 0.5 else 1.0 - p
 
 
-@app.post("/predict")
+@classifier.post("/predict")
 async def predict(body: Features) -> dict[str, Any]:
     global _waiting
     x = preprocess(body)
@@ -145,7 +161,7 @@ async def tokens(prompt: str, max_tokens: int) -> AsyncIterator[bytes]:
         yield (words[i] + " ").encode()
 
 
-@app.get("/generate")
+@llm.get("/generate")
 async def generate(prompt: str = "hello world", max_tokens: int = 16) -> StreamingResponse:
     if not 1 <= max_tokens <= 512:
         raise HTTPException(status_code=422, detail="max_tokens must be between 1 and 512")
@@ -153,7 +169,7 @@ async def generate(prompt: str = "hello world", max_tokens: int = 16) -> Streami
     return StreamingResponse(tokens(prompt, max_tokens), media_type="text/plain")
 
 
-@app.get("/healthz")
+@classifier.get("/healthz")
 async def healthz() -> dict[str, Any]:
     return {"ok": True, "inferwatch": inferwatch.stats()}
 

@@ -349,20 +349,39 @@ class InferwatchMiddleware:
             :data:`DEFAULT_EXCLUDED_PATHS`, or the comma-separated ``INFERWATCH_HTTP_EXCLUDE``).
         include_paths: paths taken back out of ``exclude_paths`` (``INFERWATCH_HTTP_INCLUDE``),
             for example ``["/metrics"]`` for a service whose model is its metrics endpoint.
+        model: the model this app's requests (and what they record) count under, over ``configure()``'s:
+            for a server whose apps serve different models (one middleware per app).
+        model_version: likewise for the model version.
 
     Raises:
-        ValueError: a path that does not start with ``/``.
+        ValueError: a path that does not start with ``/``, or an empty or non-string model or version.
     """
 
     def __init__(
         self, app: ASGIApp, ingress_stage: str = "ingress", echo_request_id: bool = True,
         exclude_paths: Iterable[str] | None = None, include_paths: Iterable[str] | None = None,
+        model: str | None = None, model_version: str | None = None,
     ) -> None:
         self.app = app
         self.ingress_stage = check_stage_name(ingress_stage)
         self.echo = echo_request_id
         self.excluded = (_paths(exclude_paths, "INFERWATCH_HTTP_EXCLUDE", DEFAULT_EXCLUDED_PATHS)
                          - _paths(include_paths, "INFERWATCH_HTTP_INCLUDE", frozenset()))
+        for name, v in (("model", model), ("model_version", model_version)):
+            if v is not None and (type(v) is not str or not v):
+                raise ValueError(f"InferwatchMiddleware: {name} must be a non-empty string, got {v!r}")
+        #: (model, version) over configure()'s, or None; the label set built from them, per configured one.
+        self._names = None if model is None and model_version is None else (model, model_version)
+        self._base: Any = None
+        self._ctx: Any = None
+
+    def _ctx_for(self, base: Any) -> Any:
+        """The label set of this app's requests: the configured one with this middleware's model and version."""
+        if base is not self._base:
+            model, version = self._names  # type: ignore[misc]
+            self._ctx = (base[0], base[1] if model is None else model, base[2] if version is None else version)
+            self._base = base
+        return self._ctx
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         rt = _core._rt
@@ -395,7 +414,7 @@ class InferwatchMiddleware:
                 state["request_id"] = rid
             req.rid = rid
             req.trace = trace
-            req.ctx = rt.ctx
+            req.ctx = rt.ctx if self._names is None else self._ctx_for(rt.ctx)
             req.stages = []
             req.first = _NO_STAGE
             req.open = True

@@ -49,6 +49,7 @@ from inferwatch_sidecar.export.budget import ExpositionBudget
 from inferwatch_sidecar.export.http_server import HttpServer, refused_family
 from inferwatch_sidecar.export.priority import PRIORITY
 from inferwatch_sidecar.export.routes import AdminHandler, Endpoints, Route, scrape_registry, sidecar_routes
+from inferwatch_sidecar.export.summary import SinceTracker, verdicts
 from inferwatch_sidecar.ingest import otlp_traces
 from inferwatch_sidecar.ingest.http_json import JsonDecoder, JsonIngest
 from inferwatch_sidecar.ingest.pipeline import EVENT_TYPES, Pipeline
@@ -66,6 +67,8 @@ HANDLED_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 _SHUTDOWN_POLL_S = 0.05
 #: After a forced exit, how long the remaining steps (given no time of their own) may still take.
 _FORCED_GRACE_S = 0.5
+#: How often the main loop reads the status for the summary's since-when (verdicts first seen bad).
+_SUMMARY_EVERY_S = 5.0
 
 #: Components the daemon knows, in start order: config section name -> module.
 COMPONENTS = (
@@ -168,6 +171,9 @@ class Sidecar:
         self.otlp: Any = None
         self.otlp_state = "disabled"
         self._rates: deque[tuple[float, int, int, int]] = deque(maxlen=130)
+        self._since = SinceTracker()
+        self._since_lock = threading.Lock()
+        self._summary_at = 0.0
         self.registry = CollectorRegistry()
         # Every collector describes its catalog entries, so the registry refuses a name exported twice.
         self.registry.register(families.CatalogCollector(self._collect_core, CORE_METRICS))
@@ -301,7 +307,7 @@ class Sidecar:
                 otlp["status_error"] = str(e)
             if isinstance(otlp.get("endpoint"), str):
                 otlp = _without_credentials(otlp, otlp["endpoint"])
-        return {
+        doc: dict[str, Any] = {
             "service": "inferwatch-sidecar",
             "version": __version__,
             "python": sys.version.split()[0],
@@ -329,6 +335,16 @@ class Sidecar:
             "otlp": otlp,
             "traces": {"enabled": self.cfg.traces.enabled, **self.traces.status()},
         }
+        # What is bad now, from every section above (the status page's and `inferwatch top`'s first lines).
+        try:
+            found = verdicts(doc)
+            with self._since_lock:
+                self._since.update(found, now)
+            doc["summary"] = {"verdicts": found, "evaluated_unix": round(now, 3)}
+        except Exception as e:  # a section of an unexpected shape must not cost the whole status
+            log.exception("status summary failed")
+            doc["summary"] = {"verdicts": [], "error": f"{type(e).__name__}: {e}"}
+        return doc
 
     def _sample_rates(self) -> None:
         t = self.pipeline.totals()
@@ -408,8 +424,18 @@ class Sidecar:
         log.info(
             "inferwatch sidecar %s ready: %s; components %s", __version__,
             ", ".join(f"{what} {url}" for what, url in self.urls()),
-            ",".join(f"{s.name}:{s.state}" for s in self.slots) or "-",
+            ",".join(f"{s.name}:{self._reported_state(s)}" for s in self.slots) or "-",
         )
+
+    def _reported_state(self, s: ComponentSlot) -> str:
+        """The state /v1/status shows for ``s``: a running component's own (``absent``, ``starting``), else the slot's."""
+        if s.component is None or s.state != "running":
+            return s.state
+        try:
+            state = s.component.status().get("state")
+        except Exception:
+            return s.state
+        return state if isinstance(state, str) and state else s.state
 
     def urls(self) -> list[tuple[str, str]]:
         """What the started sidecar serves, as (what, URL), with the ports it really bound (0 picks one)."""
@@ -508,6 +534,10 @@ class Sidecar:
         self._sample_rates()
         self.latency.sample()
         self.traces.expire()
+        mono = time.monotonic()
+        if mono - self._summary_at >= _SUMMARY_EVERY_S:
+            self._summary_at = mono
+            self.status()  # notes when each verdict turned bad, even while nobody reads the status
         if self.ingest is not None and not self.ingest.is_alive() and not self.should_exit.is_set():
             log.error("the ingest thread stopped unexpectedly; shutting down so the supervisor restarts us")
             self.should_exit.set()

@@ -123,6 +123,7 @@ def test_demo_detects_every_injected_fault_lists_their_notifications_and_exits_0
     # The URLs a user opens.
     assert re.search(r"metrics\s+http://127\.0\.0\.1:\d+/metrics", out), out
     assert re.search(r"status\s+http://127\.0\.0\.1:\d+/v1/status", out), out
+    assert re.search(r"^  status page\s+http://127\.0\.0\.1:\d+/$", out, re.M), out
     # The summary: every fault injected and detected, with the evidence.
     rows = _assert_every_fault_detected(out)
     _assert_calibrated_estimate_falls(rows, labelled=True)

@@ -69,6 +69,11 @@ def test_example_app_in_process(monkeypatch: pytest.MonkeyPatch, receiver: Recei
     assert [s[0] for s in reqs["ex-1"][8]] == STAGES
     gen = reqs[r2.headers["x-request-id"]]
     assert [s[0] for s in gen[8]] == ["ingress", "generate"] and gen[8][1][2][1] == 5
+    # Generation is its own model: its request and its record, never the classifier's.
+    assert tuple(reqs["ex-1"][1]) == ("example-model-server", "toy-classifier", "v1")
+    assert tuple(gen[1]) == ("example-model-server", "toy-llm", "v1")
+    (gen_rec,) = [r for r in recs if r[0] == EV_RECORD and r[3] == r2.headers["x-request-id"]]
+    assert tuple(gen_rec[1]) == ("example-model-server", "toy-llm", "v1") and gen_rec[4] == "generate"
     (pred,) = [r for r in recs if r[0] == EV_RECORD and r[3] == "ex-1"]
     schema, nums, cats = pred[7]
     assert pred[4] in ("churn", "stay") and 0.5 <= pred[5] <= 1

@@ -248,6 +248,12 @@ def test_non_http_scopes_pass_through(sdk: Receiver) -> None:
     assert calls == ["lifespan"] and _requests() == []
 
 
+@pytest.mark.parametrize("bad", [{"model": ""}, {"model_version": 3}])
+def test_a_middlewares_own_model_must_be_a_name(bad: dict[str, Any]) -> None:
+    with pytest.raises(ValueError, match="must be a non-empty string"):
+        inferwatch.InferwatchMiddleware(lambda *a: None, **bad)  # type: ignore[arg-type,return-value]
+
+
 def test_bad_ingress_stage_name_raises_at_definition() -> None:
     with pytest.raises(ValueError):
         inferwatch.InferwatchMiddleware(lambda *a: None, ingress_stage="bad name")  # type: ignore[arg-type,return-value]

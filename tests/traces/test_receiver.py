@@ -296,6 +296,24 @@ def test_model_attribute_override_and_label_caps() -> None:
     assert sample(m, "inferwatch_label_overflow_total", label="model") == 3
 
 
+def test_a_plain_otel_apps_model_is_empty_until_the_documented_resource_attributes_name_it() -> None:
+    # docs/otlp-traces.md, "Where model and model_version come from".
+    res = {"service.name": "svc", "app.model": "ranker", "service.version": "v3"}
+    plain = make()
+    plain.traces.handle(export([span(80, 1, "GET /predict", 0, 1, kind=2)], resource=res), PB, None)
+    assert sample(metrics(plain), "inferwatch_requests_total", service="svc", model="", model_version="",
+                  outcome="ok") == 1
+    named = make({"traces": {"model_attribute": "app.model", "version_attribute": "service.version"}})
+    named.traces.handle(export([span(81, 1, "GET /predict", 0, 1, kind=2),
+                                span(82, 1, "GET /predict", 0, 1, kind=2, attrs={"app.model": "reranker"})],
+                               resource=res), PB, None)
+    m = metrics(named)
+    assert sample(m, "inferwatch_requests_total", service="svc", model="ranker", model_version="v3", outcome="ok") == 1
+    # The span's own attribute wins over its resource's.
+    assert sample(m, "inferwatch_requests_total", service="svc", model="reranker", model_version="v3",
+                  outcome="ok") == 1
+
+
 def test_presets_can_be_turned_off() -> None:
     s = make({"traces": {"presets": ["vllm", "generic"]}})
     s.traces.handle(export(triton_trace(70, 1), scope="triton-server"), PB, None)

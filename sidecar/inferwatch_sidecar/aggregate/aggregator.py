@@ -810,6 +810,8 @@ STATUS_QUANTILES = (0.5, 0.9, 0.99)
 #: A latency series in the status: (service, model, model_version, stage or None for the end-to-end request).
 _SeriesKey = tuple[str, str, str, str | None]
 _Snapshot = dict[_SeriesKey, tuple[list[int], float, tuple[float, ...]]]
+#: Requests by outcome code, per label set (the status's error, 4xx and cancelled rates come from these).
+_Outcomes = dict[tuple[str, str, str], list[int]]
 
 
 class LatencyStatus:
@@ -842,16 +844,23 @@ class LatencyStatus:
         self.monotonic = monotonic
         self._lock = threading.Lock()
         self._copies: deque[tuple[float, _Snapshot]] = deque([(monotonic(), {})])
+        #: The outcome counts taken with each copy, by the copy's time.
+        self._outcomes: dict[float, _Outcomes] = {self._copies[0][0]: {}}
 
     def _snapshot(self) -> _Snapshot:
+        return self._take()[0]
+
+    def _take(self) -> tuple[_Snapshot, _Outcomes]:
         out: _Snapshot = {}
+        outcomes: _Outcomes = {}
         with self.agg.lock:
             req = self.agg.layouts[REQUEST_DURATION_SECONDS.name]
             for lab, b in self.agg.bundles.items():
                 out[(*lab, None)] = (req.classic_counts(b.e2e.counts), b.e2e.sum, req.classic)
+                outcomes[lab] = list(b.requests)
                 for name, st in b.stages.items():
                     out[(*lab, name)] = (st.layout.classic_counts(st.hist.counts), st.hist.sum, st.layout.classic)
-        return out
+        return out, outcomes
 
     def sample(self) -> None:
         """Keep a copy when ``every_s`` has passed since the last one; forget those the window no longer needs."""
@@ -859,23 +868,27 @@ class LatencyStatus:
         with self._lock:
             if now - self._copies[-1][0] < self.every_s:
                 return
-        snap = self._snapshot()
+        snap, outcomes = self._take()
         with self._lock:
             copies = self._copies
             copies.append((now, snap))
+            self._outcomes[now] = outcomes
             while len(copies) > 1 and now - copies[1][0] >= self.window_s:
-                copies.popleft()
+                self._outcomes.pop(copies.popleft()[0], None)
 
     def status(self) -> dict[str, Any]:
         """The ``latency`` section: per label set, the request's and each stage's calls, mean and quantiles.
 
         ``count``, ``mean_s`` and the quantiles are over the window; ``total``
         counts the calls since start. Series without a call since start are left out.
+        ``outcomes`` counts the window's requests by outcome (``ok``, ``error``, ``cancelled``, and any
+        outcome the wire format adds), ``outcomes_total`` since start.
         """
         now = self.monotonic()
-        snap = self._snapshot()
+        snap, outcomes = self._take()
         with self._lock:
             base_t, base = self._copies[0]
+            base_outcomes = self._outcomes.get(base_t, {})
         by_set: dict[tuple[str, str, str], dict[str, Any]] = {}
         for key, (counts, total, bounds) in snap.items():
             since_start = sum(counts)
@@ -893,6 +906,11 @@ class LatencyStatus:
                                                 "request": None, "stages": {}})
             if key[3] is None:
                 entry["request"] = row
+                now_o, old_o = outcomes.get(key[:3], []), base_outcomes.get(key[:3], [])
+                names = [OUTCOMES[i] if i < len(OUTCOMES) else f"outcome_{i}" for i in range(len(now_o))]
+                entry["outcomes"] = {n: c - (old_o[i] if i < len(old_o) else 0) for i, (n, c) in
+                                     enumerate(zip(names, now_o, strict=True))}
+                entry["outcomes_total"] = dict(zip(names, now_o, strict=True))
             else:
                 entry["stages"][key[3]] = row
         sets = sorted(by_set.values(), key=lambda e: (-_observed(e), e["service"], e["model"], e["model_version"]))

@@ -15,47 +15,34 @@ from inferwatch_sidecar.demo import promtext
 from inferwatch_sidecar.demo.alertmanager import Notification, WebhookReceiver
 from inferwatch_sidecar.demo.inject import FaultState
 from inferwatch_sidecar.demo.loadgen import LoadGenerator
+from inferwatch_sidecar.export.live_view import WINDOW_S, Poller, SidecarView, drift_by_version, stage_quantiles
 
-#: Seconds of scrapes the stage quantiles are computed over.
-WINDOW_S = 10.0
+__all__ = ["ALERTS_SETTLE_S", "WINDOW_S", "Observer", "Snapshot", "drift_by_version", "stage_quantiles"]
+
 #: Seconds after Prometheus's first successful scrape before its alerts count (rules need an evaluation).
 ALERTS_SETTLE_S = 3.0
 
 
 @dataclass
-class Snapshot:
-    """What the runner saw at one poll (what the live view shows).
+class Snapshot(SidecarView):
+    """What the runner saw at one poll (what the live view shows): the sidecar's view (:class:`SidecarView`:
+    stages, GPU, canary, tail, drift, latency, verdicts) and the demo's own.
 
     Attributes:
-        t: seconds since the sidecar started.
-        stages: stage -> {0.5, 0.99, 0.999: seconds or None, "rate": calls/s} over the last 10 s.
-        gpu: devices and processes from /v1/status, with leak verdicts.
-        canary: the canary judge's judgements from /v1/status (verdict, score, metrics, reasons).
-        tail: (model, version) -> the tail attribution of the last complete window, from /v1/status.
-        drift: (model, version) -> {"features": {name: {"drifted", "scores", "p"}},
-            "confidence": [current mean, reference mean], ...} (see :func:`drift_by_version`).
         faults: fault name -> FaultState.
         alerts: alert name -> state ("pending"/"firing"), from Prometheus.
         alert_items: Prometheus's alerts, with their labels.
         notifications: every notification Alertmanager delivered so far (with an Alertmanager).
         load: the load generator's counters, and the sidecar's count of producers.
         phase: "baseline", "faults" or "done".
-        errors: what could not be read at this poll.
     """
 
-    t: float
-    stages: dict[str, dict[Any, Any]] = field(default_factory=dict)
-    gpu: dict[str, Any] = field(default_factory=dict)
-    canary: list[dict[str, Any]] = field(default_factory=list)
-    tail: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
-    drift: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
     faults: dict[str, FaultState] = field(default_factory=dict)
     alerts: dict[str, str] = field(default_factory=dict)
     alert_items: list[dict[str, Any]] = field(default_factory=list)
     notifications: list[Notification] = field(default_factory=list)
     load: dict[str, int] = field(default_factory=dict)
     phase: str = "baseline"
-    errors: list[str] = field(default_factory=list)
 
 
 class Observer:
@@ -71,7 +58,7 @@ class Observer:
     def __init__(self, sidecar_url: str) -> None:
         self.sidecar_url = sidecar_url
         self.alerts_seen: dict[str, set[str]] = {}
-        self._recent: list[promtext.Scrape] = []
+        self._poller = Poller(sidecar_url)
         self._prom_scraped_at: float | None = None
 
     def poll(self, t: float, faults: dict[str, FaultState], loadgen: LoadGenerator | None,
@@ -93,23 +80,9 @@ class Observer:
         snap = Snapshot(t, faults=faults)
         if receiver is not None:
             snap.notifications = receiver.notifications()
-        try:
-            scrape = promtext.Scrape(promtext.fetch(f"{self.sidecar_url}/metrics"), t)
-            status = promtext.fetch_json(f"{self.sidecar_url}/v1/status")
-        except (OSError, ValueError) as e:
-            snap.errors.append(f"sidecar: {e}")
+        _, scrape, _ = self._poller.poll(t, snap)
+        if scrape is None:
             return snap, None
-        self._recent.append(scrape)
-        while len(self._recent) > 2 and self._recent[1].t <= t - WINDOW_S:
-            self._recent.pop(0)
-        old = self._recent[0] if len(self._recent) > 1 else None
-        snap.stages = stage_quantiles(scrape, old)
-        components = status.get("components") or {}
-        snap.gpu = components.get("gpu") or {}
-        snap.canary = (components.get("canary") or {}).get("judgements") or []
-        snap.tail = {(m.get("model", ""), m.get("version", "")): m
-                     for m in (components.get("tail") or {}).get("models") or []}
-        snap.drift = drift_by_version(scrape)
         if loadgen is not None:
             snap.load = loadgen.snapshot()
         snap.load["producers"] = int(scrape.value("inferwatch_producers", 0) or 0)
@@ -138,59 +111,3 @@ class Observer:
                         snap.alerts[name] = a["state"]
             except (OSError, ValueError, KeyError) as e:
                 snap.errors.append(f"prometheus: {e}")
-
-
-def stage_quantiles(scrape: promtext.Scrape, old: promtext.Scrape | None) -> dict[str, dict[Any, Any]]:
-    """Per stage, P50/P99/P99.9 and calls/s between ``old`` and ``scrape`` (since start without ``old``)."""
-    name = "inferwatch_stage_duration_seconds"
-    new_b = scrape.buckets(name, "stage")
-    old_b = old.buckets(name, "stage") if old is not None else {}
-    out: dict[str, dict[Any, Any]] = {}
-    for stage, b in sorted(new_b.items()):
-        d = promtext.delta(b, old_b.get(stage))
-        q: dict[Any, Any] = dict(promtext.quantiles(d))
-        dt = scrape.t - old.t if old is not None else 0.0
-        q["rate"] = (max(d.values()) / dt) if dt > 0 and d else None
-        out[stage] = q
-    return out
-
-
-def drift_by_version(scrape: promtext.Scrape) -> dict[tuple[str, str], dict[str, Any]]:
-    """The drift component's gauges, by (model, version): per-feature scores and verdicts, and the summaries."""
-    out: dict[tuple[str, str], dict[str, Any]] = {}
-
-    def entry(lab: dict[str, str]) -> dict[str, Any]:
-        return out.setdefault((lab.get("model", ""), lab.get("model_version", "")),
-                              {"features": {}, "confidence": [None, None]})
-
-    for lab, v in scrape.get("inferwatch_drift_feature_drifted"):
-        entry(lab)["features"].setdefault(lab["feature"], {})["drifted"] = v == 1.0
-    for lab, v in scrape.get("inferwatch_drift_feature_score"):
-        entry(lab)["features"].setdefault(lab["feature"], {}).setdefault("scores", {})[lab["measure"]] = v
-    for lab, v in scrape.get("inferwatch_drift_feature_p_value"):
-        entry(lab)["features"].setdefault(lab["feature"], {})["p"] = v
-    for lab, v in scrape.get("inferwatch_drift_confidence_mean"):
-        entry(lab)["confidence"][0 if lab.get("window") == "current" else 1] = v
-    for lab, v in scrape.get("inferwatch_drift_dataset_drifted"):
-        entry(lab)["dataset_drifted"] = v == 1.0
-    for lab, v in scrape.get("inferwatch_drift_dataset_drifted_ratio"):
-        entry(lab)["drifted_ratio"] = v
-    for lab, v in scrape.get("inferwatch_drift_canary_drifted_ratio"):
-        entry(lab)["canary_ratio"] = v
-    for lab, v in scrape.get("inferwatch_drift_canary_feature_drifted"):
-        entry(lab).setdefault("canary_columns", {})[lab["feature"]] = v == 1.0
-    for lab, v in scrape.get("inferwatch_drift_estimated_accuracy_ratio"):
-        entry(lab)["estimated_accuracy"] = v
-    for lab, v in scrape.get("inferwatch_drift_estimated_accuracy_bound_ratio"):
-        entry(lab).setdefault("estimated_interval", {})[lab["bound"]] = v
-    for lab, v in scrape.get("inferwatch_drift_estimated_accuracy_calibrated"):
-        entry(lab)["calibrated"] = v == 1.0
-    for lab, v in scrape.get("inferwatch_drift_reference_accuracy_ratio"):
-        entry(lab)["reference_accuracy"] = v
-    for lab, v in scrape.get("inferwatch_drift_accuracy_ratio"):
-        entry(lab)["accuracy"] = v
-    for lab, v in scrape.get("inferwatch_drift_window_events"):
-        entry(lab)["window_events"] = v
-    for lab, v in scrape.get("inferwatch_drift_prediction_class_ratio"):
-        entry(lab).setdefault("classes", {})[lab["class"]] = v
-    return out

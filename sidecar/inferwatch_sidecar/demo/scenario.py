@@ -102,7 +102,8 @@ class Scenario:
         return str(self.state_dir / "faults.json")
 
     def urls(self) -> dict[str, str]:
-        out = {"metrics": f"{self.sidecar_url}/metrics", "status": f"{self.sidecar_url}/v1/status"}
+        out = {"status page": f"{self.sidecar_url}/", "metrics": f"{self.sidecar_url}/metrics",
+               "status": f"{self.sidecar_url}/v1/status"}
         if self.cfg.engine == "triton":
             out["model server"] = f"{self.stable_url}/v2/models/{mdl.NAME}/infer"
             out["canary"] = f"{self.canary_url}/v2/models/{mdl.NAME}/infer"

@@ -7,6 +7,8 @@ apply listed as such) and the load as completions and tokens.
 
 from __future__ import annotations
 
+from typing import Any
+
 from rich.console import Group, RenderableType
 from rich.panel import Panel
 from rich.table import Table
@@ -17,36 +19,35 @@ from inferwatch_sidecar.demo import vllm_engine as ve
 from inferwatch_sidecar.demo.observe import Snapshot
 from inferwatch_sidecar.demo.scenario import Scenario
 from inferwatch_sidecar.demo.vllm_scenario import FEATURES, TITLES, VERSION, VllmScenario
+from inferwatch_sidecar.export import live_view as live
 
 
 def _drift_table(snap: Snapshot) -> Table:
-    t = Table(title=f"drift of {ve.MODEL_NAME}'s span attributes against its warm-up reference (score; * = drifted)",
-              expand=True, title_justify="left")
-    t.add_column("span attribute")
-    t.add_column("score", justify="right")
     d = snap.drift.get((ve.MODEL_NAME, VERSION), {})
+    rows: list[list[Any]] = []
     for name in FEATURES:
         f = d.get("features", {}).get(name, {})
         s = f.get("scores", {}).get("wasserstein_norm")
         txt = "-" if s is None else f"{s:.2f}" + (" *" if f.get("drifted") else "")
-        t.add_row(name, Text(txt, style="bold red" if f.get("drifted") else ""))
+        rows.append([name, Text(txt, style="bold red" if f.get("drifted") else "")])
     ratio, events = d.get("drifted_ratio"), d.get("window_events")
-    t.add_row(Text("share drifted", style="italic"), "-" if ratio is None else f"{ratio:.0%}")
-    t.add_row(Text("window events", style="italic"), "-" if events is None else f"{events:.0f}")
-    return t
+    rows.append([Text("share drifted", style="italic"), "-" if ratio is None else f"{ratio:.0%}"])
+    rows.append([Text("window events", style="italic"), "-" if events is None else f"{events:.0f}"])
+    return live.table(f"drift of {ve.MODEL_NAME}'s span attributes against its warm-up reference (score; * = drifted)",
+                      [("span attribute", "text"), ("score", "num")], rows)
 
 
 def _fault_table(snap: Snapshot, sc: VllmScenario) -> Table:
-    t = Table(title="faults and alerts", expand=True, title_justify="left")
-    for h in ("fault", "injected", "detected", "evidence"):
-        t.add_column(h)
+    rows: list[list[Any]] = []
     for name, st in snap.faults.items():
         det = Text(f"{st.detected_at:.0f}s (+{st.latency_s:.0f}s)", style="bold green") if st.detected_at is not None \
             else Text("no" if st.injected_at is not None else "-", style="yellow" if st.injected_at else "dim")
-        t.add_row(TITLES[name], "-" if st.injected_at is None else f"{st.injected_at:.0f}s", det, st.detail)
+        rows.append([TITLES[name], "-" if st.injected_at is None else f"{st.injected_at:.0f}s", det, st.detail])
     for name, why in sc.not_applicable.items():
-        t.add_row(Text(name, style="dim"), Text("n/a", style="dim"), Text("n/a", style="dim"), Text(why, style="dim"))
-    return t
+        rows.append([Text(name, style="dim"), Text("n/a", style="dim"), Text("n/a", style="dim"),
+                     Text(why, style="dim")])
+    return live.table("faults and alerts", [("fault", "text"), ("injected", "num"), ("detected", "num"),
+                                            ("evidence", "text")], rows)
 
 
 def render(snap: Snapshot, sc: Scenario) -> Group:
@@ -61,11 +62,9 @@ def render(snap: Snapshot, sc: Scenario) -> Group:
                          f"{load.get('completion_tokens', 0)} tokens")
     if snap.errors:
         head.append("\n" + "; ".join(snap.errors), style="red")
-    top = Table.grid(expand=True)
-    top.add_column(ratio=1)
-    top.add_column(ratio=1)
-    top.add_row(view._stage_table(snap), view._gpu_table(snap, sc))
-    parts: list[RenderableType] = [Panel(head), top, _drift_table(snap), _fault_table(snap, sc),
+    head.append(f"\nstatus page {sc.sidecar_url}/  (the same view of any sidecar: inferwatch top --sidecar URL)")
+    parts: list[RenderableType] = [Panel(head), live.Pair(view._stage_table(snap), view._gpu_table(snap, sc)),
+                                   _drift_table(snap), _fault_table(snap, sc),
                                    view._alerts_text(snap, sc)]
     if sc.receiver is not None:
         parts.append(view._notifications_table(snap))

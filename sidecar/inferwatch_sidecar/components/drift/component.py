@@ -202,6 +202,9 @@ class DriftComponent:
                                "max_events": cfg.window_events, "state_bytes": mon.nbytes},
                     "labels": dict(mon.label_counts),
                 }
+                # The realized accuracy of the predictions that got a label (inferwatch_drift_accuracy_ratio).
+                labeled = mon.labeled_rows
+                d["labelled"] = {"events": labeled, "accuracy": mon.correct_rows / labeled if labeled else None}
                 conf = next((r for r in mon.last.results if r.role == "confidence"), None) if mon.last else None
                 d["performance"] = performance.report(mon.perf, conf.mean_current if conf else None,
                                                       conf.n_current if conf else 0)
