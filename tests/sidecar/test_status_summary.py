@@ -154,7 +154,7 @@ def test_latency_status_counts_outcomes_in_the_window_and_since_start() -> None:
     send(0, 30)
     send(1, 5)
     (m,) = lat.status()["models"]
-    assert m["outcomes"] == m["outcomes_total"] == {"ok": 30, "error": 5, "cancelled": 0}
+    assert m["outcomes"] == m["outcomes_total"] == {"ok": 30, "error": 5, "cancelled": 0, "client_error": 0, "shed": 0}
     assert list(m["outcomes"]) == list(OUTCOMES)
     for t in range(10, 71, 10):
         now[0] = float(t)
@@ -165,8 +165,8 @@ def test_latency_status_counts_outcomes_in_the_window_and_since_start() -> None:
     now[0] = 75.0
     (m,) = lat.status()["models"]
     # The window starts at the copy of t=10, taken before the cancelled and the one error.
-    assert m["outcomes"] == {"ok": 0, "error": 1, "cancelled": 7}
-    assert m["outcomes_total"] == {"ok": 30, "error": 6, "cancelled": 7}
+    assert m["outcomes"] == {"ok": 0, "error": 1, "cancelled": 7, "client_error": 0, "shed": 0}
+    assert m["outcomes_total"] == {"ok": 30, "error": 6, "cancelled": 7, "client_error": 0, "shed": 0}
 
 
 def test_start_up_line_names_the_states_that_the_status_shows() -> None:
