@@ -83,6 +83,7 @@ class Trace:
         stop: when a restart ended the leak (s) or None.
         effective_onset: onset, or the end of the leaking process's warm-up if later.
         desc: the drawn parameters, for the benchmark's listing.
+        leak_proc: the leaking process's parameters (None for a leak-free trace).
     """
 
     t: np.ndarray
@@ -94,6 +95,8 @@ class Trace:
     procs: np.ndarray = field(default_factory=lambda: np.zeros((0, 0)))
     leaker: int | None = None
     desc: dict[str, object] = field(default_factory=dict)
+    #: the leaking process's drawn parameters (None for a leak-free trace), for the oracle
+    leak_proc: Proc | None = None
 
 
 def _loguniform(rng: np.random.Generator, lo: float, hi: float) -> float:
@@ -283,4 +286,5 @@ def _draw(rng: np.random.Generator, rate_gib_h: float, duration: float | None) -
             "prealloc": procs[leaker].prealloc, "warm_tau_s": round(procs[leaker].warm_tau),
             "warm_shape": procs[leaker].warm_shape,
             "noise_mib": round(noise / MiB)}
-    return Trace(t, used, rate, onset, stop, eff, on, leaker if rate > 0 else None, desc)
+    return Trace(t, used, rate, onset, stop, eff, on, leaker if rate > 0 else None, desc,
+                 procs[leaker] if rate > 0 else None)
