@@ -543,8 +543,16 @@ class LeakDetector:
         tw, gw = ft[win], g[win]
         slope, se = _slope(tw, gw, sigma)
         if cfg.method == "glr":
-            return self._glr_result(sc, now, tw, gw, sigma, block, int(jump.sum()), slope, se, float(fy[-1]),
-                                    ft, fy, g, edge)
+            # A shift that spans several block changes (a load straddling blocks) leaves the blocks inside
+            # it on its ramp, at no de-stepped level: they are left out.
+            ramp = np.zeros(len(fy), dtype=bool)
+            idx = np.flatnonzero(jump)
+            if len(idx):
+                for run in np.split(idx, np.flatnonzero(np.diff(idx) > 1) + 1):
+                    ramp[run[0] + 1: run[-1] + 1] = True
+            sel = win & ~ramp
+            return self._glr_result(sc, now, ft[sel], g[sel], sigma, block, int(jump.sum()), slope, se,
+                                    float(fy[-1]), ft, fy, g, edge)
         # The standard error above holds for independent blocks. A floor that wanders slowly (the
         # sawtooths of several processes beating, a daily cycle) has dependent blocks, and its window
         # slopes spread far wider: the series' own history of window slopes measures that spread.

@@ -3,11 +3,14 @@
 Data: the de-stepped release-floor blocks of a scale (times ``t``, floors ``y``). Both hypotheses have
 Gaussian noise of one unknown SD:
 
-- **null** (leak-free): the best of a constant; one level shift of any size at any block boundary; a
+- **null** (leak-free): the best of a constant; one level shift of any size at any block boundary,
+  abrupt or spread over up to RAMP_BLOCKS blocks (a cache filled within a minute, a load straddling
+  blocks); a
   saturating warm-up ``a (1 - exp(-(t - t0) / tau))`` from the series' start ``t0``, free ``a``, with
   ``tau <= tau_max`` (its slope decays at least as fast as ``exp(-t / tau_max)``). A level shift
   followed by a new warm-up is not in it: a warm-up that starts where a creep starts is
-  indistinguishable from the creep for about ``tau_max``;
+  indistinguishable from the creep for about ``tau_max``; a shift together with the warm-up from ``t0``
+  is (a load at the start, a cache filled on top of the warm-up);
 - **alternative** (a leak): the null's warm-up from ``t0`` plus a hinge creep ``r max(0, t - c)``,
   maximised over the knot ``c`` (a rise that spans at least the last quarter of the window).
 
@@ -32,6 +35,8 @@ TAU_GRID = 13
 GOLDEN_STEPS = 10
 #: At most this many level-shift positions (a grid over the block boundaries).
 MAX_STEPS = 24
+#: A level shift of the null may take up to this many block spacings.
+RAMP_BLOCKS = 3
 #: The hinge's knot leaves at least this share of the data's span after it.
 MIN_TAIL = 0.25
 
@@ -113,10 +118,19 @@ def statistic(t: np.ndarray, y: np.ndarray, t0: float, tau_max: float, sigma: fl
             if f[j] < best_w:
                 best_w, best_curve = float(f[j]), w[j]
     # Null 2: one level shift of any size at any block boundary (and the constant, a shift of 0).
+    # A shift may take up to RAMP_BLOCKS blocks (a cache filled within a minute, a load straddling
+    # blocks): a ramp from one level to the other over L block spacings, L = 0 (a jump) .. RAMP_BLOCKS.
     us = np.unique(np.linspace(1, n - 1, min(n - 1, MAX_STEPS)).astype(np.int64))
-    step = (np.arange(n)[None, :] >= us[:, None]).astype(float)  # S x n
+    dx = float(np.median(np.diff(x)))
+    ramps = [(np.arange(n)[None, :] >= us[:, None]).astype(float)]  # S x n
+    for ln in range(1, RAMP_BLOCKS + 1):
+        ramps.append(np.clip((x[None, :] - x[us - 1][:, None]) / (ln * dx), 0.0, 1.0))
+    step = np.concatenate(ramps)
     sse_s = _sse(np.stack([np.broadcast_to(ones, step.shape), step], axis=2), yc)[0]
-    sse0 = min(best_w, float(sse_s.min()), float(((yc - yc.mean()) ** 2).sum()))
+    # Null 3: a shift and the warm-up together (a load at start, a fill, on top of the warm-up).
+    bw = np.broadcast_to(best_curve, step.shape)
+    sse_sw = _sse(np.stack([np.broadcast_to(ones, step.shape), step, bw], axis=2), yc)[0]
+    sse0 = min(best_w, float(sse_s.min()), float(sse_sw.min()), float(((yc - yc.mean()) ** 2).sum()))
     # Alternative: the null's warm-up (or none) plus a hinge at each knot.
     knots = x[: max(1, int(np.searchsorted(x, 1 - MIN_TAIL, side="right")))]
     hinge = np.maximum(0.0, x[None, :] - knots[:, None])  # C x n
