@@ -136,8 +136,10 @@ def growing_sites(snapshot: Mapping[str, Any], top: int = HISTORY_TOP) -> list[d
             elif action in ("free_requested", "free_completed"):
                 live.pop((dev, addr), None)
     if not any_trace:
-        for seg in snapshot.get("segments") or []:
-            for blk in seg.get("blocks") or [] if isinstance(seg, Mapping) else []:
+        segments = snapshot.get("segments")
+        for seg in segments if isinstance(segments, list) else []:
+            blocks = seg.get("blocks") if isinstance(seg, Mapping) else None
+            for blk in blocks if isinstance(blocks, list) else []:
                 if isinstance(blk, Mapping) and blk.get("state") == "active_allocated" and blk.get("frames"):
                     live[(_int(seg.get("device", 0)), _int(blk.get("address", 0)))] = (
                         _int(blk.get("size", 0)), blk.get("frames"))
@@ -252,7 +254,11 @@ class HistoryCapture:
         if self.state == "failed":
             return None
         self.state, self.ended = "idle", self.clock()
-        self.sites = growing_sites(snap, self.top)
+        try:
+            self.sites = growing_sites(snap if isinstance(snap, Mapping) else {}, self.top)
+        except Exception as e:  # a snapshot of another shape than documented
+            self.last_error = f"{type(e).__name__}: {e}"
+            self.sites = []
         self.captures += 1
         return self.sites
 

@@ -97,6 +97,8 @@ def test_growing_sites_from_blocks_when_there_are_no_traces() -> None:
                                            "count": 2}]
     assert [s["bytes"] for s in growing_sites(snap)] == [12 * MiB, 2 * MiB]
     assert growing_sites({}) == [] and growing_sites({"segments": [{"blocks": "junk"}], "device_traces": "x"}) == []
+    assert growing_sites({"segments": [3, None, {"blocks": [5]}], "device_traces": [[7], None]}) == []
+    assert growing_sites({"segments": 12, "device_traces": [[{"action": "alloc", "addr": 1, "size": 5}]]}) == []
 
 
 def test_capture_is_bounded_in_time_and_entries_and_switches_history_off() -> None:
