@@ -10,8 +10,17 @@ probe would, and prints the per-process series, the verdict, the classification
 rates of the leaking processes) beside the process's own, and the duplicated
 copies figure (expected: the two workers, 2 copies, about 2 GiB beyond one).
 
+Then two checks of the allocator-first path: the leaking child's allocator samples, written as an
+allocator file (``$OUT/allocator.jsonl``, the format of docs/gpu.md), go through ``gpu analyze``
+(expected: an episode on the allocated floor, kind tensor); and the torch probe's second stage
+(``inferwatch._torch.HistoryCapture``) records a child's memory history for 5 s on the real
+``torch.cuda.memory._record_memory_history`` / ``_snapshot`` while it leaks from one line and
+frees its temporaries: the top site must be that line. Nothing needs GPM (the GPU performance
+monitoring counters that MIG slices and older boards lack): NVML memory info, the process list and
+torch's allocator are all it reads.
+
 Usage (on the GPU machine, from the repository root):
-    python bench/gpu_real_check.py [--seconds 120] [--out DIR]
+    python bench/gpu_real_check.py [--seconds 120] [--out DIR] [--history-only]
 
 Not run in CI: this project's CI has no GPU.
 """
@@ -49,11 +58,72 @@ print("loaded", flush=True)
 time.sleep(float(sys.argv[1]))
 """
 
+#: The second stage on a real allocator: leak from one marked line, free temporaries elsewhere.
+HISTORY_CHILD = r"""
+import json, sys, time, torch
+from inferwatch._torch import HistoryCapture
+torch.cuda.init()
+torch.empty(1, device="cuda")
+cap = HistoryCapture(seconds=5.0, max_entries=5000, torch_module=torch)
+assert cap.start(), cap.last_error
+keep = []
+t_end = time.monotonic() + 6.0
+while time.monotonic() < t_end:
+    tmp = torch.empty(8 * 2**20, dtype=torch.uint8, device="cuda")  # freed at the next pass
+    keep.append(torch.empty(4 * 2**20, dtype=torch.uint8, device="cuda"))  # LEAK-SITE
+    del tmp
+    time.sleep(0.05)
+    sites = cap.poll()
+    if sites is not None:
+        break
+print(json.dumps({"sites": cap.sites, "state": cap.state, "error": cap.last_error,
+                  "leaked_bytes": 4 * 2**20 * len(keep)}), flush=True)
+"""
+
+
+def history_check(out: str) -> bool:
+    """Run HISTORY_CHILD; True when the top growing site is its LEAK-SITE line."""
+    env = dict(os.environ)
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env["PYTHONPATH"] = os.pathsep.join([os.path.join(root, "sdk"), env.get("PYTHONPATH", "")])
+    r = subprocess.run([sys.executable, "-c", HISTORY_CHILD], capture_output=True, text=True, env=env, timeout=120)
+    if r.returncode != 0:
+        print("history check: the child failed:", r.stderr[-2000:], file=sys.stderr)
+        return False
+    got = json.loads(r.stdout.strip().splitlines()[-1])
+    line = next(i for i, ln in enumerate(HISTORY_CHILD.splitlines(), start=1) if "LEAK-SITE" in ln)
+    with open(os.path.join(out, "gpu_real_history.json"), "w") as f:
+        json.dump({"expected_line": line, **got}, f, indent=1)
+    top = got["sites"][0] if got["sites"] else None
+    print("history sites:", json.dumps(got["sites"][:3]), "state:", got["state"], got["error"])
+    ok = top is not None and top["file"] == "<string>" and top["line"] == line
+    print("RESULT:", f"second stage named the leaking line {line}" if ok else f"SECOND STAGE MISSED line {line}")
+    return ok
+
+
+def allocator_file_check(samples: list[list[float]], out: str) -> bool:
+    """Write the child's allocator samples as an allocator file and run gpu analyze on it."""
+    from inferwatch_sidecar.components.gpu.analysis import analyze
+    from inferwatch_sidecar.components.gpu.config import DetectorConfig
+
+    path = os.path.join(out, "allocator.jsonl")
+    with open(path, "w") as f:
+        for ts, pid, dev, alloc, res, _active, split, retries in samples:
+            f.write(json.dumps({"t": ts / 1e9, "pid": int(pid), "device": int(dev), "allocated_bytes": int(alloc),
+                                "reserved_bytes": int(res), "inactive_split_bytes": int(split),
+                                "num_alloc_retries": int(retries)}) + "\n")
+    res = analyze([path], DetectorConfig(scales=[(64.0, 4.0)], confirm_s=8))
+    kinds = [e["kind"] for r in res["results"] if r["series"] == "allocator_allocated" for e in r["episodes"]]
+    ok = "tensor" in kinds
+    print("RESULT:", "allocator file: tensor leak on the allocated floor" if ok else f"ALLOCATOR FILE: kinds {kinds}")
+    return ok
+
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--seconds", type=float, default=120.0)
     ap.add_argument("--out", default=os.environ.get("OUT", "."))
+    ap.add_argument("--history-only", action="store_true", help="run the second-stage check alone")
     args = ap.parse_args()
 
     import importlib.util
@@ -62,6 +132,9 @@ def main() -> int:
         print("gpu_real_check: torch is not installed (pip install torch with CUDA); nothing was run",
               file=sys.stderr)
         return 2
+    os.makedirs(args.out, exist_ok=True)
+    if args.history_only:
+        return 0 if history_check(args.out) else 1
     from inferwatch.wire import EV_ALLOC
     from inferwatch_sidecar.components.base import ComponentContext
     from inferwatch_sidecar.components.gpu.component import build
@@ -92,9 +165,11 @@ def main() -> int:
         comp.start()
         child = subprocess.Popen([sys.executable, "-c", CHILD, str(args.seconds)], stdout=subprocess.PIPE, text=True)
         series = []
+        alloc_samples: list[list[float]] = []
         assert child.stdout is not None
         for line in child.stdout:
             ts, dev, alloc, res, active, split, retries, ooms = json.loads(line)
+            alloc_samples.append([ts, child.pid, dev, alloc, res, active, split, retries])
             comp.handle(child.pid, 1, [(EV_ALLOC, ts, dev, alloc, res, active, split, retries, ooms, 0)])
             st = comp.status()
             procs = [p for d in st["devices"] for p in d["processes"] if p["pid"] == child.pid]
@@ -135,7 +210,9 @@ def main() -> int:
         print(f"duplicate copies on GPU {c['gpu']}: {c['copies']} (pids {c['pids']}), "
               f"{c['extra_bytes'] / 2**30:.2f} GiB beyond one copy")
     print("RESULT:", "duplicate copies found" if dup_ok else f"NO DUPLICATE COPIES FOUND for pids {holder_pids}")
-    return 0 if ok and dup_ok and ttoom else 1
+    alloc_ok = allocator_file_check(alloc_samples, args.out)
+    hist_ok = history_check(args.out)
+    return 0 if ok and dup_ok and ttoom and alloc_ok and hist_ok else 1
 
 
 if __name__ == "__main__":

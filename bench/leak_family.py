@@ -83,6 +83,7 @@ class Trace:
         stop: when a restart ended the leak (s) or None.
         effective_onset: onset, or the end of the leaking process's warm-up if later.
         desc: the drawn parameters, for the benchmark's listing.
+        leak_proc: the leaking process's parameters (None for a leak-free trace).
     """
 
     t: np.ndarray
@@ -94,6 +95,11 @@ class Trace:
     procs: np.ndarray = field(default_factory=lambda: np.zeros((0, 0)))
     leaker: int | None = None
     desc: dict[str, object] = field(default_factory=dict)
+    #: the leaking process's drawn parameters (None for a leak-free trace), for the oracle
+    leak_proc: Proc | None = None
+    #: per row of ``procs``, torch's allocated bytes as the SDK's probe samples them (every ALLOC_INTERVAL
+    #: seconds, NaN between; weights, the tensor share of the warm-up, loads, a tensor leak, activations)
+    alloc: np.ndarray = field(default_factory=lambda: np.zeros((0, 0)))
 
 
 def _loguniform(rng: np.random.Generator, lo: float, hi: float) -> float:
@@ -195,19 +201,40 @@ def _loads(p: Proc, t: np.ndarray, rng: np.random.Generator) -> np.ndarray:
     return out
 
 
-def _process(p: Proc, t: np.ndarray, rng: np.random.Generator, daily: np.ndarray) -> np.ndarray:
-    """One process's memory over ``t`` (zero before its start), without any leak."""
+def _process(p: Proc, t: np.ndarray, rng: np.random.Generator, daily: np.ndarray,
+             tensors: list[np.ndarray] | None = None) -> np.ndarray:
+    """One process's memory over ``t`` (zero before its start), without any leak.
+
+    ``tensors``: when given, the part of it that live tensors hold (weights, the tensor share of the
+    warm-up, loaded models: what torch's ``allocated_bytes`` shows, without the cache) is appended; it
+    draws nothing from ``rng``, so the traces are the same with or without it.
+    """
     el = np.maximum(0.0, t - p.start)
     on = t >= p.start
     y = p.weights * np.clip(el / 20.0, 0, 1)
     if p.prealloc:
+        if tensors is not None:
+            tensors.append(np.where(on, y, 0.0))
         y = np.maximum(y, 0.9 * TOTAL * np.clip(el / 60.0, 0, 1) - 0.0)
         return np.where(on, y, 0.0)
-    y = y + p.warm_amp * warm_rise(p.warm_shape, el, p.warm_tau)
+    warm = p.warm_amp * warm_rise(p.warm_shape, el, p.warm_tau)
     busy = _busy(p, t, rng)
-    y = y + busy * (p.cache + daily * _sawtooth(p, t, rng))
-    y = y + _loads(p, t, rng)
-    return np.where(on, y, 0.0)
+    loads = _loads_after(p, t, rng, busy, daily)
+    if tensors is not None:
+        tensors.append(np.where(on, y + ALLOC_WARM_SHARE * warm + loads[1], 0.0))
+    return np.where(on, y + warm + loads[0], 0.0)
+
+
+#: The share of a warm-up that live tensors hold (the rest is the allocator's cache filling).
+ALLOC_WARM_SHARE = 0.5
+
+
+def _loads_after(p: Proc, t: np.ndarray, rng: np.random.Generator, busy: np.ndarray,
+                 daily: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The cache, sawtooth and loads of a process (in the family's draw order): (all of it, the loads alone)."""
+    cache = busy * (p.cache + daily * _sawtooth(p, t, rng))
+    loads = _loads(p, t, rng)
+    return cache + loads, loads
 
 
 def make_trace(rng: np.random.Generator, rate_gib_h: float, duration: float | None = None) -> Trace:
@@ -246,22 +273,33 @@ def _draw(rng: np.random.Generator, rate_gib_h: float, duration: float | None) -
         daily = 0.6 + 0.4 * np.sin(2 * math.pi * t / DAY + rng.uniform(0, 2 * math.pi))
     noise = rng.uniform(0, 80) * MiB
     rows = []
+    tens: list[np.ndarray] = []
     for i, p in enumerate(procs):
-        y = _process(p, t, rng, daily)
+        ti: list[np.ndarray] = []
+        y = _process(p, t, rng, daily, ti)
         if i == leaker and rate > 0:
             assert onset is not None
             end_leak = stop if stop is not None else math.inf
-            y = y + rate * np.clip(np.minimum(t, end_leak) - onset, 0, None) * (t < end_leak)
+            growth = rate * np.clip(np.minimum(t, end_leak) - onset, 0, None) * (t < end_leak)
+            y = y + growth
+            ti[0] = ti[0] + growth  # a tensor leak: live tensors that are never freed
             if stop is not None:
                 # The restart: the process exits, a new one (another PID) loads again from scratch.
                 again = Proc(**{**p.__dict__, "start": stop + 5.0, "warm_tau": _loguniform(rng, 60, 1200)})
                 after = t >= stop
                 y2 = np.full(len(t), np.nan)
-                y2[after] = _process(again, t[after], rng, daily[after])
+                t2: list[np.ndarray] = []
+                y2[after] = _process(again, t[after], rng, daily[after], t2)
                 y2[t < again.start] = np.nan
+                a2 = np.full(len(t), np.nan)
+                a2[after] = t2[0]
+                a2[t < again.start] = np.nan
                 y[after] = np.nan
+                ti[0][after] = np.nan
                 rows.append(y2)
+                tens.append(a2)
         rows.insert(i, y)
+        tens.insert(i, ti[0])
     on = np.array(rows)
     on[:, :] = np.where(np.isnan(on), np.nan, on + rng.normal(0, noise, on.shape))
     on = np.where(np.isnan(on), np.nan, np.round(np.clip(on, 0, None) / (2 * MiB)) * 2 * MiB)
@@ -276,6 +314,7 @@ def _draw(rng: np.random.Generator, rate_gib_h: float, duration: float | None) -
     dup = rng.random(len(t)) < rng.uniform(0, 0.02)
     idx = np.sort(np.r_[np.arange(len(t)), np.flatnonzero(dup)])
     t, used, on = t[idx], used[idx], on[:, idx]
+    alloc = _allocated(np.array(tens)[:, keep][:, idx], t, dt, procs, noise)
     eff = None if onset is None else max(onset, warmup_end(procs[leaker]))
     desc = {"dt": dt, "procs": n_proc, "saw_amp_gib": round(procs[leaker].saw_amp / GiB, 2),
             "saw_period_s": round(procs[leaker].saw_period), "shape": procs[leaker].saw_shape,
@@ -283,4 +322,27 @@ def _draw(rng: np.random.Generator, rate_gib_h: float, duration: float | None) -
             "prealloc": procs[leaker].prealloc, "warm_tau_s": round(procs[leaker].warm_tau),
             "warm_shape": procs[leaker].warm_shape,
             "noise_mib": round(noise / MiB)}
-    return Trace(t, used, rate, onset, stop, eff, on, leaker if rate > 0 else None, desc)
+    return Trace(t, used, rate, onset, stop, eff, on, leaker if rate > 0 else None, desc,
+                 procs[leaker] if rate > 0 else None, alloc)
+
+
+#: The torch probe's interval: the allocator series is sampled this often (at the first NVML poll of each).
+ALLOC_INTERVAL = 10.0
+
+
+def _allocated(tensors: np.ndarray, t: np.ndarray, dt: float, procs: list[Proc], noise: float) -> np.ndarray:
+    """What the torch probe would report as ``allocated_bytes`` per row (NaN between its samples).
+
+    The live tensors plus the transient activations of the requests in flight (0 to a third of the
+    process's cache, a fresh draw per sample: a sample at a quiet moment shows the floor) and 2 MiB of
+    noise. Drawn from a generator of its own, seeded by the trace, so the NVML series stay as they were.
+    """
+    side = np.random.default_rng([len(t), int(noise), int(dt)])
+    out = np.full(tensors.shape, np.nan)
+    probe = np.r_[True, np.diff(np.floor(t / ALLOC_INTERVAL)) > 0]
+    for r in range(tensors.shape[0]):
+        cache = procs[min(r, len(procs) - 1)].cache
+        act = side.uniform(0, 1 / 3) * cache * side.random(len(t)) ** 2
+        v = tensors[r] + act + side.normal(0, 2 * MiB, len(t))
+        out[r] = np.where(probe & ~np.isnan(tensors[r]), np.round(np.clip(v, 0, None) / (2 * MiB)) * 2 * MiB, np.nan)
+    return out

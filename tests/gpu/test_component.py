@@ -60,6 +60,10 @@ def test_leak_is_classified_from_allocator_stats(kind: str) -> None:
     st = comp.status()
     proc = st["devices"][0]["processes"][0]
     assert proc["verdict"] == "leak" and proc["kind"] == kind
+    # The cause as gpu analyze names it (the scenario's cache growth retries allocations: fragmentation).
+    assert proc["cause"] == {"tensor": "tensor", "cache_fragmentation": "fragmentation",
+                             "native": "outside_allocator"}[kind]
+    assert [x["cause"] for x in st["leaks"] if x["pid"] == 50] == [proc["cause"]]
     assert proc["rate_bytes_per_s"] == pytest.approx(4 * MiB, rel=0.02)
     v = values(comp)
     assert v[("inferwatch_gpu_leak_kind", (("gpu", "0"), ("kind", kind), ("pid", "50")))] == 1.0

@@ -141,3 +141,83 @@ def test_an_s_shaped_warm_up_and_an_early_leak_stay_within_noise_of_each_other(c
     assert len(rows) == 12, out
     counts = [int(n) for n in re.findall(r"(?:first 40 min|found) (\d+) of 6", out)]
     assert len(counts) == 2 and all(0 <= n <= 6 for n in counts), out
+
+
+oracle = _load("leak_oracle")
+
+
+def _brute_distance2(f: np.ndarray, el: np.ndarray, k: int, taus: np.ndarray) -> float:
+    """The nearest alternative's residual over samples 0..k-1, by explicit least squares on every candidate."""
+    y = f[:k]
+    best = float(((y - y.mean()) ** 2).sum())
+    for u in range(1, k):
+        best = min(best, float(((y[:u] - y[:u].mean()) ** 2).sum() + ((y[u:] - y[u:].mean()) ** 2).sum()))
+    for shape in fam.WARM_SHAPES:
+        for tau in taus:
+            x = np.stack([np.ones(k), fam.warm_rise(shape, el[:k], float(tau))], axis=1)
+            beta, *_ = np.linalg.lstsq(x, y, rcond=None)
+            if beta[1] >= 0:  # a warm-up rises (a >= 0); else the flat fit above stands
+                best = min(best, float(((y - x @ beta) ** 2).sum()))
+    return best
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_the_oracle_distance_is_the_nearest_alternatives_least_squares_residual(seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(20, 60))
+    el = np.arange(1, n + 1) * float(rng.uniform(20, 200))
+    tau = float(rng.uniform(60, 1200))
+    onset = float(el[int(rng.integers(3, n - 3))])
+    f = (float(rng.uniform(500, 6000)) * fam.warm_rise(str(rng.choice(fam.WARM_SHAPES)), el, tau)
+         + float(rng.uniform(0.1, 4)) * 1024 / 3600 * np.clip(el - onset, 0, None))
+    taus = np.array([120.0, 600.0, tau])
+    ks, d2 = oracle.distance2(f, el, taus)
+    assert np.all(np.diff(d2) >= -1e-6)  # the distance only grows with the samples
+    for i in rng.choice(len(ks), size=5, replace=False):
+        assert d2[i] == pytest.approx(_brute_distance2(f - f[0], el, int(ks[i]), taus), rel=1e-6, abs=1e-6)
+
+
+def test_the_oracle_cannot_separate_what_the_null_holds_and_separates_a_creep_by_its_bound() -> None:
+    el = np.arange(1, 400) * 30.0
+    # A warm-up of the family and a level shift are leak-free: no distance.
+    warm = 3000 * fam.warm_rise("root", el, 700.0)
+    assert oracle.distance2(warm, el, np.array([700.0]))[1].max() == pytest.approx(0.0, abs=1e-6)
+    step = np.where(el >= 5000, 2048.0, 0.0)
+    assert oracle.distance2(step, el)[1].max() == pytest.approx(0.0, abs=1e-6)
+    # A creep on a flat floor: the distance crosses (4.75 + 1.645) x 20 MiB once, sooner for a faster leak.
+    need = ((oracle.Z_ALPHA + oracle.Z_BETA) * 20) ** 2
+    times = []
+    for rate_mib_h in (256, 1024, 4096):
+        creep = rate_mib_h / 3600 * np.clip(el - 3000, 0, None)
+        ks, d2 = oracle.distance2(creep, el)
+        times.append(float(el[ks[np.flatnonzero(d2 >= need)[0]] - 1]))
+    assert times[0] > times[1] > times[2] > 3000
+    # The floor interval and the deadline follow the documented rules.
+    p = fam.draw_proc(np.random.default_rng(5))
+    p.prealloc, p.saw_amp, p.saw_period = False, 1.0 * fam.GiB, 300.0
+    assert oracle.floor_period(p, 5.0) == 300.0 and oracle.regime(300.0) == "B"
+    p.saw_amp = 64 * fam.MiB
+    assert oracle.floor_period(p, 5.0) == 5.0 and oracle.regime(5.0) == "A"
+    assert oracle.target_delay(1.0) == 900.0 and oracle.target_delay(0.5) == pytest.approx(1800.0)
+
+
+def test_the_allocator_series_samples_every_10_s_and_carries_the_tensor_leak() -> None:
+    rng = np.random.default_rng(7)
+    measured = 0
+    for _ in range(6):
+        tr = fam.make_trace(rng, 2.0)
+        a = tr.alloc[tr.leaker]
+        ok = ~np.isnan(a)
+        ts = tr.t[ok]
+        assert np.all(np.diff(ts) >= fam.ALLOC_INTERVAL - 10.0 + 1e-9) and ok.sum() >= len(tr.t) * min(1.0, float(tr.desc["dt"])) / 10 * 0.5
+        assert np.all(a[ok] % (2 * fam.MiB) == 0)
+        # Its floor (the lowest sample of each 10 minutes) climbs at the leak's rate once the warm-up is over.
+        end = tr.stop if tr.stop is not None else tr.t[-1]
+        lo, hi = tr.effective_onset + 600, end - 60
+        if hi - lo < 1800 or tr.desc["loads"]:
+            continue  # too short to measure, or loads and unloads move the tensor floor as well
+        first = a[ok & (tr.t >= lo) & (tr.t < lo + 600)].min()
+        last = a[ok & (tr.t >= hi - 600) & (tr.t < hi)].min()
+        assert (last - first) / (hi - lo - 600) == pytest.approx(tr.rate, rel=0.25), tr.desc
+        measured += 1
+    assert measured >= 2

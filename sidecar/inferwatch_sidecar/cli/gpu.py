@@ -23,12 +23,16 @@ def register(subparsers: Any) -> None:
             "and report a verdict and every leak episode per device and per process, the time to OOM\n"
             "(the series' own and the device's, with every growing process together) and duplicated\n"
             "model copies (several processes each holding a similar, large, flat amount).\n"
+            "Allocator files (JSON lines of the torch probe's samples: t, pid, device, allocated_bytes,\n"
+            "reserved_bytes, inactive_split_bytes, num_alloc_retries; docs/gpu.md) given beside them\n"
+            "are judged first (the allocated floor) and name each episode's cause (kind): tensor,\n"
+            "allocator_cache, fragmentation, outside_allocator or unknown.\n"
             "Exit status 0 whatever the verdicts; 1 when a file cannot be read or parsed\n"
             "or the plot cannot be written; 2 for bad options (or --plot FILE.png without matplotlib)."
         ),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    a.add_argument("files", nargs="+", metavar="FILE", help="nvidia-smi CSV logs (GPU and/or compute-apps queries)")
+    a.add_argument("files", nargs="+", metavar="FILE", help="nvidia-smi CSV logs (GPU and/or compute-apps queries) and allocator JSON-lines files")
     a.add_argument("--json", action="store_true", help="print one JSON object with a 'results' list")
     a.add_argument(
         "--window", action="append", metavar="SECONDS[:BIN_S]",
@@ -159,7 +163,7 @@ def _table(result: dict[str, Any]) -> None:
         )
     Console(width=160).print(t)
     e = Table(title="Leak episodes")
-    for col in ("device", "pid", "onset (est.)", "detected at", "cleared at", "rate", "95% CI"):
+    for col in ("device", "pid", "series", "onset (est.)", "detected at", "cleared at", "rate", "95% CI", "kind"):
         e.add_column(col, overflow="fold")
     n = 0
     for r in result["results"]:
@@ -167,9 +171,10 @@ def _table(result: dict[str, Any]) -> None:
             n += 1
             ci = ep["rate_ci_bytes_per_s"]
             cleared = ep["cleared_at"] or "still leaking"
-            e.add_row(_device(r), "-" if r["pid"] is None else str(r["pid"]), ep["onset_estimate"],
-                      ep["detected_at"], cleared if not ep["end"] else f"{cleared} ({ep['end']})",
-                      _fmt_bytes(ep["rate_bytes_per_s"]), f"{_fmt_bytes(ci[0])} .. {_fmt_bytes(ci[1])}")
+            e.add_row(_device(r), "-" if r["pid"] is None else str(r["pid"]), r.get("series", "nvml"),
+                      ep["onset_estimate"], ep["detected_at"], cleared if not ep["end"] else f"{cleared} ({ep['end']})",
+                      _fmt_bytes(ep["rate_bytes_per_s"]), f"{_fmt_bytes(ci[0])} .. {_fmt_bytes(ci[1])}",
+                      ep.get("kind") or "-")
     if n:
         Console(width=160).print(e)
     if result["duplicate_model_copies"]:

@@ -8,6 +8,15 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
 
+import numpy as np
+
+from inferwatch_sidecar.components.gpu.allocator_log import (
+    AllocLog,
+    AllocRow,
+    is_allocator_log,
+    name_cause,
+    parse_allocator_log,
+)
 from inferwatch_sidecar.components.gpu.config import DetectorConfig, DuplicatesConfig
 from inferwatch_sidecar.components.gpu.detector import Episode, LeakDetector
 from inferwatch_sidecar.components.gpu.duplicates import BINS, Copies, FlatTracker, find_copies
@@ -59,7 +68,9 @@ def analyze(paths: list[str], cfg: DetectorConfig | None = None,
         detection of any episode, or None), the rate's interval, the sample count and ``episodes``:
         every leak episode with ``onset_estimate``, ``detected_at``, ``cleared_at`` (None while still
         leaking at the end of the log), ``end``, ``rate_bytes_per_s``, ``rate_ci_bytes_per_s`` and
-        ``kind`` (None: nvidia-smi logs carry no allocator data). ``duplicate_model_copies`` lists, per
+        ``kind``: the cause (``allocator_log.CAUSES``) where an allocator file covers the process, else
+        None. ``series`` is ``nvml`` (what nvidia-smi reported) or ``allocator_allocated`` (a process's
+        allocated floor from an allocator file: allocator first). ``duplicate_model_copies`` lists, per
         device, the largest set of duplicated model copies seen (``components.gpu.duplicates``).
 
     Raises:
@@ -73,7 +84,7 @@ def run(paths: list[str], cfg: DetectorConfig | None = None, progress: Callable[
     """Read the logs and analyse every series.
 
     Args:
-        paths: nvidia-smi CSV logs.
+        paths: nvidia-smi CSV logs and allocator files (``allocator_log``; told apart by content).
         cfg: detector settings.
         progress: called with the total bytes read so far.
         duplicates: duplicated-copies thresholds.
@@ -85,11 +96,21 @@ def run(paths: list[str], cfg: DetectorConfig | None = None, progress: Callable[
     cfg = cfg or DetectorConfig()
     dcfg = duplicates or DuplicatesConfig()
     logs = []
+    alloc_logs: list[AllocLog] = []
     base = 0
     for p in paths:
         off = base
-        logs.append(parse_log(p, None if progress is None else (lambda n, off=off: progress(off + n))))
+        if is_allocator_log(p):
+            alloc_logs.append(parse_allocator_log(p))
+            if progress is not None:
+                progress(off + file_size(p))
+        else:
+            logs.append(parse_log(p, None if progress is None else (lambda n, off=off: progress(off + n))))
         base += file_size(p)
+    alloc: dict[tuple[int, int], list[AllocRow]] = {}
+    for alog in alloc_logs:
+        for ar in alog.rows:
+            alloc.setdefault((ar.pid, ar.device), []).append(ar)
     series: dict[tuple[str, int | None], list[Row]] = {}
     for log in logs:
         for r in log.rows:
@@ -106,7 +127,7 @@ def run(paths: list[str], cfg: DetectorConfig | None = None, progress: Callable[
                 free_by_uuid.setdefault(r.uuid, []).append(r)
             if r.uuid and r.name:
                 name_of.setdefault(r.uuid, r.name)
-    log_end = max((r.t for log in logs for r in log.rows), default=0.0)
+    log_end = max([r.t for log in logs for r in log.rows] + [a.t for lg in alloc_logs for a in lg.rows] or [0.0])
     out = Analysis({})
     results = []
     for (dev, pid), rows in sorted(series.items(), key=lambda kv: (kv[0][0], kv[0][1] is not None, kv[0][1] or 0)):
@@ -133,12 +154,20 @@ def run(paths: list[str], cfg: DetectorConfig | None = None, progress: Callable[
         eps = [_episode(e, rows[-1].t if ended else None) for e in det.episodes]
         uuid = rows[-1].uuid
         index = dev if pid is None else index_of.get(dev, dev)
+        arows = None if pid is None else _alloc_rows(alloc, pid, index)
+        if arows is not None:
+            nt = np.array([r.t for r in rows if r.used is not None])
+            nv = np.array([float(r.used) for r in rows if r.used is not None])
+            for e, d in zip(det.episodes, eps, strict=True):
+                end_t = e.cleared_at if e.cleared_at is not None else (rows[-1].t if ended else log_end)
+                d["kind"] = name_cause(nt, nv, arows, e.onset_estimate, end_t)
         name = name_of.get(uuid) or None
         res = {
             "device": index,
             "uuid": uuid or None,
             "name": name,
             "pid": pid,
+            "series": "nvml",
             "verdict": det.verdict,
             "leak_rate_bytes_per_s": det.rate if det.verdict != "insufficient_data" else None,
             "leak_rate_ci_bytes_per_s": list(det.ci) if det.ci and det.verdict != "insufficient_data" else None,
@@ -155,10 +184,11 @@ def run(paths: list[str], cfg: DetectorConfig | None = None, progress: Callable[
             label = f"GPU {index}" + (f" ({name})" if name else "") + ("" if pid is None else f" pid {pid}")
             out.series.append(Series(label, [r.t for r in rows if r.used is not None],
                                      [float(r.used) for r in rows if r.used is not None], det, res, headroom))
+    results.extend(_allocator_results(alloc, cfg, log_end))
     # Several processes growing together: the device runs out at their summed rate.
     rate_by_uuid: dict[str, float] = {}
     for res in results:
-        if res["pid"] is not None and res["_growing"] and res["uuid"]:
+        if res["pid"] is not None and res["_growing"] and res["uuid"] and res["series"] == "nvml":
             rate_by_uuid[res["uuid"]] = rate_by_uuid.get(res["uuid"], 0.0) + res["leak_rate_bytes_per_s"]
     for res in results:
         rate = rate_by_uuid.get(res["uuid"] or "")
@@ -180,7 +210,7 @@ def run(paths: list[str], cfg: DetectorConfig | None = None, progress: Callable[
         "results": results,
         "duplicate_model_copies": copies,
         "files": [{"path": lg.path, "kind": lg.kind, "rows": len(lg.rows), "skipped_rows": dict(lg.bad_rows)}
-                  for lg in logs],
+                  for lg in [*logs, *alloc_logs]],
     }
     return out
 
@@ -249,6 +279,46 @@ def _copies(procs: dict[int, list[Row]], dcfg: DuplicatesConfig, log_end: float)
     return {"copies": cp.copies, "pids": list(cp.pids), "used_bytes": list(cp.sizes), "copy_bytes": cp.copy_bytes,
             "extra_bytes": cp.extra_bytes, "at": stamp(best[1]), "first_seen": stamp(first),
             "last_seen": stamp(last), "at_end": last >= log_end - tol}
+
+
+def _alloc_rows(alloc: dict[tuple[int, int], list[AllocRow]], pid: int, device: str) -> list[AllocRow] | None:
+    """The allocator samples of a process on one device (by index; a process on one device alone: that one)."""
+    cands = {d: rows for (p, d), rows in alloc.items() if p == pid}
+    if not cands:
+        return None
+    if device.isdigit() and int(device) in cands:
+        return cands[int(device)]
+    return next(iter(cands.values())) if len(cands) == 1 else None
+
+
+def _allocator_results(alloc: dict[tuple[int, int], list[AllocRow]], cfg: DetectorConfig,
+                       log_end: float) -> list[dict[str, Any]]:
+    """Allocator first: the same detector on each process's allocated floor (live tensors: no cache sawtooth).
+
+    Each episode of that series is a tensor leak by construction; its ``kind`` still comes from
+    :func:`name_cause` over the allocator's own counters.
+    """
+    out = []
+    for (pid, dev), rows in sorted(alloc.items()):
+        rows.sort(key=lambda r: r.t)
+        det = LeakDetector(cfg)
+        for r in rows:
+            det.update(r.t, r.allocated)
+        ended = rows[-1].t < log_end - PASS_S
+        eps = [_episode(e, rows[-1].t if ended else None) for e in det.episodes]
+        for e, d in zip(det.episodes, eps, strict=True):
+            end_t = e.cleared_at if e.cleared_at is not None else rows[-1].t
+            d["kind"] = name_cause(np.zeros(0), np.zeros(0), rows, e.onset_estimate, end_t)
+        out.append({
+            "device": str(dev), "uuid": None, "name": None, "pid": pid, "series": "allocator_allocated",
+            "verdict": det.verdict,
+            "leak_rate_bytes_per_s": det.rate if det.verdict != "insufficient_data" else None,
+            "leak_rate_ci_bytes_per_s": list(det.ci) if det.ci and det.verdict != "insufficient_data" else None,
+            "time_to_oom_s": None, "device_time_to_oom_s": None,
+            "detected_at": eps[0]["detected_at"] if eps else None, "samples": det.samples, "episodes": eps,
+            "_growing": False, "_headroom": None,
+        })
+    return out
 
 
 def stamp(t: float) -> str:

@@ -70,6 +70,17 @@ class _FaultStat:
     last: float = 0.0
 
 
+#: ``inferwatch_gpu_leak_kind``'s values (kept for the alerts that read them) as the causes ``gpu analyze``
+#: names (``allocator_log.CAUSES``); cache growth is fragmentation while the fragmentation warning holds.
+def cause_of(kind: str | None, a: _Alloc | None) -> str | None:
+    """The cause name of a live kind: tensor, allocator_cache, fragmentation, outside_allocator or unknown."""
+    if kind is None:
+        return None
+    if kind == "cache_fragmentation":
+        return "fragmentation" if a is not None and a.frag_warning else "allocator_cache"
+    return {"tensor": "tensor", "native": "outside_allocator"}.get(kind, "unknown")
+
+
 #: Leak episodes kept in ``/v1/status`` per component (live series and series of processes that exited).
 EPISODE_HISTORY = 32
 
@@ -513,7 +524,9 @@ class GpuComponent:
                 entry["series"] = "nvml" if st else "allocator_reserved"
                 if det.verdict == "leak":
                     entry["kind"] = kind
-                    leaks.append({"gpu": gpu, "pid": pid, "kind": kind, "rate_bytes_per_s": det.rate,
+                    entry["cause"] = cause_of(kind, _a)
+                    leaks.append({"gpu": gpu, "pid": pid, "kind": kind, "cause": entry["cause"],
+                                  "rate_bytes_per_s": det.rate,
                                   "time_to_oom_s": entry["time_to_oom_s"], "detected_at": det.detected_at})
                 procs_by_gpu.setdefault(gpu, []).append(entry)
             devices = []

@@ -19,6 +19,8 @@ Example::
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 
@@ -55,6 +57,11 @@ class DetectorConfig(BaseModel):
             towards where the leak started clears at once).
         confidence: two-sided level of the rate's interval.
         max_episodes: leak episodes remembered per series (the oldest is dropped).
+        method: ``trend`` (default: the slope test with its shape conditions) or ``glr`` (one
+            generalized likelihood-ratio test of a hinge creep against steps and a saturating warm-up,
+            its threshold from a Monte Carlo; ``components/gpu/glr.py``).
+        tau_max_s: ``glr`` only: the prior on warm-ups: a leak-free warm-up's slope decays at least as
+            fast as ``exp(-t / tau_max_s)`` from the series' start.
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -73,6 +80,8 @@ class DetectorConfig(BaseModel):
     clear_s: float = Field(300.0, ge=0)
     confidence: float = Field(0.95, gt=0.5, lt=1)
     max_episodes: int = Field(16, ge=1, le=1000)
+    method: Literal["trend", "glr"] = "trend"
+    tau_max_s: float = Field(1200.0, gt=0)
 
     @field_validator("scales")
     @classmethod

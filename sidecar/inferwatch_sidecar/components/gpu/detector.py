@@ -52,6 +52,7 @@ from typing import Any, Self
 
 import numpy as np
 
+from inferwatch_sidecar.components.gpu import glr
 from inferwatch_sidecar.components.gpu.config import DetectorConfig
 
 VERDICTS = ("leak", "no_leak", "insufficient_data")
@@ -179,6 +180,9 @@ class TrendResult:
     rate_upper: float | None
     floor: float
     base: float | None
+    #: the GLR statistic and its threshold (method ``glr`` only)
+    glr: float | None = None
+    glr_threshold: float | None = None
 
 
 @dataclass(frozen=True)
@@ -480,7 +484,9 @@ class LeakDetector:
     def _scale_result(self, sc: _Scale, now: float) -> TrendResult | None:
         cfg = self.cfg
         age = now - (self._first_t if self._first_t is not None else now)
-        if age < max((1 + PRE_WINDOW) * sc.window_s, cfg.warmup_s) or not sc.bins or now - sc.bins[-1][0] > sc.window_s / 4:
+        # The GLR judges a young series as soon as its window holds the blocks: its null holds warm-ups.
+        young = (cfg.warmup_s if cfg.method == "glr" else max((1 + PRE_WINDOW) * sc.window_s, cfg.warmup_s))
+        if age < young or not sc.bins or now - sc.bins[-1][0] > sc.window_s / 4:
             return None
         a = np.asarray(sc.bins, dtype=float)
         t, y = a[:, 0], a[:, 1]
@@ -510,8 +516,17 @@ class LeakDetector:
         # bias the floor down, never up, so a busy/idle swing cannot add up to a false leak.
         d = np.diff(fy)
         med = float(np.median(d))
-        sd = 1.4826 * float(np.median(np.abs(d - med)))
-        dev = d - med
+        if cfg.method == "glr" and len(d) >= 3:
+            # Against the neighbouring changes (three on each side): a warm-up's changes fall smoothly and
+            # none stands out from its neighbours, while a shift is one change far above both sides.
+            pad = np.r_[np.full(3, np.nan), d, np.full(3, np.nan)]
+            nb = np.lib.stride_tricks.sliding_window_view(pad, 7).copy()
+            nb[:, 3] = np.nan
+            dev = d - np.nanmedian(nb, axis=1)
+            sd = 1.4826 * float(np.median(np.abs(dev - np.median(dev))))
+        else:
+            sd = 1.4826 * float(np.median(np.abs(d - med)))
+            dev = d - med
         jump = dev > max(STEP_UP_MIN, cfg.step_k * sd)
         if jump.any():
             near = np.zeros_like(jump)
@@ -527,6 +542,17 @@ class LeakDetector:
         sigma = max(2 * MiB, 0.3 * self._sigma, mad)
         tw, gw = ft[win], g[win]
         slope, se = _slope(tw, gw, sigma)
+        if cfg.method == "glr":
+            # A shift that spans several block changes (a load straddling blocks) leaves the blocks inside
+            # it on its ramp, at no de-stepped level: they are left out.
+            ramp = np.zeros(len(fy), dtype=bool)
+            idx = np.flatnonzero(jump)
+            if len(idx):
+                for run in np.split(idx, np.flatnonzero(np.diff(idx) > 1) + 1):
+                    ramp[run[0] + 1: run[-1] + 1] = True
+            sel = win & ~ramp
+            return self._glr_result(sc, now, ft[sel], g[sel], sigma, block, int(jump.sum()), slope, se,
+                                    float(fy[-1]), ft, fy, g, edge)
         # The standard error above holds for independent blocks. A floor that wanders slowly (the
         # sawtooths of several processes beating, a daily cycle) has dependent blocks, and its window
         # slopes spread far wider: the series' own history of window slopes measures that spread.
@@ -563,6 +589,30 @@ class LeakDetector:
             passed = rate > cfg.min_rate_bytes_per_s
         return TrendResult(sc.window_s, block, len(tw), slope, lower, upper, z, int(jump.sum()), share, ratio,
                            bool(passed), onset, rate, r_lo, r_hi, float(fy[-1]), base)
+
+    def _glr_result(self, sc: _Scale, now: float, tw: np.ndarray, gw: np.ndarray, sigma: float, block: float,
+                    steps: int, slope: float, se: float, floor: float, ft: np.ndarray, fy: np.ndarray,
+                    g: np.ndarray, edge: float) -> TrendResult:
+        """The one GLR test (``glr.statistic``) on the window's de-stepped floor blocks."""
+        cfg = self.cfg
+        t0 = self._first_t if self._first_t is not None else float(tw[0])
+        # Only blocks that lie wholly after the series' first sample: a block cut short by the start
+        # holds the floor at another phase than the others (on a steep warm-up, a misfit of many SDs).
+        whole = tw - block / 2 >= t0 - sc.bin_s / 2
+        stat, _knot = glr.statistic(tw[whole], gw[whole], t0, cfg.tau_max_s, sigma)
+        thr = glr.threshold(int(whole.sum()))
+        q = _norm_ppf(0.5 + cfg.confidence / 2)
+        passed = stat > thr
+        onset = rate = r_lo = r_hi = base = None
+        if passed:
+            # The knot leaves a quarter of the data after it (of a young series' data, not of the window).
+            tk, gk = tw[whole], gw[whole]
+            onset, rate, r_lo, r_hi = _hinge(tk, gk, sigma, q, edge - (edge - float(tk[0])) / 4)
+            base = float(fy[ft >= onset].min())
+            passed = rate > 0 and r_lo > cfg.min_rate_bytes_per_s
+        z = slope / se if se > 0 else 0.0
+        return TrendResult(sc.window_s, block, len(tw), slope, slope - q * se, slope + q * se, z, steps, 0.0, None,
+                           bool(passed), onset, rate, r_lo, r_hi, floor, base, stat, thr)
 
     def _null_spread(self, sc: _Scale, now: float) -> float:
         """The spread of the scale's window slope under the series' own background, bytes/s (0: unknown).
