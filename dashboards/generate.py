@@ -63,6 +63,7 @@ NEEDS: dict[str, str] = {
     "vllm": "vLLM's own /metrics scraped beside the sidecar (docs/vllm.md)",
     "tail_p999": "a tail-attribution window with enough requests to name the slowest 0.1% (docs/tail.md)",
     "binary": "a binary model whose reference was built with its labels (reference build --label)",
+    "skew": "offline feature values posted for served request IDs (skew.enabled, POST /v1/skew; docs/skew.md)",
 }
 #: ``dashboard uid -> need`` for every panel of a dashboard (the engines' dashboards).
 DASHBOARD_NEEDS: dict[str, str] = {triton.UID: "triton", vllm.UID: "vllm"}
@@ -70,6 +71,8 @@ DASHBOARD_NEEDS: dict[str, str] = {triton.UID: "triton", vllm.UID: "vllm"}
 #: ``(dashboard uid, panel title) -> need`` or ``(uid, title, refId) -> need`` for one query of a panel.
 PANEL_NEEDS: dict[tuple[str, ...], str] = {
     ("inferwatch-overview", "Errors by type"): "errors",
+    ("inferwatch-drift", "Served values matching the offline pipeline"): "skew",
+    ("inferwatch-drift", "Kind of skew per feature"): "skew",
     ("inferwatch-queue", "Queue wait P50 / P99 / P999"): "queue",
     ("inferwatch-queue", "Queue depth"): "queue",
     ("inferwatch-queue", "Batch size distribution"): "batches",

@@ -19,6 +19,7 @@ the variable, because configuration is where we are strict.
 | ``INFERWATCH_OTEL_SPANS`` | ``false`` | also open an OpenTelemetry span per stage (needs opentelemetry-api) |
 | ``INFERWATCH_TORCH_PROBE`` | ``false`` | sample ``torch.cuda.memory_stats()`` in the background |
 | ``INFERWATCH_TORCH_PROBE_INTERVAL_S`` | ``10`` | seconds between allocator samples |
+| ``INFERWATCH_TORCH_HISTORY`` | ``false`` | let the torch probe record the allocator's history for a bounded time when its allocated floor rises, and name the allocation sites that stayed live (docs/gpu.md) |
 | ``INFERWATCH_SIDECAR_HTTP`` | ``http://127.0.0.1:9464`` | the sidecar's HTTP address, where :func:`inferwatch.record_offline` posts offline feature values (``POST /v1/skew``, docs/skew.md) |
 | ``INFERWATCH_SKEW_SAMPLE_RATIO`` | ``0`` | share of request IDs :func:`inferwatch.skew_sampled` says yes to (the training-serving skew sample, at most 0.1; 0 turns it off); read once |
 | ``INFERWATCH_LOG_REQUEST_ID`` | ``request_id`` | what :class:`inferwatch.RequestIdFilter` puts in ``%(request_id)s``: ``request_id`` (the client's ``X-Request-ID`` when it sent one) or ``trace_id`` (the W3C trace ID when the request has one, else the request ID); read when the filter is created |
@@ -71,6 +72,7 @@ ENV_VARS: dict[str, str] = {
     "INFERWATCH_OTEL_SPANS": "true/false: one OpenTelemetry span per stage (default false)",
     "INFERWATCH_TORCH_PROBE": "true/false: sample torch.cuda.memory_stats() (default false)",
     "INFERWATCH_TORCH_PROBE_INTERVAL_S": "seconds between allocator samples (default 10)",
+    "INFERWATCH_TORCH_HISTORY": "true/false: the torch probe's bounded allocator-history capture (default false)",
     "INFERWATCH_SIDECAR_HTTP": "the sidecar's HTTP address for record_offline() (default http://127.0.0.1:9464)",
     "INFERWATCH_SKEW_SAMPLE_RATIO": "share of request IDs skew_sampled() says yes to (default 0: off, at most 0.1)",
     "INFERWATCH_LOG_REQUEST_ID": "request_id/trace_id: the ID RequestIdFilter puts in %(request_id)s "

@@ -255,7 +255,10 @@ def test_triton_server_starts_afresh_when_a_model_instance_loses_pytritons_hands
             os.killpg(p.pid, signal.SIGKILL)
             p.wait()
     log = err.read_text()
-    assert log.count("RAISING the handshake race") == 1, log
+    # The patch raises after the first run; on a loaded machine the real race can beat it inside that run
+    # (CI saw it once: the restart, and no "RAISING"). Either way: one restart, and the fresh start serves.
+    assert log.count("RAISING the handshake race") <= 1, log
+    assert "(attempt 2 of 3)" not in log, log
     assert "(attempt 1 of 3); starting Triton again" in log, log
     assert out.read_text().count("READY") == 1, out.read_text()
 

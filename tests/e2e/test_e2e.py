@@ -183,6 +183,7 @@ EMPTY_WHEN_HEALTHY: set[tuple[str, str]] = set()  # every panel must have data o
 NOT_IN_SCENARIO = {
     "tail_p999": "a window here holds too few requests for a slowest 0.1% (tests/tail asserts those numbers)",
     "binary": "the demo model has three classes; tests/drift/test_performance.py covers binary estimates",
+    "skew": "the skew component is off by default; tests/skew/test_live.py reads its metrics from a real daemon",
 }
 
 
