@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 from inferwatch_sidecar.demo.alertmanager import Notification
 from inferwatch_sidecar.demo.inject import FaultState
 
-MiB = 2**20
+# The value formats live with the live view that `inferwatch top` shares; the demo's modules use them from here.
+from inferwatch_sidecar.export.live_view import duration as duration
+from inferwatch_sidecar.export.live_view import rate as rate
+from inferwatch_sidecar.export.live_view import seconds as seconds
 
 FAULT_TITLES = {
     "latency": "latency spike in the inference stage",
@@ -20,28 +22,6 @@ FAULT_TITLES = {
     "bad_events": "a client posting malformed JSON events",
     "retry_storm": "retry storm: clients time out at 0.5 s, retry at once",
 }
-
-
-def seconds(v: float | None) -> str:
-    """A latency: ``12.3ms`` below a second, ``2.50s`` above; ``-`` for none."""
-    if v is None or math.isnan(v):
-        return "-"
-    return f"{v * 1000:.1f}ms" if v < 1 else f"{v:.2f}s"
-
-
-def rate(v: float | None) -> str:
-    """A memory growth rate in bytes/s, as MiB/s."""
-    return "-" if v is None else f"{v / MiB:.1f} MiB/s"
-
-
-def duration(v: float | None) -> str:
-    """A time span in seconds, in the largest unit that keeps it above 1 (s, min, h)."""
-    if v is None:
-        return "-"
-    for size, unit in ((3600, "h"), (60, "min")):
-        if v >= size:
-            return f"{v / size:.1f}{unit}"
-    return f"{v:.0f}s"
 
 
 @dataclass(frozen=True)
