@@ -256,10 +256,10 @@ def test_triton_server_starts_afresh_when_a_model_instance_loses_pytritons_hands
             p.wait()
     log = err.read_text()
     # The patch raises after the first run; on a loaded machine the real race can beat it inside that run
-    # (CI saw it once: the restart, and no "RAISING"). Either way: one restart, and the fresh start serves.
+    # (CI saw it: the restart, and no "RAISING"), and a later start can lose it again (rare since the demo
+    # server turned PyTriton's tensor store off). Either way: restarts, and a fresh start serves once.
     assert log.count("RAISING the handshake race") <= 1, log
-    assert "(attempt 2 of 3)" not in log, log
-    assert "(attempt 1 of 3); starting Triton again" in log, log
+    assert "(attempt 1 of 4); starting Triton again" in log, log
     assert out.read_text().count("READY") == 1, out.read_text()
 
 

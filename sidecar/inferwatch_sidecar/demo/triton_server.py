@@ -75,7 +75,7 @@ BATCH_DELAY_US = 2000
 #: The service name the Triton spans and the SDK records report.
 SERVICE = "demo-credit-triton"
 #: Start-up attempts when a model instance loses PyTriton's handshake race (see :func:`restart_on_handshake_race`).
-START_ATTEMPTS = 3
+START_ATTEMPTS = 4
 ATTEMPT_ENV = "INFERWATCH_DEMO_TRITON_ATTEMPT"
 
 
@@ -176,9 +176,13 @@ def handshake_race(e: BaseException) -> bool:
     """Whether a failed ``triton.run()`` is PyTriton's start-up race between model instances.
 
     PyTriton's first instance of a model opens a Unix socket that hands the other instances their
-    config; they wait only until its file exists, and under load one can connect between the socket's
-    ``bind()`` and ``listen()``, be refused, and fail the whole model's load ("load failed for model
-    ...: get_config_from_handshake_server ... ConnectionRefusedError"). Nothing in the model is wrong.
+    config; they wait for it one second only. With PyTriton's default tensor store, the first instance
+    starts a multiprocessing manager (a new process) before it opens that socket, which on a loaded
+    machine takes longer: a waiting instance times out or is refused, and the whole model's load fails
+    ("load failed for model ...: get_config_from_handshake_server ... ConnectionRefusedError"). Nothing in
+    the model is wrong. :func:`main` sets ``PYTRITON_NO_TENSORSTORE`` so that the first instance opens the
+    socket at once, which makes the race rare; the restart covers what is left (a connect between
+    ``bind()`` and ``listen()``).
     """
     msg = str(e)
     return "load failed" in msg and "handshake" in msg
@@ -216,6 +220,11 @@ def main(argv: list[str] | None = None) -> None:
     args = p.parse_args(argv)
     state_dir = os.environ.get("INFERWATCH_DEMO_STATE_DIR")
     seed = int(os.environ.get("INFERWATCH_DEMO_SEED", "0"))
+    # Base64 tensors instead of PyTriton's shared-memory tensor store: the demo's tensors are a few bytes a
+    # request, and the store's manager process, started before the first instance's handshake socket
+    # opens, loses the other instances' one-second wait on a loaded machine (see handshake_race). Both
+    # sides read it: this process when binding, the python-backend stubs through tritonserver's env.
+    os.environ.setdefault("PYTRITON_NO_TENSORSTORE", "1")
     # PyTriton's python-backend stub loads libpython: tritonserver (our child) must find this interpreter's own.
     libdir = sysconfig.get_config_var("LIBDIR") or ""
     os.environ["LD_LIBRARY_PATH"] = ":".join(x for x in (libdir, os.environ.get("LD_LIBRARY_PATH", "")) if x)
