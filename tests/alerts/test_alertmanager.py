@@ -4,7 +4,7 @@ The live test runs our fast-profile rules in a real Prometheus against a synthet
 series fire both alerts of every inhibition pair (and warnings that must get through), sends them to
 a real Alertmanager with the shipped config (webhooks pointed at a loopback receiver, timings in
 seconds), and checks exactly which notification reached which receiver. The demo's faults, end to
-end through a real sidecar, are in test_alertmanager_e2e.py.
+end through a real sidecar, are in tests/e2e/test_e2e.py.
 """
 
 from __future__ import annotations

@@ -5,13 +5,17 @@ One scenario run (module fixture) starts:
 - the sidecar (``inferwatch sidecar`` subprocess: fake NVML with a scripted leak, 10 s drift windows);
 - the SDK-instrumented FastAPI model server under uvicorn with two workers, plus a one-worker canary (v2);
 - a real ``prometheus`` on loopback scraping every second, with our rules rendered by
-  ``alerts/generate.py`` for the fast profile (windows and ``for:`` divided by 60);
+  ``alerts/generate.py`` for the fast profile (windows and ``for:`` divided by 60), sending to
+- a real Alertmanager running alerts/alertmanager.yml (webhooks pointed at a loopback receiver,
+  timings in seconds);
 - a bounded load (count and time).
 
 Part way through it injects a latency spike in the inference stage, feature drift, a confidence drop,
 a GPU leak and a canary with a different prediction mix, and runs until every expected alert fires
-(with a deadline). The tests then check the alerts through Prometheus's HTTP API, that every other
-alert stayed quiet, that every dashboard panel's query returns data, and that no event was lost.
+and has been delivered to its receiver (with a deadline). The tests then check the alerts through
+Prometheus's HTTP API, that every other alert stayed quiet, that every dashboard panel's query
+returns data, that no event was lost, and which notifications Alertmanager delivered where. (One
+scenario serves both: a second run for Alertmanager alone cost a minute of the suite.)
 """
 
 from __future__ import annotations
@@ -21,6 +25,16 @@ from typing import Any
 
 import pytest
 
+from tests.alerts.amserver import (
+    GRACE_S,
+    TEAM_MODEL,
+    AlertingPrometheus,
+    AlertmanagerServer,
+    Notification,
+    WebhookReceiver,
+    alertmanager_binaries,
+    fast_config,
+)
 from tests.conftest import require_binary
 from tests.e2e.promserver import PrometheusServer
 
@@ -29,6 +43,8 @@ pytestmark = [pytest.mark.slow, pytest.mark.prometheus]
 #: Hard bound of the scenario (the run stops as soon as every expected alert fires).
 DURATION_S = 90.0
 INJECT_AT_S = 15.0
+#: Where the demo's alerts go: the demo's model has its own team; the GPU and ingest alerts carry no model.
+PLATFORM_ALERTS = {"InferwatchGPUMemoryLeak", "InferwatchIngestDecodeErrors"}
 
 
 class Run:
@@ -41,6 +57,10 @@ class Run:
         alerts: Prometheus's /api/v1/alerts when the run ended.
         empty_panels: (dashboard, panel) -> its queries, for panels with no data by the deadline.
         panels: every (dashboard, panel) checked.
+        notes: the notifications Alertmanager delivered, a grace period after the last expected one.
+        held: Alertmanager's /api/v2/alerts then.
+        overflowed: whether the webhook receiver refused notifications beyond its bound.
+        am_log: Alertmanager's log.
     """
 
     def __init__(self, sc: Any, prom: PrometheusServer) -> None:
@@ -50,6 +70,24 @@ class Run:
         self.alerts: list[dict[str, Any]] = []
         self.empty_panels: dict[tuple[str, str], list[str]] = {}
         self.panels: set[tuple[str, str]] = set()
+        self.notes: list[Notification] = []
+        self.held: list[dict[str, Any]] = []
+        self.overflowed = False
+        self.am_log = ""
+
+
+def _receiver(alertname: str) -> str:
+    return "ml-platform-tickets" if alertname in PLATFORM_ALERTS else "credit-risk-team"
+
+
+def _undelivered(notes: list[Notification], sc: Any) -> list[str]:
+    """The expected alerts (name and labels, per fault) that no firing notification to their receiver carried."""
+    from inferwatch_sidecar.demo.judge import EXPECTED_ALERTS
+
+    firing = [(n.receiver, a["labels"]) for n in notes for a in n.alerts if a["status"] == "firing"]
+    return [f"{name} {match}" for fault in sc.cfg.faults for name, match in EXPECTED_ALERTS[fault]
+            if not any(r == _receiver(name) and lab["alertname"] == name and match.items() <= lab.items()
+                       for r, lab in firing)]
 
 
 def _expected_firing(sc: Any, prom: PrometheusServer) -> dict[str, bool]:
@@ -62,38 +100,46 @@ def _expected_firing(sc: Any, prom: PrometheusServer) -> dict[str, bool]:
 @pytest.fixture(scope="module")
 def run(tmp_path_factory: pytest.TempPathFactory) -> Any:
     binary = require_binary("prometheus")
+    am_bin, _ = alertmanager_binaries()
     from alerts import generate, source
+    from inferwatch_sidecar.demo import model as mdl
     from inferwatch_sidecar.demo.config import ALL_FAULTS, ScenarioConfig
     from inferwatch_sidecar.demo.scenario import Scenario
 
+    assert mdl.NAME == TEAM_MODEL, "alerts/alertmanager.yml routes the demo's model to its team"
     tmp = tmp_path_factory.mktemp("e2e")
     rules = generate.write_rule_files(tmp / "rules", source.FAST)
     sc = Scenario(ScenarioConfig(duration_s=DURATION_S, inject_at_s=INJECT_AT_S, faults=ALL_FAULTS,
                                  workdir=str(tmp / "demo")))
     prom: PrometheusServer | None = None
-    try:
-        sc.start(timeout=90)
-        prom = PrometheusServer(binary, [sc.sidecar_target], rules, interval="1s").start()
-        sc.attach_prometheus(prom.url)
-        r = Run(sc, prom)
+    with WebhookReceiver() as hook, AlertmanagerServer(am_bin, fast_config(hook.url)) as am:
+        try:
+            sc.start(timeout=90)
+            prom = AlertingPrometheus(binary, [sc.sidecar_target], rules, am.url, interval="1s").start()
+            sc.attach_prometheus(prom.url)
+            r = Run(sc, prom)
 
-        def all_firing(snap: Any) -> bool:
-            return all(_expected_firing(sc, prom).values())
+            def all_firing_and_delivered(snap: Any) -> bool:
+                return all(_expected_firing(sc, prom).values()) and not _undelivered(hook.notifications(), sc)
 
-        # The load goes on while Prometheus is checked: windows and rates describe live traffic.
-        sc.run(until=all_firing, stop_load=False)
-        r.firing = _expected_firing(sc, prom)
-        r.alerts = prom.alerts()
-        r.panels, r.empty_panels = _check_panels(prom)
-        sc.stop_load()
-        yield r
-    finally:
-        if prom is not None:
-            prom.stop()
-        codes = sc.stop()
-        log = (tmp / "demo" / "sidecar.log").read_text(errors="replace")
-        assert codes.get("sidecar") == 0, f"sidecar exit status {codes}:\n{log[-3000:]}"
-        assert "final ingest totals" in log
+            # The load goes on while Prometheus is checked: windows and rates describe live traffic, and a
+            # late unexpected alert has its chance to arrive at Alertmanager.
+            sc.run(until=all_firing_and_delivered, stop_load=False)
+            t_done = time.monotonic()
+            r.firing = _expected_firing(sc, prom)
+            r.alerts = prom.alerts()
+            r.panels, r.empty_panels = _check_panels(prom)
+            time.sleep(max(0.0, GRACE_S - (time.monotonic() - t_done)))
+            r.held, r.notes, r.overflowed, r.am_log = am.alerts(), hook.notifications(), hook.overflowed, am.log()
+            sc.stop_load()
+            yield r
+        finally:
+            if prom is not None:
+                prom.stop()
+            codes = sc.stop()
+            log = (tmp / "demo" / "sidecar.log").read_text(errors="replace")
+            assert codes.get("sidecar") == 0, f"sidecar exit status {codes}:\n{log[-3000:]}"
+            assert "final ingest totals" in log
 
 
 def test_each_injected_fault_is_detected_by_the_sidecar(run: Run) -> None:
@@ -136,6 +182,33 @@ def test_other_alerts_stay_quiet(run: Run) -> None:
     assert not fired, f"alerts that no injected fault explains fired: {sorted(fired)}"
     now = {a["labels"]["alertname"] for a in run.alerts if a["state"] == "firing"}
     assert now <= expected, f"unexpected alerts firing now: {now - expected}"
+
+
+def test_the_demo_faults_arrive_as_notifications_and_nothing_else_does(run: Run) -> None:
+    from alerts import source
+
+    assert not run.overflowed
+    summary = "\n".join(run.sc.summary_lines())
+    missing = _undelivered(run.notes, run.sc)
+    assert not missing, f"never delivered: {missing}\n{summary}\nAlertmanager log:\n{run.am_log}"
+    names = {a["labels"]["alertname"] for n in run.notes for a in n.alerts if a["status"] == "firing"}
+    assert names == run.sc.expected_alert_names(), f"unexpected: {names - run.sc.expected_alert_names()}\n{summary}"
+    by_name = {a.name: a for a in source.ALERTS}
+    got = set()
+    for n in run.notes:
+        for a in n.alerts:
+            name = a["labels"]["alertname"]
+            # A critical alert pages on-call and (the route continues) reaches the model's team too.
+            allowed = {_receiver(name)} | ({"oncall-pager"} if by_name[name].severity == "critical" else set())
+            assert n.receiver in allowed, (n.receiver, a["labels"])
+            got.add((name, n.receiver))
+            assert a["annotations"]["runbook_url"] == by_name[name].runbook_url
+            assert a["labels"]["severity"] == by_name[name].severity
+    # Every critical alert the faults fire paged; the demo's (a failing canary) inhibits nothing.
+    critical = {name for name in names if by_name[name].severity == "critical"}
+    assert critical == {"InferwatchCanaryFailing"}
+    assert {(name, "oncall-pager") for name in critical} <= got
+    assert [a for a in run.held if a["status"]["state"] == "suppressed"] == []
 
 
 def test_no_event_is_lost_between_sdk_and_sidecar(run: Run) -> None:

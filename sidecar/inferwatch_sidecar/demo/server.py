@@ -31,8 +31,8 @@ Environment (besides the SDK's ``INFERWATCH_*`` variables):
 | ``INFERWATCH_DEMO_SEED`` | dataset and model seed (default 0) |
 | ``INFERWATCH_DEMO_ADMIN_TOKEN`` | token for ``/admin/faults``; unset disables the route |
 | ``INFERWATCH_DEMO_WAIT_SOCKET_S`` | wait this long for the sidecar's socket before configuring the SDK (default 60) |
-| ``INFERWATCH_DEMO_ERROR_SHARE`` | share of predictions that fail with 504 (default 0.003) |
-| ``INFERWATCH_DEMO_SHED_SHARE`` | share of predictions a simulated rate limiter answers with 429 (default 0.002) |
+| ``INFERWATCH_DEMO_ERROR_SHARE`` | share of predictions that fail with 504, spaced evenly (default 0.003) |
+| ``INFERWATCH_DEMO_SHED_SHARE`` | share of predictions a simulated rate limiter answers with 429, spaced evenly (default 0.002) |
 """
 
 from __future__ import annotations
@@ -249,6 +249,18 @@ class State:
         self.error_share = float(os.environ.get("INFERWATCH_DEMO_ERROR_SHARE", "0.003"))
         #: Share answered 429 by a simulated rate limiter: the shed panels are never empty either.
         self.shed_share = float(os.environ.get("INFERWATCH_DEMO_SHED_SHARE", "0.002"))
+        #: Predictions this worker has begun: the simulated failures are spaced by it, not drawn, so that
+        #: a short run has them for certain (the first of each within a worker's first few dozen).
+        self.predictions = 0
+
+    def simulated_failure(self) -> int | None:
+        """504, 429 or None for this worker's next prediction: every ``1/share``-th one, from early on."""
+        self.predictions += 1
+        n = self.predictions
+        for code, share, first in ((504, self.error_share, 10), (429, self.shed_share, 20)):
+            if share > 0 and n >= first and (n - first) % max(1, round(1 / share)) == 0:
+                return code
+        return None
 
     def model_for(self, f: fl.Faults) -> mdl.Model:
         """The model this worker serves under the faults ``f``."""
@@ -329,10 +341,10 @@ async def predict(body: PredictBody, request: Request) -> dict[str, Any]:
             except (TypeError, ValueError):
                 raise HTTPException(422, f"feature {name!r} must be a number, got {v!r}") from None
         region = str(feats.get(mdl.CATEGORICAL_NAME) or "")
-        r = st.rng.random()
-        if r < st.error_share:
+        failure = st.simulated_failure()
+        if failure == 504:
             raise HTTPException(504, "feature store timed out (simulated)")
-        if r < st.error_share + st.shed_share:
+        if failure == 429:
             raise HTTPException(429, "rate limited (simulated)", headers={"Retry-After": "1"})
         # A missing numeric value is imputed with the training mean (and recorded as missing).
         x = [m if v != v else v for v, m in zip(numeric, st.model.mean.tolist(), strict=True)]
