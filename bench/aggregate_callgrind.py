@@ -23,14 +23,15 @@ import argparse
 import importlib.util
 import os
 import random
-import re
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _harness import REPO, callgrind_instructions  # noqa: E402  (bench/ is a folder of scripts, not a package)
+
 AGG_PATH = "sidecar/inferwatch_sidecar/aggregate/aggregator.py"
 
 
@@ -77,18 +78,7 @@ def child(loops: int, n: int, path: str | None) -> None:
 
 
 def instructions(loops: int, n: int, path: str | None) -> int:
-    with tempfile.TemporaryDirectory() as tmp:
-        out = Path(tmp) / "cg.out"
-        cmd = ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}", sys.executable, __file__,
-               "--child", str(loops), str(n)]
-        if path:
-            cmd.append(path)
-        r = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO, check=False)
-        if r.returncode != 0:
-            raise SystemExit(f"valgrind failed ({r.returncode}):\n{r.stderr[-2000:]}")
-        m = re.search(r"^summary:\s+(\d+)", out.read_text(), re.M)
-        assert m is not None, "no summary line in the callgrind output"
-        return int(m.group(1))
+    return callgrind_instructions([sys.executable, __file__, "--child", str(loops), str(n), *([path] if path else [])])
 
 
 def per_event(loops: int, n: int, path: str | None) -> float:

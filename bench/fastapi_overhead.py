@@ -75,7 +75,11 @@ import subprocess
 import sys
 import tempfile
 import time
+from pathlib import Path
 from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _harness import free_port  # noqa: E402  (bench/ is a folder of scripts, not a package)
 
 RECEIVER = """
 import os, socket, sys
@@ -315,12 +319,6 @@ def serve(port: int, variants: tuple[str, ...]) -> None:
         build_server(variants), host="127.0.0.1", port=port, log_level="warning", access_log=False,
         lifespan="off", interface="asgi3",
     )
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def wait_port(port: int, timeout: float = 30.0) -> None:

@@ -45,7 +45,9 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _harness import REPO, STABLE_HASH_ENV, callgrind_instructions, free_port, require_valgrind  # noqa: E402
+
 FIXTURES = REPO / "tests" / "fixtures"
 #: Requests per export body (Triton: 3 spans each, vLLM: 1).
 BATCH_REQUESTS = 50
@@ -209,42 +211,25 @@ def work(name: str, n_requests: int, passes: int) -> None:
         run()
 
 
-def _callgrind_instructions(name: str, n_requests: int, passes: int, tmp: Path) -> int:
-    out = tmp / f"cg.{name.replace('/', '_')}.{passes}"
-    cmd = ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}", sys.executable, __file__, "--work", name,
-           str(n_requests), str(passes)]
-    env = {**os.environ, "PYTHONHASHSEED": "0"}  # the same hashing in both runs, so only the pass differs
-    r = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO, env=env, timeout=1800)
-    if r.returncode != 0:
-        raise SystemExit(f"callgrind run failed ({name}):\n{r.stderr[-2000:]}")
-    m = re.search(r"^(?:summary|totals):\s+(\d+)", out.read_text(), re.M)
-    assert m, f"no instruction total in {out}"
-    return int(m.group(1))
+def _callgrind_instructions(name: str, n_requests: int, passes: int) -> int:
+    # The same hashing in both runs, so only the pass differs.
+    return callgrind_instructions([sys.executable, __file__, "--work", name, str(n_requests), str(passes)],
+                                  env=STABLE_HASH_ENV)
 
 
 def callgrind(names: list[str], n_requests: int) -> dict[str, float]:
     """Instructions per pass of each workload (two runs, 1 and 2 passes, subtracted)."""
-    if shutil.which("valgrind") is None:
-        raise SystemExit("valgrind is not installed (apt-get install -y valgrind), or run with --no-callgrind")
+    require_valgrind("--no-callgrind")
     out = {}
-    with tempfile.TemporaryDirectory(prefix="iw-cg-") as d:
-        for name in names:
-            one = _callgrind_instructions(name, n_requests, 1, Path(d))
-            two = _callgrind_instructions(name, n_requests, 2, Path(d))
-            out[name] = float(two - one)
-            print(f"  callgrind {name}: {two - one:,} instructions per pass", flush=True)
+    for name in names:
+        one = _callgrind_instructions(name, n_requests, 1)
+        two = _callgrind_instructions(name, n_requests, 2)
+        out[name] = float(two - one)
+        print(f"  callgrind {name}: {two - one:,} instructions per pass", flush=True)
     return out
 
 
 # ---------------------------------------------------------------------------------------------------- live
-
-
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _cpu_seconds(pid: int) -> float:
@@ -269,7 +254,7 @@ def live(rate: float, seconds: float) -> dict[str, Any]:
     n_requests = int(rate * seconds / 3)
     body, n_spans = bodies("triton", "json", n_requests, seed=11)
     tmp = tempfile.mkdtemp(prefix="iw-bench-otlp-")
-    port = _free_port()
+    port = free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith(("INFERWATCH_", "OTEL_"))}
     sc = subprocess.Popen(
         [sys.executable, "-m", "inferwatch_sidecar.cli", "--log-level", "WARNING", "sidecar", "--socket",

@@ -20,16 +20,15 @@ from __future__ import annotations
 
 import argparse
 import random
-import re
 import statistics
-import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _harness import REPO, callgrind_instructions  # noqa: E402  (bench/ is a folder of scripts, not a package)
+
 sys.path[:0] = [str(REPO / "sdk"), str(REPO / "sidecar")]
 
 
@@ -70,16 +69,7 @@ def work(kind: str, loops: int, n: int) -> None:
 
 
 def instructions(kind: str, loops: int, n: int) -> int:
-    with tempfile.TemporaryDirectory() as tmp:
-        out = Path(tmp) / "cg.out"
-        cmd = ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}", sys.executable, __file__,
-               "--child", kind, str(loops), str(n)]
-        r = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO, check=False)
-        if r.returncode != 0:
-            raise SystemExit(f"valgrind failed ({r.returncode}):\n{r.stderr[-2000:]}")
-        m = re.search(r"^summary:\s+(\d+)", out.read_text(), re.M)
-        assert m is not None
-        return int(m.group(1))
+    return callgrind_instructions([sys.executable, __file__, "--child", kind, str(loops), str(n)])
 
 
 def seconds(kind: str, loops: int, n: int) -> float:
