@@ -83,7 +83,8 @@ def _fleet_recordings() -> list[Recording]:
 PREDICTION_FEATURES = "__prediction__|.*pred.*"
 
 
-def _drift_alerts() -> list[Alert]:
+def _input_drift_alerts() -> list[Alert]:
+    """Drift of the inputs (per feature, joint) and of the predictions."""
     return [
         Alert(
             # The dataset verdict with at least one drifted column; without one, only the joint test can have
@@ -125,6 +126,12 @@ def _drift_alerts() -> list[Alert]:
             thresholds=(Threshold(name="feature_regex", value=PREDICTION_FEATURES,
                                   doc="regex of the prediction column names (the drift metrics have no role label)"),),
         ),
+    ]
+
+
+def _output_drift_alerts() -> list[Alert]:
+    """Confidence, the canary's divergence and the estimated accuracy."""
+    return [
         Alert(
             name="InferwatchConfidenceDrop", group="inferwatch-drift", severity="warning", for_s=1800,
             expr='inferwatch_drift_confidence_mean{{window="reference"}}\n- ignoring (window)\n'
@@ -170,3 +177,8 @@ def _drift_alerts() -> list[Alert]:
                                   doc="absolute drop of the calibrated estimate below the reference accuracy"),),
         ),
     ]
+
+
+def _drift_alerts() -> list[Alert]:
+    """Every drift alert, in file order."""
+    return [*_input_drift_alerts(), *_output_drift_alerts()]

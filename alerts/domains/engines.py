@@ -19,14 +19,8 @@ def _engine_slow_share(histogram: str) -> str:
             "  / sum by (" + _VLLM + f") (rate({histogram}_count[{{window:5m}}]))\n) > {{slow_ratio}}")
 
 
-def _engine_alerts() -> list[Alert]:
-    triton_compute = ("sum by (" + _TRITON + ") (\n  rate(nv_inference_compute_input_duration_us[{window:5m}])\n"
-                      "  + rate(nv_inference_compute_infer_duration_us[{window:5m}])\n"
-                      "  + rate(nv_inference_compute_output_duration_us[{window:5m}])\n)")
-    # Nothing ties Triton's scrape instance to the sidecar's service label: of the services that report
-    # this model version, the highest (one value, whichever order the query returns them in).
-    inferwatch_queue = ("max(service_model_version_stage:inferwatch_stage_duration_seconds:p99_5m"
-                        "{{model='%s',model_version='%s',stage='queue'}})")
+def _vllm_alerts() -> list[Alert]:
+    """vLLM: KV cache, preemptions, time to first token, inter-token latency."""
     return [
         Alert(
             name="InferwatchVLLMKVCacheFull", group="inferwatch-engines", severity="warning", for_s=300,
@@ -72,6 +66,19 @@ def _engine_alerts() -> list[Alert]:
                                       "vllm:inter_token_latency_seconds"),
                         Threshold(name="slow_ratio", value=0.05, doc="share of token gaps allowed above the target")),
         ),
+    ]
+
+
+def _triton_alerts() -> list[Alert]:
+    """Triton: queue against compute, pending requests, failures."""
+    triton_compute = ("sum by (" + _TRITON + ") (\n  rate(nv_inference_compute_input_duration_us[{window:5m}])\n"
+                      "  + rate(nv_inference_compute_infer_duration_us[{window:5m}])\n"
+                      "  + rate(nv_inference_compute_output_duration_us[{window:5m}])\n)")
+    # Nothing ties Triton's scrape instance to the sidecar's service label: of the services that report
+    # this model version, the highest (one value, whichever order the query returns them in).
+    inferwatch_queue = ("max(service_model_version_stage:inferwatch_stage_duration_seconds:p99_5m"
+                        "{{model='%s',model_version='%s',stage='queue'}})")
+    return [
         Alert(
             # The description adds inferwatch's own P99 queue wait of the same model version (from Triton's
             # spans), joined on model and version, the highest over the services that report it.
@@ -115,3 +122,8 @@ def _engine_alerts() -> list[Alert]:
                                   doc="share of requests failing with one reason"),),
         ),
     ]
+
+
+def _engine_alerts() -> list[Alert]:
+    """Every engine alert, in file order."""
+    return [*_vllm_alerts(), *_triton_alerts()]

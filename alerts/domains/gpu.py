@@ -7,7 +7,8 @@ from __future__ import annotations
 from alerts.model import Alert, Threshold
 
 
-def _gpu_alerts() -> list[Alert]:
+def _gpu_memory_alerts() -> list[Alert]:
+    """Device memory running out, and leaks (tests/alerts/gpu_memory.test.yml, gpu.test.yml)."""
     return [
         Alert(
             name="InferwatchGPUMemoryFillingUp", group="inferwatch-gpu", severity="warning", for_s=3600,
@@ -54,6 +55,12 @@ def _gpu_alerts() -> list[Alert]:
                         '$labels.instance $labels.gpu $labels.pid | query }}}} Kind: {{{{ . | first | label "kind" }}}}.'
                         "{{{{ end }}}}",
         ),
+    ]
+
+
+def _gpu_allocator_alerts() -> list[Alert]:
+    """The CUDA caching allocator: fragmentation, retries, out-of-memory errors."""
+    return [
         Alert(
             name="InferwatchGPUAllocatorFragmented", group="inferwatch-gpu", severity="warning", for_s=1800,
             expr="inferwatch_gpu_allocator_fragmentation_ratio > {ratio}",
@@ -78,6 +85,12 @@ def _gpu_alerts() -> list[Alert]:
             description="The allocator of process {labels.pid} on GPU {labels.gpu} raised "
                         "{value:humanize} out-of-memory errors in the last {window:10m}.",
         ),
+    ]
+
+
+def _gpu_device_alerts() -> list[Alert]:
+    """Duplicate model copies on a GPU, and the collector itself."""
+    return [
         Alert(
             # The sidecar already requires each copy to be flat for gpu.duplicates.flat_s (5 min), so the
             # rule only rides out a worker restart.
@@ -103,3 +116,8 @@ def _gpu_alerts() -> list[Alert]:
                         "memory, leak and fragmentation alerts are blind. /v1/status shows the NVML error and its fix.",
         ),
     ]
+
+
+def _gpu_alerts() -> list[Alert]:
+    """Every GPU alert, in file order."""
+    return [*_gpu_memory_alerts(), *_gpu_allocator_alerts(), *_gpu_device_alerts()]
