@@ -52,7 +52,6 @@ LONG_MODULES: dict[str, str] = {
     "sidecar/inferwatch_sidecar/daemon.py": "to split (i23a: lifecycle, wiring, status)",
     "sdk/inferwatch/wire/_codegen.py": "to split",
     "sdk/inferwatch/wire/encoder.py": "to split",
-    "sdk/inferwatch/_runtime.py": "to split",
     "scripts/fuzz_otlp.py": "to split",
     "bench/fastapi_overhead.py": "to split",
 }

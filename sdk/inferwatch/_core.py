@@ -7,7 +7,7 @@ generator streams in ``_streams``. Every name they define is importable from her
 Everything here runs on the serving code's own thread or event loop, so it
 does the least possible work: a few clock reads, a contextvar lookup and one
 append to a bounded deque. Encoding, validation and sending happen on the
-sender thread (``Sender`` in ``_runtime.py``).
+sender thread (``Sender`` in ``_sender.py``).
 
 Before ``configure()`` the module-level runtime ``_rt`` is None and every
 function returns after one global lookup. Decorators applied at import time
