@@ -50,7 +50,6 @@ LONG_MODULES: dict[str, str] = {
     "sidecar/inferwatch_sidecar/components/gpu/detector.py": "to split (i24)",
     "sidecar/inferwatch_sidecar/components/gpu/component.py": "to split (i23a)",
     "sidecar/inferwatch_sidecar/daemon.py": "to split (i23a: lifecycle, wiring, status)",
-    "sdk/inferwatch/wire/encoder.py": "to split",
     "bench/fastapi_overhead.py": "to split",
 }
 
