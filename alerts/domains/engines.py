@@ -1,5 +1,4 @@
-"""Alerts on the engines' own metrics (vLLM, Triton). promtool: tests/alerts/engines.test.yml.
-"""
+"""Alerts on the engines' own metrics (vLLM, Triton). promtool: tests/alerts/engines.test.yml."""
 
 from __future__ import annotations
 

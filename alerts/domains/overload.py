@@ -1,5 +1,4 @@
-"""Overload: retry storms and client timeouts (docs/overload.md). promtool: tests/alerts/overload.test.yml.
-"""
+"""Overload: retry storms and client timeouts (docs/overload.md). promtool: tests/alerts/overload.test.yml."""
 
 from __future__ import annotations
 

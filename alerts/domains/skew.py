@@ -1,5 +1,4 @@
-"""Training-serving skew (docs/skew.md). promtool: tests/alerts/skew.test.yml.
-"""
+"""Training-serving skew (docs/skew.md). promtool: tests/alerts/skew.test.yml."""
 
 from __future__ import annotations
 

@@ -1,5 +1,4 @@
-"""Streaming generation: tokens generated for clients that left. promtool: tests/alerts/streaming.test.yml.
-"""
+"""Streaming generation: tokens generated for clients that left. promtool: tests/alerts/streaming.test.yml."""
 
 from __future__ import annotations
 
