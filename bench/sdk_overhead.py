@@ -31,8 +31,9 @@ request under callgrind for (a), (b) with its flushes (the SDK's total: hot path
 the sender's encoding and sending), (c), (d) and (f): each variant runs in its own
 interpreter twice, with two call counts after the same warm-up, and the difference
 leaves start-up and shutdown out. Unlike the wall-clock figures it does not move with
-the machine's load, so on a shared machine it is the figure to quote;
-``--instructions-only`` skips the wall-clock rounds.
+the machine's load, so on a shared machine it is the figure to quote. It also counts the
+instructions of ``import inferwatch`` (over an interpreter that imports nothing), the noise-free
+twin of the import time. ``--instructions-only`` skips the wall-clock rounds.
 
 Usage:
     python bench/sdk_overhead.py                      # full run (about a minute)
@@ -365,6 +366,25 @@ def instructions(sidecar: str, small: int, large: int) -> dict[str, float]:
     return out
 
 
+def import_instructions() -> float:
+    """User-space instructions of ``import inferwatch`` under callgrind, over an interpreter that imports nothing.
+
+    The wall-clock import time moves with the machine's load; this count does not (bytecode cached: one
+    untimed import first).
+    """
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    subprocess.run([sys.executable, "-c", "import inferwatch"], check=True, env=env)
+    counts = []
+    for code in ("pass", "import inferwatch"):
+        proc = subprocess.run(["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null", sys.executable,
+                               "-c", code], capture_output=True, text=True, timeout=600, env={**env, "PYTHONHASHSEED": "0"})
+        found = re.findall(r"Collected : (\d+)", proc.stderr)
+        if proc.returncode != 0 or not found:
+            raise SystemExit(f"callgrind run of {code!r} failed (exit {proc.returncode}):\n{proc.stderr[-2000:]}")
+        counts.append(int(found[-1]))
+    return float(counts[1] - counts[0])
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="fewer rounds and calls (finishes in under ~30 s)")
@@ -397,6 +417,7 @@ def main(argv: list[str] | None = None) -> int:
         if counting:
             print("counting instructions under callgrind (about a minute a variant)...", file=sys.stderr)
             instr = instructions(path, 1000, 6000)
+            imp_instr = import_instructions()
         if not args.instructions_only:
             wall_clock(args, rounds, calls, path)
     finally:
@@ -417,6 +438,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"  (f)/(b) = {over['f'] / over['b']:.2f}: the prometheus_client equivalent costs that many times the "
               f"SDK's total")
         print(f"  (b)/(c) = {over['b'] / over['c']:.2f}; (d)/(b) = {over['d'] / over['b']:.2f}")
+        print(f"import inferwatch: {imp_instr:,.0f} instructions over an interpreter that imports nothing")
     return 0
 
 

@@ -15,7 +15,7 @@ from collections.abc import Awaitable, Callable, Iterable, MutableMapping
 from operator import itemgetter
 from typing import Any
 
-from inferwatch import _core
+from inferwatch import _core, _scope
 from inferwatch._core import _NO_STAGE, _inflight, _push, _req_reset, _req_set, check_stage_name, request
 from inferwatch.wire import (
     EV_HTTP,
@@ -123,7 +123,7 @@ def request_id_from_headers(headers: Any) -> tuple[str, bytes | None]:
         return xrid.decode("ascii"), trace
     if tid is not None:
         return tid.decode("ascii"), trace
-    return next(_core._rid_iter), None
+    return next(_scope._rid_iter), None
 
 
 class _HTTPRequest(request):
@@ -406,7 +406,7 @@ class InferwatchMiddleware:
             if headers and not _SCAN_HEADERS.isdisjoint(map(_first, headers)):
                 rid, trace, client, resend = scan_headers(headers)
             else:
-                rid, trace = next(_core._rid_iter), None
+                rid, trace = next(_scope._rid_iter), None
             state = scope.get("state")
             if state is None:
                 scope["state"] = {"request_id": rid}

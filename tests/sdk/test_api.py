@@ -10,7 +10,7 @@ import sys
 import pytest
 
 import inferwatch
-from inferwatch import _core, _env
+from inferwatch import _core, _env, _scope, _stages
 from inferwatch.wire import EV_BATCH, EV_QUEUE, EV_RECORD, EV_REQUEST, EV_STAGE
 from tests.sdk.conftest import FakeClock, Receiver, buffered
 
@@ -34,11 +34,14 @@ def test_import_loads_no_heavy_dependency() -> None:
         "heavy = sorted(m for m in sys.modules if m.split('.')[0] in "
         "('numpy', 'scipy', 'prometheus_client', 'asyncio', 'torch', 'pydantic', 'yaml') "
         "or m.startswith('opentelemetry.sdk')); "
-        "print(json.dumps({'heavy': heavy, 'ms': dt * 1e3}))"
+        "codecs = sorted(m for m in sys.modules if m.startswith('inferwatch.wire.') and m != 'inferwatch.wire.spec'); "
+        "print(json.dumps({'heavy': heavy, 'codecs': codecs, 'ms': dt * 1e3}))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     result = json.loads(out)
     assert result["heavy"] == []
+    # The wire codecs load lazily: the encoder with configure(), the decoder (the sidecar's half) never here.
+    assert result["codecs"] == []
     # The time is printed, not asserted: timing targets live in bench/sdk_overhead.py.
     print(f"import inferwatch: {result['ms']:.1f} ms")
 
@@ -99,6 +102,17 @@ def test_shutdown_then_configure_again(receiver: Receiver) -> None:
     assert not inferwatch.is_configured()
     assert inferwatch.configure(service="b", sidecar=receiver.path)
     assert _core._rt is not None and _core._rt.ctx[0] == "b"
+
+
+def test_every_hot_path_module_sees_the_same_runtime(receiver: Receiver) -> None:
+    # _scope and _stages keep their own copy of the runtime (one global lookup on the hot path).
+    assert _core._rt is None and _scope._rt is None and _stages._rt is None
+    assert inferwatch.configure(service="a", sidecar=receiver.path)
+    assert _core._rt is not None and _scope._rt is _core._rt and _stages._rt is _core._rt
+    with inferwatch.request("r1"), inferwatch.stage("inference"):
+        assert inferwatch.current_request_id() == "r1"
+    inferwatch.shutdown()
+    assert _core._rt is None and _scope._rt is None and _stages._rt is None
 
 
 def test_configure_reads_environment_variables(receiver: Receiver) -> None:

@@ -35,8 +35,8 @@ Example::
 
 from __future__ import annotations
 
-from inferwatch.wire.decoder import Decoder
-from inferwatch.wire.encoder import FAST_PATHS, Encoder
+from typing import TYPE_CHECKING, Any
+
 from inferwatch.wire.spec import (
     DROP_CODES,
     DROP_REASONS,
@@ -86,6 +86,10 @@ from inferwatch.wire.spec import (
     classify,
     outcome_of_status,
 )
+
+if TYPE_CHECKING:
+    from inferwatch.wire.decoder import Decoder
+    from inferwatch.wire.encoder import FAST_PATHS, Encoder
 
 __all__ = [
     # framing
@@ -144,3 +148,26 @@ __all__ = [
     "Schema",
     "WireError",
 ]
+
+# The codecs load on first access (PEP 562): ``import inferwatch`` needs only the constants above, the
+# encoder loads with ``configure()`` and the decoder (the sidecar's half) never in a model server.
+_LAZY = {
+    "Decoder": "inferwatch.wire.decoder",
+    "Encoder": "inferwatch.wire.encoder",
+    "FAST_PATHS": "inferwatch.wire.encoder",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'inferwatch.wire' has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

@@ -856,10 +856,12 @@ class LatencyStatus:
         with self.agg.lock:
             req = self.agg.layouts[REQUEST_DURATION_SECONDS.name]
             for lab, b in self.agg.bundles.items():
-                out[(*lab, None)] = (req.classic_counts(b.e2e.counts), b.e2e.sum, req.classic)
+                key = (*lab, None)  # a name, not out[(*lab, None)]: mypy's 3.10 target misreads that as PEP 646
+                out[key] = (req.classic_counts(b.e2e.counts), b.e2e.sum, req.classic)
                 outcomes[lab] = list(b.requests)
                 for name, st in b.stages.items():
-                    out[(*lab, name)] = (st.layout.classic_counts(st.hist.counts), st.hist.sum, st.layout.classic)
+                    stage_key = (*lab, name)
+                    out[stage_key] = (st.layout.classic_counts(st.hist.counts), st.hist.sum, st.layout.classic)
         return out, outcomes
 
     def sample(self) -> None:

@@ -12,7 +12,10 @@ results on identical seeded streams.
 
 from __future__ import annotations
 
-from typing import Any, ClassVar, Protocol, Self, runtime_checkable
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol, runtime_checkable
+
+if TYPE_CHECKING:
+    from typing_extensions import Self  # typing.Self is 3.11+; annotations only
 
 
 @runtime_checkable

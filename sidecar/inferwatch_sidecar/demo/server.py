@@ -318,7 +318,7 @@ inferwatch.instrument_fastapi(app)
 
 
 def _state(request: Request) -> State:
-    return request.app.state.demo  # type: ignore[no-any-return]
+    return request.app.state.demo
 
 
 @app.get("/healthz")

@@ -60,7 +60,7 @@ class ExpositionBudget:
     def _cut(fam: Metric, allow: int) -> Metric:
         out = Metric(fam.name, fam.documentation, fam.type, fam.unit)
         admitted: set[tuple[tuple[str, str], ...]] = set()
-        samples = []
+        samples: list[Any] = []
         for s in fam.samples:
             key = tuple(sorted((k, v) for k, v in s.labels.items() if k not in _GROUP_SKIP))
             if key not in admitted:

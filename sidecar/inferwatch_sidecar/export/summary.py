@@ -161,7 +161,7 @@ def _drift(d: Mapping[str, Any]) -> Iterator[dict[str, Any]]:
         upper = _num(iv[1]) if len(iv) > 1 else None
         dropped = bool(p.get("calibrated") and est is not None and ref is not None and ref - est > ACCURACY_DROP
                        and (upper is None or upper < ref))
-        if dropped:
+        if dropped and est is not None and ref is not None:  # dropped implies both (for mypy)
             yield _verdict("accuracy", subject, "accuracy estimate dropped", "bad",
                            f"estimated {_pct(est)}"
                            + (f" [{_pct(_num(iv[0]) or 0.0)}-{_pct(upper)}]" if upper is not None else "")

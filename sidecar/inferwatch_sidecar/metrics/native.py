@@ -68,7 +68,7 @@ class NativeHistogram(NamedTuple):
         exemplars: prometheus_client ``Exemplar`` s of a few observations (the classic buckets' ones).
     """
 
-    count: int
+    count: int  # type: ignore[assignment]  # the field shadows tuple.count, on purpose
     sum: float
     schema: int
     zero_threshold: float

@@ -165,9 +165,9 @@ class VersionWindow:
         self.conf_sum[slot] = 0.0
         for c in self.classes.values():
             c[slot] = 0
-        for h in (self.ttft, self.itl, self.good):
-            if h is not None:
-                h[slot] = 0
+        for g in (self.ttft, self.itl, self.good):
+            if g is not None:
+                g[slot] = 0
 
     @property
     def requests(self) -> int:

@@ -100,7 +100,7 @@ def _read_csv(path: str, show_progress: bool) -> tuple[list[str], list[list[str]
                     raise DataError(f"{path}:{lineno}: {len(row)} fields, expected {len(header)}")
                 for c, v in zip(cols, row, strict=True):
                     c.append(v)
-                if task is not None and lineno % 20000 == 0:
+                if bar is not None and task is not None and lineno % 20000 == 0:
                     bar.update(task, completed=raw.tell())
         except UnicodeDecodeError as e:
             raise DataError(f"{path}: not UTF-8 text ({e.reason}); is it really a CSV file?") from None

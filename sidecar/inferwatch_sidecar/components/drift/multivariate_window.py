@@ -14,7 +14,7 @@ its state carries the model, so a warm-up reference's model survives a restart.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, Self
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -22,6 +22,9 @@ from inferwatch_sidecar.components.drift import engine, multivariate
 from inferwatch_sidecar.components.drift.columns import NumericColumn
 from inferwatch_sidecar.components.drift.multivariate import JointModel
 from inferwatch_sidecar.components.drift.window import ColumnWindow
+
+if TYPE_CHECKING:
+    from typing_extensions import Self  # typing.Self is 3.11+; annotations only
 
 
 class JointWindow:

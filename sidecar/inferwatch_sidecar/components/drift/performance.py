@@ -51,12 +51,15 @@ import json
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Self
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from inferwatch_sidecar.components.drift.columns import ProfileError, canon
 from inferwatch_sidecar.components.drift.state import state_array
+
+if TYPE_CHECKING:
+    from typing_extensions import Self  # typing.Self is 3.11+; annotations only
 
 #: ``identity`` keeps the model's own score (per bin, its mean): chosen when no fit beats it, as CBPE skips
 #: calibration when it does not lower the cross-validated calibration error.

@@ -37,11 +37,13 @@ from inferwatch_sidecar.components.drift.columns import (
     DEFAULT_PSI_BINS,
     DEFAULT_TOP_K,
     Column,
-    ProfileError,
     categorical_column,
     column_from_json,
     need_key,
     numeric_column,
+)
+from inferwatch_sidecar.components.drift.columns import (
+    ProfileError as ProfileError,  # re-exported: callers catch prof.ProfileError
 )
 from inferwatch_sidecar.components.drift.multivariate import JointModel
 from inferwatch_sidecar.components.drift.multivariate import fit as fit_joint

@@ -67,7 +67,7 @@ def _evidently() -> tuple[Any, Any, Any]:
         raise ReportError(f"{INSTALL} ({e})") from None
     # Evidently embeds its data with json.dumps inside <script>, so a category "</script><script>..." would
     # run: its module's json becomes one whose dumps escapes < > & (htmlsafe.script_json).
-    dashboard.json = ScriptSafeJson  # type: ignore[assignment]
+    dashboard.json = ScriptSafeJson
     return pd, Report, DataDriftPreset
 
 
@@ -79,7 +79,7 @@ def evidently_verdicts(snapshot_dict: dict[str, Any]) -> dict[str, tuple[str, fl
     """
     out = {}
     for m in snapshot_dict.get("metrics", []):
-        cfg = m.get("config") or {}
+        cfg: Any = m.get("config") or {}
         if not str(cfg.get("type", "")).endswith("ValueDrift"):
             continue
         method, score, thr = str(cfg.get("method", "")), float(m.get("value")), float(cfg.get("threshold"))

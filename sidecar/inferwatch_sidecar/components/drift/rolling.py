@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any, Self
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -43,6 +43,8 @@ from inferwatch_sidecar.components.drift.state import state_array
 from inferwatch_sidecar.components.drift.window import ColumnWindow
 
 if TYPE_CHECKING:
+    from typing_extensions import Self  # typing.Self is 3.11+; annotations only
+
     from inferwatch_sidecar.components.drift.multivariate_window import JointWindow
 
 #: Status of a column (and of the joint test) while the history does not yet reach one period back.

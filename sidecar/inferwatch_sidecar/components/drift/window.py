@@ -18,13 +18,16 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from types import MappingProxyType
-from typing import Any, Self
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from inferwatch_sidecar.components.drift import engine
 from inferwatch_sidecar.components.drift.columns import Column, NumericColumn, canon, column_from_json, to_float
 from inferwatch_sidecar.components.drift.state import state_array
+
+if TYPE_CHECKING:
+    from typing_extensions import Self  # typing.Self is 3.11+; annotations only
 
 #: Unseen categories kept per column (the first ones seen since the ring wrapped).
 MAX_UNSEEN = 16

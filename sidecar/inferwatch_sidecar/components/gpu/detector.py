@@ -48,12 +48,15 @@ from __future__ import annotations
 import math
 from collections import deque
 from dataclasses import asdict, dataclass
-from typing import Any, Self
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from inferwatch_sidecar.components.gpu import glr
 from inferwatch_sidecar.components.gpu.config import DetectorConfig
+
+if TYPE_CHECKING:
+    from typing_extensions import Self  # typing.Self is 3.11+; annotations only
 
 VERDICTS = ("leak", "no_leak", "insufficient_data")
 MiB = 2**20

@@ -501,7 +501,7 @@ def _diagnose_feature(f: _Feature, others: list[_Feature], join: _Join, keys: pa
     if best_g is not None:
         hit = mis & ~missing_s & _agree(f, s, best_g.o, opt)
         back = _agree(f, best_g.s, o, opt) & ~missing_o
-        symmetric = bool(np.count_nonzero(back) >= 0.5 * max(1, np.count_nonzero(~missing_o)))
+        symmetric = bool(np.count_nonzero(back) >= 0.5 * max(1, int(np.count_nonzero(~missing_o))))
         if _varied(s, hit):
             cand.offer("swapped", int(np.count_nonzero(hit)), {"with": best_g.name, "symmetric": symmetric})
     mp = _mapping(f, mis, present)

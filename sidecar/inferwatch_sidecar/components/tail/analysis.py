@@ -29,7 +29,6 @@ import numpy as np
 from inferwatch_sidecar.components.drift import engine
 from inferwatch_sidecar.components.drift.columns import (
     CategoricalColumn,
-    Column,
     canon,
     categorical_column,
     numeric_column,
@@ -106,10 +105,10 @@ def _features(tail: list[Row], rest: list[Row], cfg: TailConfig, st: engine.Sett
     for name in numeric:
         rv = np.asarray(_values(rest, name, True), dtype=np.float64)
         tv = np.asarray(_values(tail, name, True), dtype=np.float64)
-        ref: Column = numeric_column(name, rv, bins=cfg.bins)
-        if ref.count == 0:
+        num = numeric_column(name, rv, bins=cfg.bins)
+        if num.count == 0:
             continue
-        results.append(engine.score(ref, engine.summarize_numeric(ref, tv), st))
+        results.append(engine.score(num, engine.summarize_numeric(num, tv), st))
         tm, rm = _median(tv), _median(rv)
         extra.append({"tail_median": tm, "rest_median": rm,
                       "ratio": tm / rm if tm is not None and rm not in (None, 0.0) else None})

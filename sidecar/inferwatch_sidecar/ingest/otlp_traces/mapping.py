@@ -88,7 +88,7 @@ def slim(span: Span) -> tuple[Span, int]:
     """
     op = span.attrs.get(_JOIN_ATTR)
     attrs = {_JOIN_ATTR: op} if isinstance(op, str) else {}
-    events = []
+    events: list[tuple[str, int, dict[str, Any]]] = []
     seen = set()
     for n, t, _ in span.events:
         if n in _JOIN_EVENTS and n not in seen:
