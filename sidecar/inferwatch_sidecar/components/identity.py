@@ -15,12 +15,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Callable, Mapping
+from typing import Any, TypeVar
 
 from inferwatch_sidecar.components.base import ComponentContext
 
-__all__ = ["Key", "VersionKeys", "baseline"]
+__all__ = ["Key", "VersionKeys", "baseline", "bounded_entry"]
 
 #: (service, model, version), as capped label values.
 Key = tuple[str, str, str]
@@ -47,6 +47,20 @@ class VersionKeys:
     def version(self, ver: Any) -> str:
         """A version as its capped label value (what :meth:`of` puts third)."""
         return str(self._ver.get(ver))
+
+
+W = TypeVar("W")
+
+
+def bounded_entry(table: dict[Key, W], key: Key, limit: int, make: Callable[[Key], W]) -> W | None:
+    """``table[key]``, made with ``make(key)`` when it is new and the table has fewer than ``limit`` entries;
+    None when it is new and the table is full (the caller counts the event as ``too_many_...``)."""
+    w = table.get(key)
+    if w is None:
+        if len(table) >= limit:
+            return None
+        w = table[key] = make(key)
+    return w
 
 
 def baseline(model: str, traffic: Mapping[str, float], baselines: Mapping[str, str]) -> str | None:

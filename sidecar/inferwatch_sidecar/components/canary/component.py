@@ -31,9 +31,9 @@ from inferwatch.wire import EV_RECORD, EV_REQUEST, OUTCOME_OK
 from inferwatch_sidecar.components.base import ComponentContext, EstimatesAccuracy, Peers
 from inferwatch_sidecar.components.canary.config import CanaryConfig
 from inferwatch_sidecar.components.canary.judge import VERDICTS, Judgement, judge
-from inferwatch_sidecar.components.canary.window import VersionWindow
+from inferwatch_sidecar.components.canary.window import N_OUTCOMES, VersionWindow
 from inferwatch_sidecar.components.drift.columns import canon
-from inferwatch_sidecar.components.identity import Key, VersionKeys, baseline
+from inferwatch_sidecar.components.identity import Key, VersionKeys, baseline, bounded_entry
 from inferwatch_sidecar.components.periodic import StagedComponent
 from inferwatch_sidecar.metrics.canary import (
     CANARY_DROPPED_EVENTS_TOTAL,
@@ -117,13 +117,9 @@ class CanaryComponent(StagedComponent):
         return self._slot % S
 
     def _window(self, ctx: Any) -> VersionWindow | None:
-        key = self._keys.of(ctx)
-        w = self.windows.get(key)
-        if w is None:
-            if len(self.windows) >= self.cfg.max_versions:
-                return None
-            w = self.windows[key] = VersionWindow(key, self.cfg.subwindows, self.cfg.max_stages, self.cfg.max_classes)
-        return w
+        cfg = self.cfg
+        return bounded_entry(self.windows, self._keys.of(ctx), cfg.max_versions,
+                             lambda k: VersionWindow(k, cfg.subwindows, cfg.max_stages, cfg.max_classes))
 
     def absorb(self, batch: list[tuple[Any, ...]], now: float) -> None:
         """Move staged events into the windows (the state lock held)."""
@@ -139,35 +135,41 @@ class CanaryComponent(StagedComponent):
         for ev in batch:
             try:
                 if ev[0] == EV_REQUEST:
-                    r = reqs.get(ev[1])
-                    if r is None:
-                        r = reqs[ev[1]] = ([], [], {})
-                    r[0].append(ev[4])
-                    r[1].append(ev[3] * 1e-9)
-                    good = ev[4] == OUTCOME_OK
-                    st = None
-                    for name, dur, stream in ev[8]:
-                        r[2].setdefault(self._lim_stage.get(name), []).append(dur * 1e-9)
+                    # Read the whole event first: one with a bad field is dropped alone, never half-added.
+                    ctx, outcome, e2e = ev[1], ev[4], ev[3] * 1e-9
+                    if outcome.__class__ is not int or not 0 <= outcome < N_OUTCOMES or not math.isfinite(e2e):
+                        raise ValueError("bad request event")
+                    durs = [(self._lim_stage.get(name), dur * 1e-9, stream) for name, dur, stream in ev[8]]
+                    good = outcome == OUTCOME_OK
+                    ttfts: list[float] = []
+                    gaps: list[float] = []
+                    streamed = False
+                    for _name, _dur, stream in durs:
                         if stream is not None:
-                            if st is None:
-                                st = streams.get(ev[1])
-                                if st is None:
-                                    st = streams[ev[1]] = ([], [], [0])
+                            streamed = True
                             ttft = stream[0] * 1e-9
                             if stream[1]:
-                                st[0].append(ttft)
-                            gaps = [g * 1e-6 for g in stream[2]]
-                            st[1].extend(gaps)
+                                ttfts.append(ttft)
+                            sg = [g * 1e-6 for g in stream[2]]
+                            gaps.extend(sg)
                             if slo is not None and good:
                                 good = ((slo.ttft_s is None or (stream[1] > 0 and ttft <= slo.ttft_s))
-                                        and (slo.itl_s is None or not gaps or max(gaps) <= slo.itl_s))
-                    if slo is not None:
-                        good = good and (slo.latency_s is None or ev[3] * 1e-9 <= slo.latency_s)
-                        if good:
-                            g = streams.get(ev[1])
-                            if g is None:
-                                g = streams[ev[1]] = ([], [], [0])
-                            g[2][0] += 1
+                                        and (slo.itl_s is None or not sg or max(sg) <= slo.itl_s))
+                    r = reqs.get(ctx)
+                    if r is None:
+                        r = reqs[ctx] = ([], [], {})
+                    r[0].append(outcome)
+                    r[1].append(e2e)
+                    for name, dur, _stream in durs:
+                        r[2].setdefault(name, []).append(dur)
+                    if streamed or (slo is not None and good and (slo.latency_s is None or e2e <= slo.latency_s)):
+                        st = streams.get(ctx)
+                        if st is None:
+                            st = streams[ctx] = ([], [], [0])
+                        st[0].extend(ttfts)
+                        st[1].extend(gaps)
+                        if slo is not None and good and (slo.latency_s is None or e2e <= slo.latency_s):
+                            st[2][0] += 1
                 elif ev[4] is not None or ev[5] is not None:  # a record with a prediction or confidence
                     c = recs.get(ev[1])
                     if c is None:

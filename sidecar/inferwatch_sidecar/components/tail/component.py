@@ -30,7 +30,7 @@ from typing import Any, ClassVar
 
 from inferwatch.wire import EV_RECORD, EV_REQUEST
 from inferwatch_sidecar.components.base import ComponentContext
-from inferwatch_sidecar.components.identity import Key, VersionKeys
+from inferwatch_sidecar.components.identity import Key, VersionKeys, bounded_entry
 from inferwatch_sidecar.components.periodic import StagedComponent
 from inferwatch_sidecar.components.tail.analysis import analyse
 from inferwatch_sidecar.components.tail.config import TailConfig
@@ -131,13 +131,9 @@ class TailComponent(StagedComponent):
     # -- the component's thread -----------------------------------------------------------------------------------
 
     def _window(self, ctx: Any) -> TailWindow | None:
-        key = self._keys.of(ctx)
-        w = self.windows.get(key)
-        if w is None:
-            if len(self.windows) >= self.cfg.max_models:
-                return None
-            w = self.windows[key] = TailWindow(key, self.cfg.max_tail, self.cfg.reservoir, self.cfg.seed)
-        return w
+        cfg = self.cfg
+        return bounded_entry(self.windows, self._keys.of(ctx), cfg.max_models,
+                             lambda k: TailWindow(k, cfg.max_tail, cfg.reservoir, cfg.seed))
 
     def absorb(self, batch: list[tuple[Any, ...]], now: float) -> None:
         """Take the staged events into the windows, then close the window if ``now`` is past its end."""
