@@ -54,10 +54,10 @@ from inferwatch_sidecar.components.base import (
 )
 from inferwatch_sidecar.config import SidecarConfig
 from inferwatch_sidecar.export.budget import ExpositionBudget
-from inferwatch_sidecar.export.http_server import HttpServer, refused_family
 from inferwatch_sidecar.export.priority import PRIORITY
-from inferwatch_sidecar.export.routes import AdminHandler, Endpoints, Route, scrape_registry, sidecar_routes
 from inferwatch_sidecar.export.summary import SinceTracker, verdicts
+from inferwatch_sidecar.http.routes import AdminHandler, Endpoints, Route, scrape_registry, sidecar_routes
+from inferwatch_sidecar.http.server import HttpServer, refused_family
 from inferwatch_sidecar.ingest import otlp_traces
 from inferwatch_sidecar.ingest.http_json import JsonDecoder, JsonIngest
 from inferwatch_sidecar.ingest.pipeline import EVENT_TYPES, Pipeline

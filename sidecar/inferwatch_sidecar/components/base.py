@@ -36,46 +36,21 @@ ctx)``. Most components subclass :class:`~inferwatch_sidecar.components.periodic
 
 from __future__ import annotations
 
-import logging
-import time
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar, runtime_checkable
 
-from inferwatch_sidecar.aggregate.labels import LabelLimiter
+from inferwatch_sidecar.aggregate.context import ComponentContext
+
+__all__ = [
+    "AdminHandler", "Component", "ComponentContext", "Connects", "EstimatesAccuracy", "Peers", "ServesAdmin",
+    "TakesOffline",
+]
 
 #: Signature of an admin route handler: query parameters in, (HTTP status, content type, body) out.
 #: For POST requests the daemon passes the request body as the ``"body"`` entry.
 AdminHandler = Callable[[dict[str, str]], tuple[int, str, bytes]]
 
 
-@dataclass
-class ComponentContext:
-    """What the daemon hands every component.
-
-    Attributes:
-        clock: wall-clock seconds (injectable for tests).
-        monotonic: monotonic seconds (injectable for tests).
-        limiters: the shared per-label cardinality limiters, by label name.
-            ``limiter(name)`` creates one with the default budget on first use.
-        logger: the component's logger.
-        default_label_budget: budget for labels without an explicit one.
-    """
-
-    clock: Callable[[], float] = time.time
-    monotonic: Callable[[], float] = time.monotonic
-    limiters: dict[str, LabelLimiter] = field(default_factory=dict)
-    logger: logging.Logger = field(default_factory=lambda: logging.getLogger("inferwatch.sidecar"))
-    default_label_budget: int = 100
-    #: The stable version per model (``canary.baselines``), which every component's baseline honours
-    #: (:func:`inferwatch_sidecar.components.identity.baseline`).
-    baselines: Mapping[str, str] = field(default_factory=dict)
-
-    def limiter(self, label: str) -> LabelLimiter:
-        lim = self.limiters.get(label)
-        if lim is None:
-            lim = self.limiters[label] = LabelLimiter(label, self.default_label_budget)
-        return lim
 
 
 
