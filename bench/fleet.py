@@ -93,7 +93,7 @@ class FleetServer:
     """Serves every replica's /metrics at /r/<i>/metrics."""
 
     def __init__(self, replicas: list[Replica]) -> None:
-        from inferwatch_sidecar.export.routes import scrape_registry
+        from inferwatch_sidecar.http.routes import scrape_registry
 
         fleet = replicas
 

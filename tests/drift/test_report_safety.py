@@ -13,7 +13,7 @@ from inferwatch_sidecar.cli import main
 from inferwatch_sidecar.components.drift.component import build
 from inferwatch_sidecar.components.drift.config import DriftConfig
 from inferwatch_sidecar.export import htmlsafe
-from inferwatch_sidecar.export.routes import Endpoints, Request, sidecar_routes
+from inferwatch_sidecar.http.routes import Endpoints, Request, sidecar_routes
 from tests.drift.conftest import quiet_import
 from tests.drift.helpers import context
 from tests.drift.test_component import COLORS, SCH, make_profile, records

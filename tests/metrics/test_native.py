@@ -22,7 +22,7 @@ from prometheus_client.openmetrics.exposition import generate_latest as generate
 from inferwatch.wire import EV_REQUEST
 from inferwatch_sidecar.aggregate.aggregator import Aggregator, histogram_quantile
 from inferwatch_sidecar.components.base import ComponentContext
-from inferwatch_sidecar.export.routes import scrape_registry
+from inferwatch_sidecar.http.routes import scrape_registry
 from inferwatch_sidecar.metrics import core as core_metrics
 from inferwatch_sidecar.metrics import protobuf
 from inferwatch_sidecar.metrics.families import CatalogCollector

@@ -28,7 +28,7 @@ from prometheus_client import CollectorRegistry
 
 from inferwatch_sidecar.aggregate.aggregator import Aggregator
 from inferwatch_sidecar.components.base import ComponentContext
-from inferwatch_sidecar.export.routes import scrape_registry
+from inferwatch_sidecar.http.routes import scrape_registry
 from inferwatch_sidecar.metrics import core as core_metrics
 from inferwatch_sidecar.metrics.families import CatalogCollector
 from inferwatch_sidecar.metrics.protobuf import CONTENT_TYPE

@@ -95,7 +95,7 @@ def test_foreign_hosts_and_origins_are_refused(sidecar: Sidecar, headers: dict[s
 
 def test_host_check_follows_the_bind_address() -> None:
     from inferwatch_sidecar.config import HttpConfig
-    from inferwatch_sidecar.export.http_server import Refusals, _App
+    from inferwatch_sidecar.http.server import Refusals, _App
 
     def hosts(**kw: Any) -> Any:
         return _App({}, HttpConfig(**kw), Refusals(), None).hosts  # type: ignore[arg-type]

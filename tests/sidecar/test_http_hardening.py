@@ -25,8 +25,8 @@ import pytest
 
 from inferwatch_sidecar.config import HttpConfig, load_config
 from inferwatch_sidecar.daemon import Sidecar
-from inferwatch_sidecar.export.http_server import HANDLER_THREADS, HttpServer
-from inferwatch_sidecar.export.routes import Request, Response, Route
+from inferwatch_sidecar.http.routes import Request, Response, Route
+from inferwatch_sidecar.http.server import HANDLER_THREADS, HttpServer
 
 REPO = Path(__file__).resolve().parents[2]
 _GET = frozenset({"GET", "HEAD"})

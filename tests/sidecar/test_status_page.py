@@ -402,7 +402,7 @@ class _PageServer:
         import http.server
         import threading
 
-        from inferwatch_sidecar.export.routes import STATUS_FILES, status_page
+        from inferwatch_sidecar.http.routes import STATUS_FILES, status_page
 
         files = {p: status_page(p) for p in STATUS_FILES}
         body = json.dumps(doc).encode()

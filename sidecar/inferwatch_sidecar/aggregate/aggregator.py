@@ -43,9 +43,9 @@ from inferwatch.wire import (
     OUTCOMES,
 )
 from inferwatch_sidecar import __version__
+from inferwatch_sidecar.aggregate.context import ComponentContext
 from inferwatch_sidecar.aggregate.labels import OVERFLOW, LabelLimiter
 from inferwatch_sidecar.aggregate.overload import OVERLOAD_METRICS, Overload
-from inferwatch_sidecar.components.base import ComponentContext
 from inferwatch_sidecar.metrics import families
 from inferwatch_sidecar.metrics.core import (
     ALERT_BUCKET_BOUNDS,

@@ -1,6 +1,6 @@
 """Export: how the aggregated numbers leave the sidecar.
 
-``routes`` is the HTTP route table (``/metrics``, health, status, JSON ingest,
-admin), built from callables the daemon passes in; ``http_server`` serves it;
-``otlp`` pushes the same metric families over OTLP/HTTP.
+``otlp`` pushes the metric families over OTLP/HTTP; ``budget`` caps the series
+``/metrics`` shows; ``summary`` and ``live_view`` say what is bad now (the status
+page, ``inferwatch top``). The HTTP route table and server are ``inferwatch_sidecar.http``.
 """

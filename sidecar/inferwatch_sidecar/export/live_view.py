@@ -23,7 +23,7 @@ from rich.measure import Measurement
 from rich.table import Table
 from rich.text import Text
 
-from inferwatch_sidecar.demo import promtext
+from inferwatch_sidecar.export import promtext
 from inferwatch_sidecar.export.summary import verdicts as summary_verdicts
 
 GiB = 2**30

@@ -49,7 +49,7 @@ import numpy as np
 
 from inferwatch_sidecar.components.canary.config import CanaryConfig, is_critical
 from inferwatch_sidecar.components.canary.window import LATENCY_EDGES, Summary, quantile
-from inferwatch_sidecar.components.drift import stats
+from inferwatch_sidecar.stats import hypothesis as stats
 
 VERDICTS = ("pass", "marginal", "fail")
 #: Metric group of each metric, for the score's weights.

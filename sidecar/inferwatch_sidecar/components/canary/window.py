@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from inferwatch.wire import OUTCOME_SHED, OUTCOMES
+from inferwatch_sidecar.stats.quantiles import binned_quantile
 
 #: Upper bounds of the latency bins in seconds (``le`` semantics), plus an overflow bin above the last.
 LATENCY_EDGES = 10.0 ** (np.arange(-6 * 20, 4 * 20 + 1) / 20.0)
@@ -36,20 +37,7 @@ def latency_bins(seconds: np.ndarray) -> np.ndarray:
 
 def quantile(counts: np.ndarray, q: float) -> float | None:
     """The ``q`` quantile of a latency histogram, interpolated geometrically inside its bin; None when empty."""
-    n = float(counts.sum())
-    if n <= 0:
-        return None
-    cum = np.cumsum(counts)
-    rank = q * n
-    i = int(np.searchsorted(cum, rank, side="left"))
-    i = min(i, counts.size - 1)
-    hi = float(LATENCY_EDGES[min(i, LATENCY_EDGES.size - 1)])
-    if i == 0 or i >= LATENCY_EDGES.size:
-        return hi  # the underflow and overflow bins have no finite lower/upper bound to interpolate with
-    lo = float(LATENCY_EDGES[i - 1])
-    below = float(cum[i - 1])
-    frac = (rank - below) / float(counts[i]) if counts[i] else 1.0
-    return float(lo * (hi / lo) ** min(max(frac, 0.0), 1.0))
+    return binned_quantile(counts, LATENCY_EDGES, q)
 
 
 @dataclass

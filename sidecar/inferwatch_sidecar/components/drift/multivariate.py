@@ -57,7 +57,6 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from scipy import special
 
-from inferwatch_sidecar.components.drift import stats
 from inferwatch_sidecar.components.drift.columns import (
     NumericColumn,
     ProfileError,
@@ -66,6 +65,7 @@ from inferwatch_sidecar.components.drift.columns import (
     numeric_column,
     to_float,
 )
+from inferwatch_sidecar.stats import hypothesis as stats
 
 if TYPE_CHECKING:
     from inferwatch_sidecar.components.drift.engine import Settings, Summary

@@ -23,9 +23,7 @@ from __future__ import annotations
 import json
 import logging
 import math
-import threading
 from collections import OrderedDict, deque
-from collections.abc import Iterable
 from typing import Any
 
 import pyarrow as pa
@@ -33,12 +31,12 @@ import pyarrow as pa
 from inferwatch._offline import id_in_sample
 from inferwatch.wire import EV_RECORD
 from inferwatch_sidecar.components.base import ComponentContext
+from inferwatch_sidecar.components.identity import Key, VersionKeys, bounded_entry
+from inferwatch_sidecar.components.periodic import StagedComponent
 from inferwatch_sidecar.components.skew.config import SkewConfig
 from inferwatch_sidecar.components.skew.diagnose import Options, diagnose
 from inferwatch_sidecar.components.skew.writer import ServedWriter
-from inferwatch_sidecar.components.staging import Staging
-from inferwatch_sidecar.components.worker import PeriodicWorker
-from inferwatch_sidecar.metrics import families
+from inferwatch_sidecar.metrics.samples import Samples
 from inferwatch_sidecar.metrics.skew import (
     METRICS,
     SKEW_EXPLAINED_RATIO,
@@ -54,8 +52,6 @@ from inferwatch_sidecar.metrics.skew import (
 
 log = logging.getLogger("inferwatch.sidecar.skew")
 
-Key = tuple[str, str, str]
-Snapshot = dict[str, list[tuple[tuple[str, ...], float]]]
 _MAX_ID = 128
 
 
@@ -103,84 +99,39 @@ def _column(values: list[Any]) -> pa.Array:
         return pa.array([None if v is None else str(v) for v in clean], pa.string())
 
 
-class SkewComponent:
+class SkewComponent(StagedComponent):
     """The ``skew`` sidecar component (see the module docstring)."""
 
     name = "skew"
     record_types = frozenset({EV_RECORD})
+    metrics = METRICS
+    drop_reasons = ("staging_full", "no_request_id", "too_many_models", "error")
 
     def __init__(self, config: SkewConfig, ctx: ComponentContext) -> None:
+        super().__init__(ctx, interval_s=1.0, max_staged=config.max_staged, log=log)
         self.cfg = config
-        self.ctx = ctx
-        self._staging = Staging(config.max_staged)
-        self._state_lock = threading.Lock()
-        self._lock = threading.Lock()
         self._served: OrderedDict[str, _Served] = OrderedDict()
         self._offline: OrderedDict[str, dict[str, Any]] = OrderedDict()
         self.windows: dict[Key, _Window] = {}
-        self.dropped = {"staging_full": 0, "no_request_id": 0, "too_many_models": 0, "error": 0}
         self.expired = {"max_ids": 0, "max_age": 0}
         self.offline_rows = {"joined": 0, "waiting": 0, "unmatched": 0, "duplicate": 0, "bad": 0}
         self.joined: dict[Key, int] = {}
-        self._snapshot: Snapshot = {}
         self._last_eval = -math.inf
-        self._lim = (ctx.limiter("service"), ctx.limiter("model"), ctx.limiter("model_version"))
+        self._keys = VersionKeys(ctx)
+        self._to_write: list[tuple[str, int, Key, dict[str, Any]]] = []
         self._lim_feature = ctx.limiter("feature")
         self.writer = (ServedWriter(config.served_dir, config.file_max_bytes, config.rotate_seconds,
                                     config.max_bytes, ctx.clock)
                        if config.served_dir and config.sample_ratio > 0 else None)
-        self._worker: PeriodicWorker | None = None
         self._options = Options(rtol=config.rtol, atol=config.atol, max_lag=0)
-
-    # -- ingest thread --------------------------------------------------------------------------------------------
-
-    def handle(self, pid: int, producer_id: int, records: list[tuple[Any, ...]]) -> None:
-        """Stage RECORD events for the component's thread. Cheap, bounded, never raises."""
-        refused = self._staging.put(records)
-        if refused:
-            self.dropped["staging_full"] += refused
 
     # -- the component's thread -----------------------------------------------------------------------------------
 
-    def _key(self, ctx: Any) -> Key:
-        try:
-            svc, model, ver = ctx
-        except (TypeError, ValueError):
-            svc = model = ver = None
-        return (self._lim[0].get(svc), self._lim[1].get(model), self._lim[2].get(ver))
-
     def drain(self, now: float | None = None) -> int:
         """Take the staged served rows into the join (and the sample), then diagnose windows that are due."""
-        batch = self._staging.take()
         now = self.ctx.clock() if now is None else now
-        to_write: list[tuple[str, int, Key, dict[str, Any]]] = []
-        ratio = self.cfg.sample_ratio if self.writer is not None else 0.0
-        with self._state_lock:
-            served, limit = self._served, self.cfg.max_ids
-            for ev in batch:
-                try:
-                    feats, rid = ev[7], ev[3]
-                    if feats is None:
-                        continue
-                    if rid is None:
-                        self.dropped["no_request_id"] += 1
-                        continue
-                    key = self._key(ev[1])
-                    row = _Served(key, int(ev[2]), _features(feats))
-                    if ratio and sampled(rid, ratio):
-                        to_write.append((rid, row.unix_ns, key, row.feats))
-                    off = self._offline.pop(rid, None)
-                    if off is not None:
-                        self._join(row, off)
-                        continue
-                    served[rid] = row
-                    served.move_to_end(rid)
-                    if len(served) > limit:
-                        served.popitem(last=False)
-                        self.expired["max_ids"] += 1
-                except Exception:
-                    self.dropped["error"] += 1
-            self._expire(now)
+        n = super().drain(now)
+        to_write, self._to_write = self._to_write, []
         if self.writer is not None:
             if to_write:
                 self.writer.write(to_write)
@@ -188,7 +139,37 @@ class SkewComponent:
         if now - self._last_eval >= self.cfg.evaluate_seconds:
             self._last_eval = now
             self.evaluate()
-        return len(batch)
+        return n
+
+    def absorb(self, batch: list[tuple[Any, ...]], now: float) -> None:
+        """Join the served rows (the state lock held); the sampled ones wait in ``_to_write`` for the writer."""
+        to_write = self._to_write
+        ratio = self.cfg.sample_ratio if self.writer is not None else 0.0
+        served, limit = self._served, self.cfg.max_ids
+        for ev in batch:
+            try:
+                feats, rid = ev[7], ev[3]
+                if feats is None:
+                    continue
+                if rid is None:
+                    self.dropped["no_request_id"] += 1
+                    continue
+                key = self._keys.of(ev[1])
+                row = _Served(key, int(ev[2]), _features(feats))
+                if ratio and sampled(rid, ratio):
+                    to_write.append((rid, row.unix_ns, key, row.feats))
+                off = self._offline.pop(rid, None)
+                if off is not None:
+                    self._join(row, off)
+                    continue
+                served[rid] = row
+                served.move_to_end(rid)
+                if len(served) > limit:
+                    served.popitem(last=False)
+                    self.expired["max_ids"] += 1
+            except Exception:
+                self.dropped["error"] += 1
+        self._expire(now)
 
     def _expire(self, now: float) -> None:
         cutoff = (now - self.cfg.max_age_seconds) * 1e9
@@ -202,12 +183,11 @@ class SkewComponent:
 
     def _join(self, row: _Served, offline: dict[str, Any]) -> bool:
         """Put one joined row into its model version's window (state lock held)."""
-        w = self.windows.get(row.key)
+        size = self.cfg.window_rows
+        w = bounded_entry(self.windows, row.key, self.cfg.max_models, lambda _k: _Window(size))
         if w is None:
-            if len(self.windows) >= self.cfg.max_models:
-                self.dropped["too_many_models"] += 1
-                return False
-            w = self.windows[row.key] = _Window(self.cfg.window_rows)
+            self.dropped["too_many_models"] += 1
+            return False
         w.rows.append((row.feats, offline))
         w.joined += 1
         w.dirty = True
@@ -261,7 +241,7 @@ class SkewComponent:
             answer["errors"] = errors
         return 200, answer
 
-    def evaluate(self) -> None:
+    def evaluate(self, now: float | None = None) -> None:
         """Diagnose every window with new joined rows and publish the gauges."""
         with self._state_lock:
             due = [(k, list(w.rows)) for k, w in self.windows.items() if w.dirty]
@@ -276,16 +256,15 @@ class SkewComponent:
         with self._state_lock:
             for key, rep in reports.items():
                 self.windows[key].report = rep
-            snap: Snapshot = {}
+            snap = Samples()
             for key, w in self.windows.items():
                 if w.report is None:
                     continue
                 for feat, f in w.report["features"].items():
                     lab = (*key, self._lim_feature.get(feat))
-                    snap.setdefault(SKEW_MATCH_RATIO.name, []).append((lab, f["match_ratio"]))
-                    snap.setdefault(SKEW_EXPLAINED_RATIO.name, []).append(((*lab, f["kind"]), f["explained_ratio"]))
-        with self._lock:
-            self._snapshot = snap
+                    snap.put(SKEW_MATCH_RATIO, lab, f["match_ratio"])
+                    snap.put(SKEW_EXPLAINED_RATIO, (*lab, f["kind"]), f["explained_ratio"])
+        self.publish(snap)
 
     def _diagnose(self, rows: list[tuple[dict[str, Any], dict[str, Any]]]) -> dict[str, Any]:
         names: list[str] = []
@@ -300,24 +279,24 @@ class SkewComponent:
 
     # -- export -----------------------------------------------------------------------------------------------------
 
-    def collect(self) -> Iterable[Any]:
-        with self._lock:
-            snap = dict(self._snapshot)
+    def live_samples(self) -> Samples:
+        """The counters and the pending rows, read at scrape time."""
+        out = Samples()
         with self._state_lock:
-            snap[SKEW_JOINED_ROWS_TOTAL.name] = [(k, float(n)) for k, n in self.joined.items()]
-            snap[SKEW_PENDING_ROWS.name] = [(("served",), float(len(self._served))),
-                                            (("offline",), float(len(self._offline)))]
-        snap[SKEW_OFFLINE_ROWS_TOTAL.name] = [((k,), float(n)) for k, n in self.offline_rows.items()]
-        snap[SKEW_SERVED_ROWS_EXPIRED_TOTAL.name] = [((k,), float(n)) for k, n in self.expired.items()]
+            out.set(SKEW_JOINED_ROWS_TOTAL, [(k, float(n)) for k, n in self.joined.items()])
+            out.set(SKEW_PENDING_ROWS, [(("served",), float(len(self._served))),
+                                        (("offline",), float(len(self._offline)))])
+        out.set(SKEW_OFFLINE_ROWS_TOTAL, [((k,), float(n)) for k, n in self.offline_rows.items()])
+        out.set(SKEW_SERVED_ROWS_EXPIRED_TOTAL, [((k,), float(n)) for k, n in self.expired.items()])
         dropped = dict(self.dropped)
         w = self.writer
         dropped["write_error"] = w.write_errors if w else 0
         dropped["size_cap"] = w.dropped_size_cap if w else 0
-        snap[SKEW_SERVED_ROWS_DROPPED_TOTAL.name] = [((k,), float(n)) for k, n in dropped.items()]
-        snap[SKEW_SERVED_ROWS_WRITTEN_TOTAL.name] = [((), float(w.written if w else 0))]
+        out.set(SKEW_SERVED_ROWS_DROPPED_TOTAL, [((k,), float(n)) for k, n in dropped.items()])
+        out.set(SKEW_SERVED_ROWS_WRITTEN_TOTAL, [((), float(w.written if w else 0))])
         if w is not None:
-            snap[SKEW_SERVED_BYTES.name] = [((), float(w.bytes))]
-        yield from families.from_snapshot(METRICS, snap)
+            out.set(SKEW_SERVED_BYTES, [((), float(w.bytes))])
+        return out
 
     def status(self) -> dict[str, Any]:
         with self._state_lock:
@@ -341,18 +320,8 @@ class SkewComponent:
 
     # -- lifecycle ----------------------------------------------------------------------------------------------------
 
-    def start(self) -> None:
-        self._worker = PeriodicWorker("inferwatch-skew", 1.0, self._tick,
-                                      lambda e: log.error("skew: loop error", exc_info=e), immediate=False)
-        self._worker.start()
-
-    def _tick(self) -> None:
-        self.drain()
-
-    def stop(self, timeout: float) -> None:
-        if self._worker is not None:
-            self._worker.stop(timeout)
-            self._worker = None
+    def on_stop(self) -> None:
+        """The last drain, and the served sample's file closed."""
         self.drain()
         if self.writer is not None:
             self.writer.close()

@@ -58,7 +58,7 @@ from prometheus_client.metrics_core import CounterMetricFamily
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from inferwatch_sidecar.config import HttpConfig
-from inferwatch_sidecar.export.routes import Request, Response, Route, resolve
+from inferwatch_sidecar.http.routes import Request, Response, Route, resolve
 from inferwatch_sidecar.metrics import families
 from inferwatch_sidecar.metrics.core import HTTP_REFUSED_TOTAL
 
@@ -388,8 +388,8 @@ class HttpServer:
     """Serves a route table with uvicorn on its own thread; the socket is bound (and the port known) at construction.
 
     Args:
-        routes: path -> :class:`~inferwatch_sidecar.export.routes.Route`
-            (see :func:`~inferwatch_sidecar.export.routes.sidecar_routes`).
+        routes: path -> :class:`~inferwatch_sidecar.http.routes.Route`
+            (see :func:`~inferwatch_sidecar.http.routes.sidecar_routes`).
         config: the ``http`` config section: address and limits.
 
     Raises:

@@ -5,7 +5,7 @@ handler from :class:`Request` to :class:`Response`, how large a body it reads
 and whether it may refuse a request before the body is read. The handlers
 reach the rest of the sidecar only through the callables in
 :class:`Endpoints`, so any server that can build a ``Request`` and send a
-``Response`` can serve them; :mod:`.http_server` serves them on uvicorn.
+``Response`` can serve them; :mod:`.server` serves them on uvicorn.
 
 Routes:
     GET  /metrics          Prometheus text, or OpenMetrics (with exemplars) when the Accept header asks, or the
