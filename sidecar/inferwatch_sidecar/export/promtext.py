@@ -45,7 +45,7 @@ class Scrape:
 
 def fetch(url: str, timeout: float = 5.0) -> str:
     with urllib.request.urlopen(url, timeout=timeout) as r:
-        return r.read().decode("utf-8", "replace")  # type: ignore[no-any-return]
+        return r.read().decode("utf-8", "replace")
 
 
 def fetch_json(url: str, timeout: float = 5.0) -> Any:

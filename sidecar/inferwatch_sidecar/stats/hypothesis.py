@@ -61,8 +61,8 @@ def ks_pvalue(d: Any, n1: Any, n2: Any) -> Any:
     ok = (n1 > 0) & (n2 > 0)
     with np.errstate(invalid="ignore", divide="ignore"):
         en = np.where(ok, n1 * n2 / np.where(ok, n1 + n2, 1.0), 1.0)
-    se = np.sqrt(en)
-    p = np.where(ok, special.kolmogorov((se + 0.12 + 0.11 / se) * d), 1.0)
+    sa = np.sqrt(en)
+    p = np.where(ok, special.kolmogorov((sa + 0.12 + 0.11 / sa) * d), 1.0)
     p = np.clip(p, 0.0, 1.0)
     return float(p) if p.ndim == 0 else p
 
