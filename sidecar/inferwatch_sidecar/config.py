@@ -35,7 +35,9 @@ from inferwatch._env import DEFAULT_SOCKET
 from inferwatch_sidecar.aggregate.aggregator import CONFIGURABLE_HISTOGRAMS
 from inferwatch_sidecar.components.canary.config import CanaryConfig
 from inferwatch_sidecar.components.drift.config import DriftConfig
+from inferwatch_sidecar.components.engines.config import EnginesConfig
 from inferwatch_sidecar.components.gpu.config import GpuConfig
+from inferwatch_sidecar.components.saturation.config import SaturationConfig
 from inferwatch_sidecar.components.skew.config import SkewConfig
 from inferwatch_sidecar.components.tail.config import TailConfig
 
@@ -394,6 +396,8 @@ class SidecarConfig(_Section):
     tail: TailConfig = Field(default_factory=TailConfig)
     canary: CanaryConfig = Field(default_factory=CanaryConfig)
     skew: SkewConfig = Field(default_factory=SkewConfig)
+    engines: EnginesConfig = Field(default_factory=EnginesConfig)
+    saturation: SaturationConfig = Field(default_factory=SaturationConfig)
 
 
 # ---------------------------------------------------------------------------
@@ -558,7 +562,7 @@ def load_config(
         raise ConfigError(_format_errors(e, sources)) from None
 
 
-def reference_yaml(skip: tuple[str, ...] = ("gpu", "drift", "tail", "canary", "skew")) -> str:
+def reference_yaml(skip: tuple[str, ...] = ("gpu", "drift", "tail", "canary", "skew", "engines", "saturation")) -> str:
     """Every field with its default and description, as commented YAML (docs/config.md).
 
     Args:

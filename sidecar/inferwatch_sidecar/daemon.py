@@ -77,6 +77,8 @@ COMPONENTS = (
     ("tail", "inferwatch_sidecar.components.tail.component"),
     ("canary", "inferwatch_sidecar.components.canary.component"),
     ("skew", "inferwatch_sidecar.components.skew.component"),
+    ("engines", "inferwatch_sidecar.components.engines.component"),
+    ("saturation", "inferwatch_sidecar.components.saturation.component"),
 )
 
 
