@@ -33,9 +33,9 @@ class Parsed:
     series: list[Series] = field(default_factory=list)
     #: Lines that are not comments, not blank and not a valid sample.
     bad_lines: int = 0
-    #: Sample lines seen (wanted or not).
+    #: Sample lines with a valid metric name (wanted or not).
     lines: int = 0
-    #: Distinct name prefixes up to the first ':' or '_' (engine recognition).
+    #: The first malformed line (80 characters), for the status.
     first_bad: str = ""
 
 
@@ -81,10 +81,14 @@ def parse(text: str, want: Callable[[str], bool] | None = None, max_series: int 
             if not parts:
                 continue
             name, rest, body = parts[0], parts[1:], ""
+        if not _NAME.match(name):
+            out.bad_lines += 1
+            out.first_bad = out.first_bad or line[:80]
+            continue
         out.lines += 1
         if want is not None and not want(name):
             continue
-        if not rest or len(rest) > 2 or not _NAME.match(name):
+        if not rest or len(rest) > 2:
             out.bad_lines += 1
             out.first_bad = out.first_bad or line[:80]
             continue

@@ -138,7 +138,7 @@ class Target:
         parsed = promtext.parse(body, kinds.wanted)
         self.bad_lines += parsed.bad_lines
         self.series_seen = parsed.lines
-        if parsed.lines == 0:
+        if parsed.lines == 0 or parsed.bad_lines > parsed.lines:
             return "garbage", f"no samples in the body (first bad line: {parsed.first_bad!r})" if parsed.first_bad \
                 else "no samples in the body"
         kind = self.kind if self.kind != "auto" else kinds.detect(n for n, _, _ in parsed.series)

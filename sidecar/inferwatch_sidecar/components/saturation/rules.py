@@ -3,8 +3,9 @@
 Every ratio is "how close this resource is to the level where adding load stops adding
 throughput", in [0, 1]:
 
-- ``compute``: tensor-pipe activity over its practical ceiling (0.80; dense GEMMs peak near
-  80-90%), or SM utilization x SM occupancy over 0.45 (SMs busy *and* full of warps), whichever is
+- ``compute``: tensor-pipe activity over its practical ceiling (0.70: a prefill-bound GPU's dense
+  GEMMs keep the pipes 70-85% active), or SM utilization x SM occupancy over 0.40 (SMs busy *and*
+  full of warps), whichever is
   higher. Not NVML's utilization: that is the share of time any kernel ran, and memory-bound
   decode keeps it near 100% while most SMs wait on DRAM.
 - ``memory_bandwidth``: DRAM bandwidth utilization over its practical ceiling (0.85 of the
@@ -17,9 +18,10 @@ throughput", in [0, 1]:
   event loop or tokenizer: the GIL), or the host CPU share where that is all the engine gives.
 
 The bound resource is the highest hardware ratio (compute, memory_bandwidth, kv_cache, host_cpu)
-at or above ``enter``; ``queue`` only when no hardware ratio is there (then the engine's own
-admission limit, max-num-seqs or max batch size, binds while the hardware has room); ``none``
-otherwise. Ratios are smoothed (EWMA, ``smoothing_s``), a resource must hold above ``enter`` for
+at or above ``enter``; ``queue`` only when every hardware ratio is clearly below it (under
+``enter - switch_margin``): then the engine's own admission limit, max-num-seqs or max batch size,
+binds while the hardware has room. A queue that grows because the GPU is full is a symptom, named
+by its cause. ``none`` otherwise. Ratios are smoothed (EWMA, ``smoothing_s``), a resource must hold above ``enter`` for
 ``enter_hold_s`` to become bound, the bound one is released only after ``exit_hold_s`` below
 ``exit``, and a different resource takes over only when higher by ``switch_margin`` for
 ``enter_hold_s``: this hysteresis is what keeps a steady load from flapping.
@@ -32,8 +34,8 @@ from dataclasses import dataclass, field
 
 RESOURCES = ("compute", "memory_bandwidth", "kv_cache", "queue", "host_cpu")
 HARDWARE = ("kv_cache", "host_cpu", "memory_bandwidth", "compute")  # precedence on ties
-TENSOR_CEILING = 0.80
-SM_OCC_CEILING = 0.45
+TENSOR_CEILING = 0.70
+SM_OCC_CEILING = 0.40
 DRAM_CEILING = 0.85
 KV_CEILING = 0.95
 QUEUE_CEILING = 0.5
@@ -149,7 +151,8 @@ class Judge:
         if hw:
             top = max(s[r] for r in hw)
             return next(r for r in HARDWARE if r in hw and s[r] >= top - 1e-9)
-        if s.get("queue", 0.0) >= self.th.enter:
+        room = all(s.get(r, 0.0) < self.th.enter - self.th.switch_margin for r in HARDWARE)
+        if room and s.get("queue", 0.0) >= self.th.enter:
             return "queue"
         return "none"
 

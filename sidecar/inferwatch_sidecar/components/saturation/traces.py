@@ -50,9 +50,9 @@ def inputs(tr: Trace, dt: float = 1.0) -> Iterator[Inputs]:
     """The trace's intervals. The saturated level is reached ``onset`` seconds in, after a random ramp."""
     rng = random.Random(tr.seed)
     # Baselines, all under the thresholds (what "steady load with headroom" means here).
-    busy0 = rng.uniform(0.2, 0.9)
-    pre0 = rng.uniform(0.25, 0.75)
-    kv0 = rng.uniform(0.05, 0.75)
+    busy0 = rng.uniform(0.2, 0.85)
+    pre0 = rng.uniform(0.25, 0.7)
+    kv0 = rng.uniform(0.05, 0.7)
     qs0 = rng.uniform(0.0, 0.3)
     cpu0 = rng.uniform(0.05, 0.65)
     run0 = rng.randint(4, 64)
@@ -60,7 +60,7 @@ def inputs(tr: Trace, dt: float = 1.0) -> Iterator[Inputs]:
     onset = tr.onset if tr.onset is not None else math.inf
     start = onset - ramp
     # Saturated levels.
-    pre_sat = rng.uniform(0.9, 1.0) if tr.resource == "compute" else rng.uniform(0.0, 0.08)
+    pre_sat = rng.uniform(0.92, 1.0) if tr.resource == "compute" else rng.uniform(0.0, 0.08)
     busy_sat = rng.uniform(0.97, 1.0)
     kv_sat = rng.uniform(0.96, 1.0)
     preempt_rate = rng.uniform(0.05, 2.0)
