@@ -45,14 +45,6 @@ KINDS = ("vllm", "sglang", "triton", "tensorrt_llm")
 #: Name prefixes each kind is recognised by, most specific first.
 _PREFIXES = (("tensorrt_llm", "nv_trt_llm_"), ("vllm", "vllm:"), ("sglang", "sglang:"), ("triton", "nv_inference_"))
 
-#: Every series name any kind reads (the parser's filter).
-_WANTED_PREFIXES = ("vllm:", "sglang:", "nv_inference_", "nv_trt_llm_", "nv_cpu_utilization", "process_cpu_seconds")
-
-
-def wanted(name: str) -> bool:
-    """The parser's filter: only series some kind reads are split into labels."""
-    return name.startswith(_WANTED_PREFIXES)
-
 
 def detect(names: Iterable[str]) -> str | None:
     """The engine kind from the series names, or None when none is recognised."""
@@ -146,6 +138,17 @@ _TRITON = {
 _TRTLLM_REQUEST = {"scheduled": "running", "waiting": "waiting"}
 _US = {"nv_inference_queue_duration_us", "nv_inference_queue_duration_us_total", "nv_inference_request_duration_us",
        "nv_inference_request_duration_us_total"}
+
+
+#: Every series name some kind reads: the parser splits only these into labels (histogram buckets and
+#: the rest of an endpoint cost a name lookup each).
+WANTED_NAMES = frozenset({*_VLLM, *_SGLANG, *_TRITON, "nv_trt_llm_request_metrics", "nv_trt_llm_kv_cache_block_metrics",
+                          "process_cpu_seconds_total", "nv_cpu_utilization"})
+
+
+def wanted(name: str) -> bool:
+    """The parser's filter: only series some kind reads are split into labels."""
+    return name in WANTED_NAMES
 
 
 def _model_key(kind: str, labels: dict[str, str]) -> tuple[str, str]:

@@ -55,6 +55,9 @@ def _value(text: str) -> float:
 def parse(text: str, want: Callable[[str], bool] | None = None, max_series: int = 100_000) -> Parsed:
     """Parse ``text``; keep only series whose name ``want`` accepts (all when None).
 
+    Lines of series ``want`` refuses cost a name cut and the lookup: they are not validated. When no
+    series is kept, every line is validated, so that a body of garbage is reported as such.
+
     Args:
         text: the exposition body.
         want: name filter, called once per sample line.
@@ -62,58 +65,66 @@ def parse(text: str, want: Callable[[str], bool] | None = None, max_series: int 
     """
     out = Parsed()
     series = out.series
-    for line in text.split("\n"):
+    lines = text.split("\n")
+    for line in lines:
         if not line or line[0] == "#":
             continue
         brace = line.find("{")
-        space = line.find(" ")
-        if brace != -1 and (space == -1 or brace < space):
+        if brace > 0:
             name = line[:brace]
-            close = line.rfind("}")
-            if close < brace:
-                out.bad_lines += 1
-                out.first_bad = out.first_bad or line[:80]
-                continue
-            rest = line[close + 1:].split()
-            body = line[brace + 1:close]
         else:
-            parts = line.split()
-            if not parts:
-                continue
-            name, rest, body = parts[0], parts[1:], ""
-        if not _NAME.match(name):
-            out.bad_lines += 1
-            out.first_bad = out.first_bad or line[:80]
-            continue
+            space = line.find(" ")
+            name = line if space < 0 else line[:space]
         out.lines += 1
         if want is not None and not want(name):
             continue
-        if not rest or len(rest) > 2:
+        s = _sample(line, name, brace)
+        if s is None:
             out.bad_lines += 1
             out.first_bad = out.first_bad or line[:80]
-            continue
-        try:
-            value = _value(rest[0])
-        except ValueError:
-            out.bad_lines += 1
-            out.first_bad = out.first_bad or line[:80]
-            continue
-        labels: dict[str, str] = {}
-        if body:
-            pos = 0
-            n = len(body)
-            ok = True
-            while pos < n:
-                m = _LABEL.match(body, pos)
-                if m is None:
-                    ok = body[pos:].strip() == ""
-                    break
-                labels[m.group(1)] = _unescape(m.group(2))
-                pos = m.end()
-            if not ok:
-                out.bad_lines += 1
-                out.first_bad = out.first_bad or line[:80]
-                continue
-        if len(series) < max_series:
-            series.append((name, labels, value))
+        elif len(series) < max_series:
+            series.append(s)
+    if not series and want is not None:
+        out.lines = out.bad_lines = 0
+        for line in lines:
+            if line and line[0] != "#":
+                brace = line.find("{")
+                name = line[:brace] if brace > 0 else line.split(" ", 1)[0]
+                if _sample(line, name, brace) is None:
+                    out.bad_lines += 1
+                    out.first_bad = out.first_bad or line[:80]
+                else:
+                    out.lines += 1
     return out
+
+
+def _sample(line: str, name: str, brace: int) -> Series | None:
+    """One sample line as a series, or None when it is malformed."""
+    if not _NAME.match(name):
+        return None
+    if brace > 0:
+        close = line.rfind("}")
+        if close < brace:
+            return None
+        rest = line[close + 1:].split()
+        body = line[brace + 1:close]
+    else:
+        rest = line.split()[1:]
+        body = ""
+    if not rest or len(rest) > 2:
+        return None
+    try:
+        value = _value(rest[0])
+    except ValueError:
+        return None
+    labels: dict[str, str] = {}
+    pos, n = 0, len(body)
+    while pos < n:
+        m = _LABEL.match(body, pos)
+        if m is None:
+            if body[pos:].strip():
+                return None
+            break
+        labels[m.group(1)] = _unescape(m.group(2))
+        pos = m.end()
+    return name, labels, value
