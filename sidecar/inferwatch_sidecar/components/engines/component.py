@@ -6,17 +6,15 @@ so one dashboard and one alert work across vLLM, SGLang, Triton and TensorRT-LLM
 
 from __future__ import annotations
 
-import threading
 import time
-from collections.abc import Iterable
 from typing import Any
 
 from inferwatch_sidecar.components.base import ComponentContext
 from inferwatch_sidecar.components.engines.config import EnginesConfig, EngineTarget
 from inferwatch_sidecar.components.engines.target import REASONS, Target
-from inferwatch_sidecar.components.worker import PeriodicWorker
+from inferwatch_sidecar.components.periodic import PeriodicComponent
 from inferwatch_sidecar.metrics import engines as em
-from inferwatch_sidecar.metrics import families
+from inferwatch_sidecar.metrics.samples import Samples
 
 
 def labels_of(tc: EngineTarget, key: tuple[str, str]) -> tuple[str, str, str]:
@@ -26,95 +24,79 @@ def labels_of(tc: EngineTarget, key: tuple[str, str]) -> tuple[str, str, str]:
     return tc.service or tc.name, model, version
 
 
-class EnginesComponent:
-    """Scrapes engines; exports the neutral set and the scrape outcomes."""
+class EnginesComponent(PeriodicComponent):
+    """Scrapes engines; exports the neutral set and the scrape outcomes (one subclass of the shared base)."""
 
     name = "engines"
-    record_types: frozenset[int] = frozenset()
+    metrics = em.METRICS
+    immediate = True
 
     def __init__(self, config: EnginesConfig, ctx: ComponentContext, targets: list[Target] | None = None) -> None:
+        super().__init__(ctx, interval_s=config.interval_s)
         self.cfg = config
-        self.ctx = ctx
         self.targets = targets if targets is not None else [
             Target(t.url, t.name, t.kind, config.timeout_s, config.max_body_bytes,
-                   1 if t.model else config.max_models) for t in config.targets]
+                   1 if t.model else config.max_models, monotonic=ctx.monotonic) for t in config.targets]
         self.target_cfg = {t.name: t for t in config.targets}
-        self._lock = threading.Lock()
-        self._worker: PeriodicWorker | None = None
         self.passes = 0
         self.cpu_s = 0.0
-
-    def tick(self) -> None:
-        """Scrape every target once (the worker's pass; tests call it directly)."""
-        c0 = time.thread_time()
-        for t in self.targets:
-            with self._lock:
-                t.scrape()
-        self.passes += 1
-        self.cpu_s += time.thread_time() - c0
+        self._running = False
 
     def start(self) -> None:
-        if self._worker is None and self.targets:
-            self._worker = PeriodicWorker("inferwatch-engines", self.cfg.interval_s, self._pass, self._failed)
-            self._worker.start()
+        """Start scraping; without targets there is nothing to do and no thread."""
+        if self.targets:
+            self._running = True
+            super().start()
 
-    def _pass(self) -> bool:
-        self.tick()
-        return False
+    def on_stop(self) -> None:
+        self._running = False
 
-    def _failed(self, e: Exception) -> None:
-        self.ctx.logger.exception("engine scrape pass failed", exc_info=e)
-
-    def stop(self, timeout: float) -> None:
-        if self._worker is not None:
-            self._worker.stop(timeout)
-            self._worker = None
-
-    def handle(self, pid: int, producer_id: int, records: list[tuple[Any, ...]]) -> None:
+    def tick(self) -> bool | None:
+        """Scrape every target once and publish (the worker's pass; tests call it directly)."""
+        c0 = time.thread_time()
+        with self._state_lock:
+            for t in self.targets:
+                t.scrape()
+            samples = self._samples()
+        self.publish(samples)
+        self.passes += 1
+        self.cpu_s += time.thread_time() - c0
         return None
 
     def cfg_of(self, t: Target) -> EngineTarget:
         return self.target_cfg.get(t.name) or EngineTarget(url=t.url, name=t.name)
 
-    def collect(self) -> Iterable[Any]:
-        running, waiting = families.gauge(em.ENGINE_REQUESTS_RUNNING), families.gauge(em.ENGINE_REQUESTS_WAITING)
-        kv, pre = families.gauge(em.ENGINE_KV_CACHE_USAGE_RATIO), families.counter(em.ENGINE_PREEMPTIONS_TOTAL)
-        hit, qs = families.gauge(em.ENGINE_PREFIX_CACHE_HIT_RATIO), families.gauge(em.ENGINE_QUEUE_TIME_SHARE_RATIO)
-        up, scrapes = families.gauge(em.ENGINE_UP), families.counter(em.ENGINE_SCRAPES_TOTAL)
-        dur = families.gauge(em.ENGINE_SCRAPE_DURATION_SECONDS)
-        with self._lock:
-            for t in self.targets:
-                tc = self.cfg_of(t)
-                kind = t.kind if t.kind != "auto" else (t.detected or "unknown")
-                up.add_metric([t.name, kind], 1.0 if t.up else 0.0)
-                for r in REASONS:
-                    scrapes.add_metric([t.name, r], float(t.results.get(r, 0)))
-                dur.add_metric([t.name], t.scrape_seconds)
-                for key, st in t.models.items():
-                    lab = list(labels_of(tc, key))
-                    mr = st.reading
-                    if mr.running is not None:
-                        running.add_metric(lab, mr.running)
-                    if mr.waiting is not None:
-                        waiting.add_metric(lab, mr.waiting)
-                    if mr.kv_usage is not None:
-                        kv.add_metric(lab, mr.kv_usage)
-                    if mr.preemptions is not None:
-                        pre.add_metric(lab, st.preemptions_total)
-                    if st.prefix_hit_ratio is not None:
-                        hit.add_metric(lab, st.prefix_hit_ratio)
-                    if st.last is not None and st.last.queue_share is not None:
-                        qs.add_metric(lab, st.last.queue_share)
-        return [running, waiting, kv, pre, hit, qs, up, scrapes, dur]
+    def _samples(self) -> Samples:
+        out = Samples()
+        for t in self.targets:
+            tc = self.cfg_of(t)
+            kind = t.kind if t.kind != "auto" else (t.detected or "unknown")
+            out.put(em.ENGINE_UP, (t.name, kind), 1.0 if t.up else 0.0)
+            for r in REASONS:
+                out.put(em.ENGINE_SCRAPES_TOTAL, (t.name, r), float(t.results.get(r, 0)))
+            out.put(em.ENGINE_SCRAPE_DURATION_SECONDS, (t.name,), t.scrape_seconds)
+            for key, st in t.models.items():
+                lab = labels_of(tc, key)
+                mr = st.reading
+                # combine: two engine models folded into one configured label set add (counts) or keep the max.
+                out.combine(em.ENGINE_REQUESTS_RUNNING, lab, mr.running)
+                out.combine(em.ENGINE_REQUESTS_WAITING, lab, mr.waiting)
+                out.combine(em.ENGINE_KV_CACHE_USAGE_RATIO, lab, mr.kv_usage)
+                if mr.preemptions is not None:
+                    out.combine(em.ENGINE_PREEMPTIONS_TOTAL, lab, st.preemptions_total)
+                out.combine(em.ENGINE_PREFIX_CACHE_HIT_RATIO, lab, st.prefix_hit_ratio)
+                if st.last is not None:
+                    out.combine(em.ENGINE_QUEUE_TIME_SHARE_RATIO, lab, st.last.queue_share)
+        return out
 
     def status(self) -> dict[str, Any]:
-        with self._lock:
+        with self._state_lock:
             targets = [t.status() for t in self.targets]
         down = [t["url"] for t in targets if not t["up"]]
-        return {"state": "running" if self._worker is not None else ("idle" if not self.targets else "built"), "targets": targets,
-                "down": down, "scrape_cpu_s": round(self.cpu_s, 6), "passes": self.passes}
+        return {"state": "running" if self._running else ("idle" if not self.targets else "built"),
+                "targets": targets, "down": down, "scrape_cpu_s": round(self.cpu_s, 6), "passes": self.passes}
 
 
 def build(config: EnginesConfig, ctx: ComponentContext) -> EnginesComponent:
-    """The component; without targets it runs no thread and exports only nothing."""
+    """The component; without targets it runs no thread and exports nothing."""
     return EnginesComponent(config, ctx)

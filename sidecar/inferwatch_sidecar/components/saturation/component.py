@@ -7,18 +7,18 @@ to judge and it exports the GPU activity only.
 
 from __future__ import annotations
 
-import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from typing import Any
 
 from inferwatch_sidecar.components.base import ComponentContext
+from inferwatch_sidecar.components.engines.component import EnginesComponent, labels_of
 from inferwatch_sidecar.components.gpu.gpm import THROTTLE_REASONS, Activity, GpmSampler, Health
+from inferwatch_sidecar.components.periodic import PeriodicComponent
 from inferwatch_sidecar.components.saturation.config import GpmConfig, SaturationConfig
 from inferwatch_sidecar.components.saturation.rules import RESOURCES, Inputs, Judge, Thresholds
-from inferwatch_sidecar.components.worker import PeriodicWorker
-from inferwatch_sidecar.metrics import families
 from inferwatch_sidecar.metrics import saturation as sm
+from inferwatch_sidecar.metrics.samples import Samples
 
 Key = tuple[str, str, str]
 
@@ -54,73 +54,62 @@ def _merge(acts: list[Activity]) -> Activity | None:
     return out
 
 
-class SaturationComponent:
-    """GPU activity, health and the saturation verdict."""
+class SaturationComponent(PeriodicComponent):
+    """GPU activity, health and the saturation verdict (one subclass of the shared base)."""
 
     name = "saturation"
-    record_types: frozenset[int] = frozenset()
+    metrics = sm.METRICS
+    immediate = True
 
     def __init__(self, config: SaturationConfig, ctx: ComponentContext, sampler: GpmSampler | None) -> None:
+        super().__init__(ctx, interval_s=config.gpm.interval_s)
         self.cfg = config
-        self.ctx = ctx
         self.sampler = sampler
         self.th = Thresholds(config.enter, config.exit, config.enter_hold_s, config.exit_hold_s,
                              config.smoothing_s, config.switch_margin)
-        self.engines: Any = None
+        self.engines: EnginesComponent | None = None
         self.judges: dict[Key, Judge] = {}
         self.activity: dict[str, Activity] = {}
         self.health: dict[str, Health] = {}
-        self._lock = threading.Lock()
-        self._worker: PeriodicWorker | None = None
         self.cpu_s = 0.0
         self.passes = 0
+        self._running = False
 
-    def connect(self, peers: dict[str, Any]) -> None:
-        self.engines = peers.get("engines")
+    def connect(self, peers: Any) -> None:
+        """Read the engines component's targets (``peers`` is the daemon's Peers, or a dict in tests)."""
+        eng = peers.get("engines") if isinstance(peers, dict) else peers.first(EnginesComponent)
+        self.engines = eng if isinstance(eng, EnginesComponent) else None
 
-    def start(self) -> None:
-        if self._worker is None:
-            self._worker = PeriodicWorker("inferwatch-saturation", self.cfg.gpm.interval_s, self._pass, self._failed)
-            self._worker.start()
+    def on_start(self) -> None:
+        self._running = True
 
-    def stop(self, timeout: float) -> None:
-        if self._worker is not None:
-            self._worker.stop(timeout)
-            self._worker = None
+    def on_stop(self) -> None:
+        self._running = False
         if self.sampler is not None:
             self.sampler.shutdown()
 
-    def _pass(self) -> bool:
-        self.tick()
-        return False
-
-    def _failed(self, e: Exception) -> None:
-        self.ctx.logger.exception("saturation pass failed", exc_info=e)
-
-    def handle(self, pid: int, producer_id: int, records: list[tuple[Any, ...]]) -> None:
-        return None
-
-    def tick(self) -> None:
-        """One pass: sample the GPUs, read the engines, judge (tests call it directly)."""
+    def tick(self) -> bool | None:
+        """One pass: sample the GPUs, read the engines, judge, publish (tests call it directly)."""
         c0 = time.thread_time()
         acts, healths = self.sampler.sample() if self.sampler is not None else ([], [])
         now = self.ctx.monotonic()
-        with self._lock:
+        with self._state_lock:
             for a in acts:
                 self.activity[a.gpu] = a
             for h in healths:
                 self.health[h.gpu] = h
             self._judge(now)
+            samples = self._samples()
+        self.publish(samples)
         self.passes += 1
         self.cpu_s += time.thread_time() - c0
+        return None
 
     def _judge(self, now: float) -> None:
         eng = self.engines
         if eng is None:
             return
-        from inferwatch_sidecar.components.engines.component import labels_of
-
-        with eng._lock:
+        with eng._state_lock:
             for t in eng.targets:
                 tc = eng.cfg_of(t)
                 gpus = [self.activity[g] for g in (tc.gpus or [g for g in self.activity if "/" not in g])
@@ -145,48 +134,38 @@ class SaturationComponent:
                         j = self.judges[lab] = Judge(self.th)
                     j.update(x)
 
-    def collect(self) -> Iterable[Any]:
-        ratio, bound = families.gauge(sm.SATURATION_RATIO), families.gauge(sm.SATURATION_BOUND)
-        smu, occ = families.gauge(sm.GPU_SM_UTILIZATION_RATIO), families.gauge(sm.GPU_SM_OCCUPANCY_RATIO)
-        ten, dram = families.gauge(sm.GPU_TENSOR_ACTIVE_RATIO), families.gauge(sm.GPU_DRAM_BANDWIDTH_UTILIZATION_RATIO)
-        tx, rx = families.gauge(sm.GPU_PCIE_TX_BYTES_PER_SECOND), families.gauge(sm.GPU_PCIE_RX_BYTES_PER_SECOND)
-        thr, clk = families.gauge(sm.GPU_THROTTLE_ACTIVE), families.gauge(sm.GPU_CLOCK_HERTZ)
-        ecc, xid = families.counter(sm.GPU_ECC_ERRORS_TOTAL), families.counter(sm.GPU_XID_ERRORS_TOTAL)
-        faults = families.counter(sm.SATURATION_GPU_FAULTS_TOTAL)
-        with self._lock:
-            for lab, j in self.judges.items():
-                for r in RESOURCES:
-                    if r in j.smooth:
-                        ratio.add_metric([*lab, r], j.smooth[r])
-                for r in (*RESOURCES, "none"):
-                    bound.add_metric([*lab, r], 1.0 if j.bound == r else 0.0)
-            for g, a in self.activity.items():
-                for fam, v, extra in ((smu, a.sm_util, [a.fidelity]), (dram, a.dram_bw_util, [a.fidelity]),
-                                      (occ, a.sm_occupancy, []), (ten, a.tensor_active, []),
-                                      (tx, a.pcie_tx_bytes_per_s, []), (rx, a.pcie_rx_bytes_per_s, [])):
-                    if v is not None:
-                        fam.add_metric([g, *extra], v)
-            for g, h in self.health.items():
-                for reason, _ in THROTTLE_REASONS:
-                    if reason in h.throttle:
-                        thr.add_metric([g, reason], 1.0 if h.throttle[reason] else 0.0)
-                if h.sm_clock_hz is not None:
-                    clk.add_metric([g, "sm"], h.sm_clock_hz)
-                if h.mem_clock_hz is not None:
-                    clk.add_metric([g, "memory"], h.mem_clock_hz)
-                if h.ecc_corrected is not None:
-                    ecc.add_metric([g, "corrected"], float(h.ecc_corrected))
-                if h.ecc_uncorrected is not None:
-                    ecc.add_metric([g, "uncorrected"], float(h.ecc_uncorrected))
-            if self.sampler is not None:
-                for (g, code), n in self.sampler.xids.items():
-                    xid.add_metric([g, code], float(n))
-                for (op, reason), n in self.sampler.faults.items():
-                    faults.add_metric([op, reason], float(n))
-        return [ratio, bound, smu, occ, ten, dram, tx, rx, thr, clk, ecc, xid, faults]
+    def _samples(self) -> Samples:
+        out = Samples()
+        for lab, j in self.judges.items():
+            for r in RESOURCES:
+                if r in j.smooth:
+                    out.put(sm.SATURATION_RATIO, (*lab, r), j.smooth[r])
+            for r in (*RESOURCES, "none"):
+                out.put(sm.SATURATION_BOUND, (*lab, r), 1.0 if j.bound == r else 0.0)
+        for g, a in self.activity.items():
+            out.put(sm.GPU_SM_UTILIZATION_RATIO, (g, a.fidelity), a.sm_util)
+            out.put(sm.GPU_DRAM_BANDWIDTH_UTILIZATION_RATIO, (g, a.fidelity), a.dram_bw_util)
+            out.put(sm.GPU_SM_OCCUPANCY_RATIO, (g,), a.sm_occupancy)
+            out.put(sm.GPU_TENSOR_ACTIVE_RATIO, (g,), a.tensor_active)
+            out.put(sm.GPU_PCIE_TX_BYTES_PER_SECOND, (g,), a.pcie_tx_bytes_per_s)
+            out.put(sm.GPU_PCIE_RX_BYTES_PER_SECOND, (g,), a.pcie_rx_bytes_per_s)
+        for g, h in self.health.items():
+            for reason, _ in THROTTLE_REASONS:
+                if reason in h.throttle:
+                    out.put(sm.GPU_THROTTLE_ACTIVE, (g, reason), 1.0 if h.throttle[reason] else 0.0)
+            out.put(sm.GPU_CLOCK_HERTZ, (g, "sm"), h.sm_clock_hz)
+            out.put(sm.GPU_CLOCK_HERTZ, (g, "memory"), h.mem_clock_hz)
+            out.put(sm.GPU_ECC_ERRORS_TOTAL, (g, "corrected"), h.ecc_corrected)
+            out.put(sm.GPU_ECC_ERRORS_TOTAL, (g, "uncorrected"), h.ecc_uncorrected)
+        if self.sampler is not None:
+            for (g, code), n in self.sampler.xids.items():
+                out.put(sm.GPU_XID_ERRORS_TOTAL, (g, code), float(n))
+            for (op, reason), n in self.sampler.faults.items():
+                out.put(sm.SATURATION_GPU_FAULTS_TOTAL, (op, reason), float(n))
+        return out
 
     def status(self) -> dict[str, Any]:
-        with self._lock:
+        with self._state_lock:
             models = []
             rows = []
             for (service, model, version), j in sorted(self.judges.items()):
@@ -204,7 +183,7 @@ class SaturationComponent:
             throttled = {g: [r for r, on in h.throttle.items() if on and r != "idle"]
                          for g, h in self.health.items()}
         out: dict[str, Any] = {
-            "state": "running" if self._worker is not None else "built",
+            "state": "running" if self._running else "built",
             "sentence": "; ".join(f"{m['service']}/{m['model']}: {m['sentence']}" for m in models)
             or ("no model version to judge: add engines targets (--engine-metrics URL)" if self.engines is None
                 or not self.engines.targets else "no engine reading yet"),
