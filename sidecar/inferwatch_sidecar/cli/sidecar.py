@@ -18,6 +18,7 @@ examples:
   inferwatch sidecar --check-config sidecar.yaml      # validate, run start-up's checks, exit (0 = valid)
   inferwatch sidecar --print-config                   # every field with its default
   INFERWATCH_HTTP__PORT=9500 inferwatch sidecar --set drift.enabled=false
+  inferwatch sidecar --engine-metrics http://127.0.0.1:8000/metrics   # read vLLM's own state, judge saturation
 """
 
 
