@@ -96,12 +96,15 @@ class GpmSampler:
 
     Args:
         nvml: a pynvml-like module, already initialised by the caller (``init`` does it otherwise).
-        monotonic: seconds, for the interval bounds.
+        monotonic: seconds, for the interval bounds and the init retries.
+        reinit_s: how long after a failed ``nvmlInit`` it is tried again (no GPU: one try per 30 s, not per pass).
     """
 
-    def __init__(self, nvml: Any, monotonic: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, nvml: Any, monotonic: Callable[[], float] = time.monotonic, reinit_s: float = 30.0) -> None:
         self.nv = nvml
         self.monotonic = monotonic
+        self.reinit_s = reinit_s
+        self._next_init = -float("inf")
         self.units: list[_Unit] | None = None
         self.faults: dict[tuple[str, str], int] = {}
         self.last_fault: str = ""
@@ -119,7 +122,11 @@ class GpmSampler:
         return reason
 
     def init(self) -> bool:
-        """nvmlInit and discover devices; False (counted) on failure."""
+        """nvmlInit and discover devices; False (counted) on failure, retried ``reinit_s`` later."""
+        now = self.monotonic()
+        if now < self._next_init:
+            return False
+        self._next_init = now + self.reinit_s
         try:
             self.nv.nvmlInit()
         except Exception as e:  # noqa: BLE001 - counted
