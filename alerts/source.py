@@ -47,6 +47,7 @@ from alerts.domains.drift import (
 from alerts.domains.engines import _TRITON, _VLLM, _engine_alerts, _engine_slow_share
 from alerts.domains.gpu import _gpu_alerts
 from alerts.domains.overload import _overload_alerts, _rate
+from alerts.domains.saturation import _saturation_alerts
 from alerts.domains.serving import (
     LATENCY_OBJECTIVES,
     _recordings,
@@ -88,13 +89,14 @@ __all__ = [
 ]
 
 ALERTS: tuple[Alert, ...] = (*_slo_alerts(), *_serving_alerts(), *_streaming_alerts(), *_overload_alerts(),
-                             *_gpu_alerts(), *_drift_alerts(), *_skew_alerts(), *_sidecar_alerts(), *_engine_alerts())
+                             *_gpu_alerts(), *_drift_alerts(), *_skew_alerts(), *_sidecar_alerts(), *_engine_alerts(),
+                             *_saturation_alerts())
 RECORDINGS: tuple[Recording, ...] = (*_recordings(), *_fleet_recordings())
 
 #: Group names of alerts/inferwatch.rules.yml, in file order.
 GROUPS: tuple[str, ...] = (
     "inferwatch-recording", "inferwatch-slo", "inferwatch-serving", "inferwatch-gpu", "inferwatch-drift",
-    "inferwatch-sidecar", "inferwatch-engines",
+    "inferwatch-sidecar", "inferwatch-engines", "inferwatch-saturation",
 )
 #: Group names of alerts/drift.rules.yml (owned by the drift component).
 FLEET_GROUPS: tuple[str, ...] = (_FLEET,)

@@ -19,8 +19,13 @@ frees its temporaries: the top site must be that line. Nothing needs GPM (the GP
 monitoring counters that MIG slices and older boards lack): NVML memory info, the process list and
 torch's allocator are all it reads.
 
+Last, the GPM check (``--gpm-only`` runs it alone, about 40 s): a bandwidth-bound GEMV child and a
+compute-bound GEMM child in turn, sampled through ``components/gpu/gpm.py`` on the real nvidia-ml-py;
+the first must read higher DRAM bandwidth and lower SM occupancy and tensor activity than the second
+(``$OUT/gpm_check.json`` holds the figures, the saturation ratios and the sampler's CPU per pass).
+
 Usage (on the GPU machine, from the repository root):
-    python bench/gpu_real_check.py [--seconds 120] [--out DIR] [--history-only]
+    python bench/gpu_real_check.py [--seconds 120] [--out DIR] [--history-only] [--gpm-only]
 
 Not run in CI: this project's CI has no GPU.
 """
@@ -119,11 +124,97 @@ def allocator_file_check(samples: list[list[float]], out: str) -> bool:
     return ok
 
 
+GPM_CHILD = r"""
+import sys, time, torch
+phase, seconds = sys.argv[1], float(sys.argv[2])
+dev = torch.device("cuda")
+if phase == "decode":   # bandwidth-bound: one pass over a 4 GiB weight per step, batch 1 (GEMV)
+    w = torch.randn(32768, 65536, dtype=torch.float16, device=dev)
+    x = torch.randn(65536, 1, dtype=torch.float16, device=dev)
+else:                   # compute-bound: square GEMMs that reuse every operand many times
+    w = torch.randn(8192, 8192, dtype=torch.float16, device=dev)
+    x = torch.randn(8192, 8192, dtype=torch.float16, device=dev)
+print("READY", flush=True)
+t_end = time.time() + seconds
+while time.time() < t_end:
+    for _ in range(20):
+        y = w @ x
+    torch.cuda.synchronize()
+"""
+
+
+def gpm_check(out: str, seconds: float = 12.0) -> bool:
+    """GPM on the real nvidia-ml-py path: a bandwidth-bound and a compute-bound phase must read as such.
+
+    Expected on Hopper: fidelity gpm; the decode-like phase with DRAM bandwidth above the GEMM phase's and
+    SM occupancy / tensor activity below it, while nvidia-smi's utilization is near 100% in both; the
+    saturation ratios name memory_bandwidth and compute; the sampler's CPU per pass (for the 2% bar).
+    """
+    import pynvml
+
+    from inferwatch_sidecar.components.gpu.gpm import GpmSampler
+    from inferwatch_sidecar.components.saturation.rules import Inputs, ratios
+
+    s = GpmSampler(pynvml)
+    result: dict[str, object] = {}
+    ok = True
+    for phase in ("decode", "prefill"):
+        child = subprocess.Popen([sys.executable, "-c", GPM_CHILD, phase, str(seconds + 4)], stdout=subprocess.PIPE,
+                                 text=True)
+        try:
+            assert child.stdout is not None
+            child.stdout.readline()  # READY
+            time.sleep(2.0)
+            acts, cpu = [], []
+            t_end = time.time() + seconds
+            while time.time() < t_end:
+                c0 = time.thread_time()
+                a, _h = s.sample()
+                cpu.append(time.thread_time() - c0)
+                acts.extend(x for x in a if x.gpu == "0")
+                time.sleep(1.0)
+        finally:
+            child.kill()
+            child.wait()
+
+        def mean(attr: str, acts: list = acts) -> float | None:
+            vals = [getattr(x, attr) for x in acts if getattr(x, attr) is not None]
+            return sum(vals) / len(vals) if vals else None
+
+        row = {k: mean(k) for k in ("sm_util", "sm_occupancy", "tensor_active", "dram_bw_util", "kernel_active",
+                                    "pcie_tx_bytes_per_s", "pcie_rx_bytes_per_s")}
+        row["fidelity"] = sorted({x.fidelity for x in acts})
+        row["intervals"] = len(acts)
+        row["sampler_cpu_ms_per_pass"] = 1e3 * sorted(cpu)[len(cpu) // 2] if cpu else None
+        x = Inputs(t=0, fidelity=acts[-1].fidelity if acts else "none", sm_util=row["sm_util"],  # type: ignore[arg-type]
+                   sm_occupancy=row["sm_occupancy"], tensor_active=row["tensor_active"],  # type: ignore[arg-type]
+                   dram_bw_util=row["dram_bw_util"], kernel_active=row["kernel_active"])  # type: ignore[arg-type]
+        row["ratios"] = ratios(x)
+        result[phase] = row
+        print(f"GPM {phase}:", json.dumps(row, default=str))
+    _a, healths = s.sample()
+    result["health"] = [h.__dict__ for h in healths]
+    result["faults"] = {f"{op}/{r}": n for (op, r), n in s.faults.items()}
+    s.shutdown()
+    d, p = result["decode"], result["prefill"]
+    assert isinstance(d, dict) and isinstance(p, dict)
+    try:
+        ok = (d["fidelity"] == ["gpm"] and d["dram_bw_util"] > p["dram_bw_util"]
+              and d["sm_occupancy"] < p["sm_occupancy"] and d["tensor_active"] < p["tensor_active"])
+    except TypeError:  # a counter missing (None)
+        ok = False
+    with open(os.path.join(out, "gpm_check.json"), "w") as f:
+        json.dump(result, f, indent=1, default=str)
+    print("RESULT:", "GPM tells decode from prefill" if ok else "GPM CHECK FAILED", json.dumps(result["faults"]))
+    return ok
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--seconds", type=float, default=120.0)
     ap.add_argument("--out", default=os.environ.get("OUT", "."))
     ap.add_argument("--history-only", action="store_true", help="run the second-stage check alone")
+    ap.add_argument("--gpm-only", action="store_true", help="run the GPM check alone (about 40 s)")
     args = ap.parse_args()
 
     import importlib.util
@@ -135,6 +226,8 @@ def main() -> int:
     os.makedirs(args.out, exist_ok=True)
     if args.history_only:
         return 0 if history_check(args.out) else 1
+    if args.gpm_only:
+        return 0 if gpm_check(args.out) else 1
     from inferwatch.wire import EV_ALLOC
     from inferwatch_sidecar.components.base import ComponentContext
     from inferwatch_sidecar.components.gpu.component import build
@@ -212,7 +305,8 @@ def main() -> int:
     print("RESULT:", "duplicate copies found" if dup_ok else f"NO DUPLICATE COPIES FOUND for pids {holder_pids}")
     alloc_ok = allocator_file_check(alloc_samples, args.out)
     hist_ok = history_check(args.out)
-    return 0 if ok and dup_ok and ttoom and alloc_ok and hist_ok else 1
+    gpm_ok = gpm_check(args.out)
+    return 0 if ok and dup_ok and ttoom and alloc_ok and hist_ok and gpm_ok else 1
 
 
 if __name__ == "__main__":

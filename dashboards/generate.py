@@ -36,11 +36,11 @@ from grafana_foundation_sdk.models.dashboard import Dashboard, Panel  # noqa: E4
 from grafana_foundation_sdk.models.prometheus import Dataquery  # noqa: E402
 
 from alerts import promql  # noqa: E402
-from dashboards.src import drift, gpu, llm, overview, queue, sidecar, stages, triton, vllm  # noqa: E402
+from dashboards.src import drift, gpu, llm, overview, queue, saturation, sidecar, stages, triton, vllm  # noqa: E402
 
 OUT_DIR = ROOT / "dashboards"
 #: The dashboard modules, in menu order.
-BOARDS = (overview, stages, queue, llm, gpu, drift, sidecar, triton, vllm)
+BOARDS = (overview, stages, queue, llm, gpu, drift, sidecar, triton, vllm, saturation)
 UID_PREFIX = "inferwatch-"
 
 #: What makes a panel show data beyond plain request traffic with recorded features. A healthy service
@@ -64,9 +64,10 @@ NEEDS: dict[str, str] = {
     "tail_p999": "a tail-attribution window with enough requests to name the slowest 0.1% (docs/tail.md)",
     "binary": "a binary model whose reference was built with its labels (reference build --label)",
     "skew": "offline feature values posted for served request IDs (skew.enabled, POST /v1/skew; docs/skew.md)",
+    "engines": "an engine's /metrics read by the sidecar (engines targets, --engine-metrics; docs/saturation.md)",
 }
 #: ``dashboard uid -> need`` for every panel of a dashboard (the engines' dashboards).
-DASHBOARD_NEEDS: dict[str, str] = {triton.UID: "triton", vllm.UID: "vllm"}
+DASHBOARD_NEEDS: dict[str, str] = {triton.UID: "triton", vllm.UID: "vllm", saturation.UID: "engines"}
 
 #: ``(dashboard uid, panel title) -> need`` or ``(uid, title, refId) -> need`` for one query of a panel.
 PANEL_NEEDS: dict[tuple[str, ...], str] = {

@@ -12,6 +12,8 @@ module         rules                                                       promt
 ``skew``       training-serving skew                                       skew.test.yml
 ``sidecar``    scrape, drops, decode errors, overflow, checkpoints         sidecar.test.yml
 ``engines``    vLLM and Triton native metrics                              engines.test.yml
+``saturation`` binding resource, engine preemptions, XID, throttling,      saturation.test.yml
+               engine scrapes
 =============  ==========================================================  ====================================
 
 Shared annotation pieces live in :mod:`alerts.domains.common`, the rule model in :mod:`alerts.model` and the

@@ -36,7 +36,9 @@ from inferwatch_sidecar.aggregate.aggregator import CONFIGURABLE_HISTOGRAMS
 from inferwatch_sidecar.components import registry
 from inferwatch_sidecar.components.canary.config import CanaryConfig
 from inferwatch_sidecar.components.drift.config import DriftConfig
+from inferwatch_sidecar.components.engines.config import EnginesConfig
 from inferwatch_sidecar.components.gpu.config import GpuConfig
+from inferwatch_sidecar.components.saturation.config import SaturationConfig
 from inferwatch_sidecar.components.skew.config import SkewConfig
 from inferwatch_sidecar.components.tail.config import TailConfig
 
@@ -395,6 +397,8 @@ class SidecarConfig(_Section):
     tail: TailConfig = Field(default_factory=TailConfig)
     canary: CanaryConfig = Field(default_factory=CanaryConfig)
     skew: SkewConfig = Field(default_factory=SkewConfig)
+    engines: EnginesConfig = Field(default_factory=EnginesConfig)
+    saturation: SaturationConfig = Field(default_factory=SaturationConfig)
 
     def component(self, name: str) -> BaseModel:
         """The section of the registered component ``name``."""

@@ -27,6 +27,7 @@ UIDS = {
     "sidecar.json": "inferwatch-sidecar",
     "triton.json": "inferwatch-triton",
     "vllm.json": "inferwatch-vllm",
+    "saturation.json": "inferwatch-saturation",
 }
 
 #: What each dashboard must show, as the series its queries must read.

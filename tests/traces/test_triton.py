@@ -20,6 +20,7 @@ from typing import Any
 
 import pytest
 
+from inferwatch_sidecar.components.engines.target import Target
 from tests.conftest import free_port
 from tests.sidecar.conftest import REPO, parse_metrics, sample, wait_until
 
@@ -82,6 +83,9 @@ def triton(sidecar_factory: Any, tmp_path: Path) -> Any:
 
 def test_triton_spans_match_tritons_own_counters(triton: Any) -> None:
     sc, http_port, metrics_port, trace_log = triton
+    # The engines component's scraper reads the same Triton: a baseline now, the traffic's deltas after.
+    neutral = Target(f"http://127.0.0.1:{metrics_port}/metrics", "triton", timeout_s=10)
+    assert neutral.scrape() == "ok" and neutral.detected == "triton"
     trace_ids = [f"{0x5EED0000 + i:032x}" for i in range(N)]
     with ThreadPoolExecutor(8) as pool:  # concurrent, so the dynamic batcher forms batches
         list(pool.map(lambda i: infer(http_port, i, trace_ids[i]), range(N)))
@@ -92,9 +96,16 @@ def test_triton_spans_match_tritons_own_counters(triton: Any) -> None:
         return m if sample(m, "inferwatch_requests_total", **lab, outcome="ok") >= N else None
 
     m = wait_until(counted, timeout=30, what="Triton's spans counted")
+    assert neutral.scrape() == "ok", neutral.status()
     with urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics", timeout=10) as r:
         tm = parse_metrics(r.read().decode())
     tl = {"model": "double", "version": "1"}
+    st = neutral.models[("double", "1")]
+    assert st.reading.waiting == sample(tm, "nv_inference_pending_request_count", **tl) == 0
+    assert st.last is not None and st.last.queue_share == pytest.approx(
+        sample(tm, "nv_inference_queue_duration_us_total", **tl) / sample(tm, "nv_inference_request_duration_us_total",
+                                                                          **tl))
+    assert neutral.host_cpu_ratio is not None and 0 <= neutral.host_cpu_ratio <= 1
     assert sample(tm, "nv_inference_request_success_total", **tl) == N
     assert sample(m, "inferwatch_requests_total", **lab, outcome="ok") == N
     assert sample(m, "inferwatch_otlp_spans_total", result="accepted", reason="request") == N

@@ -18,6 +18,7 @@ from typing import Any
 
 import pytest
 
+from inferwatch_sidecar.components.engines.target import Target
 from tests.sidecar.conftest import REPO, parse_metrics, sample, total, wait_until
 from tests.traces import vllm_engine as engine
 
@@ -62,6 +63,26 @@ def assert_sidecar_matches_vllm(m: dict[Any, float], vm: dict[Any, float], n: in
     assert total(m, "inferwatch_otlp_spans_total", result="dropped") == 0
 
 
+def assert_neutral_matches_vllm(t: Target, vm: dict[Any, float]) -> None:
+    """The engine-neutral reading against vLLM's own /metrics after the same requests (the server is idle now)."""
+    (key,) = t.models
+    st = t.models[key]
+    assert key == ("tiny-llama", "")
+    r = st.reading
+    assert r.running == total(vm, "vllm:num_requests_running") == 0
+    assert r.waiting == total(vm, "vllm:num_requests_waiting") == 0
+    assert r.kv_usage == total(vm, "vllm:kv_cache_usage_perc")
+    # Counted from the baseline scrape before the traffic, which vLLM's counters started at 0 for.
+    assert st.preemptions_total == total(vm, "vllm:num_preemptions_total")
+    queries = total(vm, "vllm:prefix_cache_queries_total")
+    assert queries > 0 and st.prefix_hit_ratio == pytest.approx(total(vm, "vllm:prefix_cache_hits_total") / queries)
+    assert st.last is not None and st.last.queue_share == pytest.approx(
+        total(vm, "vllm:request_queue_time_seconds_sum") / total(vm, "vllm:e2e_request_latency_seconds_sum"))
+    prefill, decode = (total(vm, f"vllm:request_{p}_time_seconds_sum") for p in ("prefill", "decode"))
+    assert st.last.prefill_share == pytest.approx(prefill / (prefill + decode))
+    assert t.cpu_cores is not None and t.cpu_cores > 0
+
+
 def exemplar_trace_ids(sc: Any) -> set[str]:
     code, _, om = sc.get("/metrics", {"Accept": "application/openmetrics-text"})
     assert code == 200
@@ -86,6 +107,9 @@ def test_vllm_spans_match_vllms_own_histograms(sidecar_factory: Any, tmp_path: P
     engine.make_model(tmp_path / "model", log)
     trace_ids = [f"{0x11A0000 + i:032x}" for i in range(len(engine.TRAFFIC))]
     with engine.serve(tmp_path / "model", sc.url + "/v1/traces", log, bsp_delay_ms=200) as port:
+        # The engines component's scraper reads the same server: a baseline now, the traffic's deltas after.
+        neutral = Target(f"http://127.0.0.1:{port}/metrics", "vllm", timeout_s=10)
+        assert neutral.scrape() == "ok" and neutral.detected == "vllm"
         with ThreadPoolExecutor(4) as pool:  # concurrent, so requests share engine steps and wait in the queue
             usages = list(pool.map(lambda i: engine.stream_completion(port, *engine.TRAFFIC[i], trace_ids[i]),
                                    range(len(engine.TRAFFIC))))
@@ -99,7 +123,9 @@ def test_vllm_spans_match_vllms_own_histograms(sidecar_factory: Any, tmp_path: P
             return m if done else None
 
         m = wait_until(counted, timeout=30, what="vLLM's spans counted")
+        assert neutral.scrape() == "ok", neutral.status()
         vm = parse_metrics(engine.scrape(port))
+    assert_neutral_matches_vllm(neutral, vm)
     n = len(engine.TRAFFIC)
     # ignore_eos: every request generates exactly max_tokens, streamed to the client.
     assert [u["completion_tokens"] for u in usages] == [t for _, t in engine.TRAFFIC]

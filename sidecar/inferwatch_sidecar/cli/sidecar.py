@@ -18,6 +18,7 @@ examples:
   inferwatch sidecar --check-config sidecar.yaml      # validate, run start-up's checks, exit (0 = valid)
   inferwatch sidecar --print-config                   # every field with its default
   INFERWATCH_HTTP__PORT=9500 inferwatch sidecar --set drift.enabled=false
+  inferwatch sidecar --engine-metrics http://127.0.0.1:8000/metrics   # read vLLM's own state, judge saturation
 """
 
 
@@ -43,6 +44,11 @@ def register(sub: Any) -> None:
     p.add_argument("--http-port", type=int, metavar="PORT", help="HTTP port (http.port)")
     p.add_argument("--no-gpu", action="store_true", help="disable the GPU monitor (gpu.enabled=false)")
     p.add_argument("--no-drift", action="store_true", help="disable the drift engine (drift.enabled=false)")
+    p.add_argument(
+        "--engine-metrics", action="append", default=[], metavar="URL",
+        help="scrape an inference engine's Prometheus endpoint (vLLM, SGLang, Triton, TensorRT-LLM; recognised "
+        "from its series), e.g. http://127.0.0.1:8000/metrics; repeatable, added to engines.targets",
+    )
     p.add_argument(
         "--set", action="append", default=[], metavar="KEY=VALUE",
         help="set any field, e.g. --set labels.max_values.model=20 (repeatable; highest precedence)",
@@ -78,6 +84,23 @@ def _flag_overrides(args: argparse.Namespace) -> tuple[dict[str, Any], dict[str,
     return tree, sources
 
 
+def _with_engine_urls(cfg: Any, urls: list[str]) -> Any:
+    """``cfg`` with one engines target per ``--engine-metrics`` URL added to the configured ones."""
+    from pydantic import ValidationError
+
+    from inferwatch_sidecar.components.engines.config import EnginesConfig
+    from inferwatch_sidecar.config import ConfigError
+
+    data = cfg.engines.model_dump()
+    data["targets"] = [*data["targets"], *({"url": u} for u in urls)]
+    try:
+        engines = EnginesConfig.model_validate(data)
+    except ValidationError as e:
+        problems = "; ".join(f"{'.'.join(str(x) for x in err['loc'])}: {err['msg']}" for err in e.errors())
+        raise ConfigError(f"invalid configuration:\n  engines (from --engine-metrics): {problems}") from None
+    return cfg.model_copy(update={"engines": engines})
+
+
 def _check(cfg: Any, path: str) -> int:
     """Run every check start-up runs, short of binding sockets; 0 when start-up would pass them."""
     from inferwatch_sidecar.daemon import Sidecar, StartupError
@@ -102,6 +125,8 @@ def run(args: argparse.Namespace) -> int:
     try:
         set_tree, set_sources = parse_set(args.set)
         cfg = load_config(path, overrides=merge(flags, set_tree), override_sources={**sources, **set_sources})
+        if args.engine_metrics:
+            cfg = _with_engine_urls(cfg, args.engine_metrics)
     except ConfigError as e:
         print(f"inferwatch sidecar: {e}", file=sys.stderr)
         return 2

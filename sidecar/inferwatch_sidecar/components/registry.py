@@ -25,12 +25,16 @@ from pydantic import BaseModel
 
 from inferwatch_sidecar.components.canary.config import CanaryConfig
 from inferwatch_sidecar.components.drift.config import DriftConfig
+from inferwatch_sidecar.components.engines.config import EnginesConfig
 from inferwatch_sidecar.components.gpu.config import GpuConfig
+from inferwatch_sidecar.components.saturation.config import SaturationConfig
 from inferwatch_sidecar.components.skew.config import SkewConfig
 from inferwatch_sidecar.components.tail.config import TailConfig
 from inferwatch_sidecar.metrics import canary as canary_metrics
 from inferwatch_sidecar.metrics import drift as drift_metrics
+from inferwatch_sidecar.metrics import engines as engines_metrics
 from inferwatch_sidecar.metrics import gpu as gpu_metrics
+from inferwatch_sidecar.metrics import saturation as saturation_metrics
 from inferwatch_sidecar.metrics import skew as skew_metrics
 from inferwatch_sidecar.metrics import tail as tail_metrics
 from inferwatch_sidecar.metrics.entry import Metric
@@ -73,6 +77,8 @@ REGISTRY: tuple[ComponentSpec, ...] = (
     _spec("tail", TailConfig, tail_metrics.METRICS),
     _spec("canary", CanaryConfig, canary_metrics.METRICS),
     _spec("skew", SkewConfig, skew_metrics.METRICS),
+    _spec("engines", EnginesConfig, engines_metrics.METRICS),
+    _spec("saturation", SaturationConfig, saturation_metrics.METRICS),
 )
 
 

@@ -16,7 +16,9 @@ import sys
 from inferwatch_sidecar.metrics import canary as canary_metrics
 from inferwatch_sidecar.metrics import core as core_metrics
 from inferwatch_sidecar.metrics import drift as drift_metrics
+from inferwatch_sidecar.metrics import engines as engines_metrics
 from inferwatch_sidecar.metrics import gpu as gpu_metrics
+from inferwatch_sidecar.metrics import saturation as saturation_metrics
 from inferwatch_sidecar.metrics import skew as skew_metrics
 from inferwatch_sidecar.metrics import tail as tail_metrics
 from inferwatch_sidecar.metrics.entry import COMPONENTS, Metric
@@ -27,7 +29,7 @@ __all__ = ["Metric", "all_metrics", "by_name", "markdown", "series_names", "unit
 def all_metrics() -> tuple[Metric, ...]:
     """Every metric of every component, in a stable order."""
     out = (*core_metrics.METRICS, *gpu_metrics.METRICS, *drift_metrics.METRICS, *tail_metrics.METRICS,
-           *canary_metrics.METRICS, *skew_metrics.METRICS)
+           *canary_metrics.METRICS, *skew_metrics.METRICS, *engines_metrics.METRICS, *saturation_metrics.METRICS)
     seen: set[str] = set()
     for m in out:
         if m.name in seen:
