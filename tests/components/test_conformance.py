@@ -52,6 +52,8 @@ def _section(name: str) -> Any:
     if name == "gpu":
         extra.update(backend="fake", interval_s=0.05,
                      fake={"processes": [{"pid": 4242, "base_gib": 2, "leak_mib_per_s": 5, "leak_start_s": 0}]})
+    if name == "engines":  # a target that refuses: the component counts and exports the failure
+        extra.update(targets=[{"url": "http://127.0.0.1:9/metrics", "kind": "vllm"}], timeout_s=1.0)
     return spec.config.model_validate(extra)
 
 

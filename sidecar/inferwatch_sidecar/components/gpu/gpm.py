@@ -309,15 +309,17 @@ class GpmSampler:
                 bit = getattr(nv, "nvmlClocksEventReason" + suffix, None)
                 if bit is None:
                     bit = getattr(nv, "nvmlClocksThrottleReason" + suffix, 0)
-                h.throttle[label] = bool(int(reasons) & int(bit))
+                h.throttle[label] = bool(int(reasons) & int(bit or 0))
         sm = self._opt(u, "clock", lambda: nv.nvmlDeviceGetClockInfo(u.handle, nv.NVML_CLOCK_SM))
         mem = self._opt(u, "clock", lambda: nv.nvmlDeviceGetClockInfo(u.handle, nv.NVML_CLOCK_MEM))
         h.sm_clock_hz = None if sm is None else float(sm) * 1e6
         h.mem_clock_hz = None if mem is None else float(mem) * 1e6
         for attr, kind in (("ecc_corrected", "NVML_MEMORY_ERROR_TYPE_CORRECTED"),
                            ("ecc_uncorrected", "NVML_MEMORY_ERROR_TYPE_UNCORRECTED")):
-            v = self._opt(u, "ecc", lambda k=kind: nv.nvmlDeviceGetTotalEccErrors(
-                u.handle, getattr(nv, k), nv.NVML_VOLATILE_ECC))
+            def ecc(k: str = kind) -> Any:
+                return nv.nvmlDeviceGetTotalEccErrors(u.handle, getattr(nv, k), nv.NVML_VOLATILE_ECC)
+
+            v = self._opt(u, "ecc", ecc)
             if v is not None:
                 setattr(h, attr, int(v))
         return h
