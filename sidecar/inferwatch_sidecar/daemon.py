@@ -48,7 +48,7 @@ from inferwatch_sidecar.config import SidecarConfig
 from inferwatch_sidecar.export.budget import ExpositionBudget
 from inferwatch_sidecar.export.http_server import HttpServer, refused_family
 from inferwatch_sidecar.export.priority import PRIORITY
-from inferwatch_sidecar.export.routes import AdminHandler, Endpoints, Route, scrape_registry, sidecar_routes
+from inferwatch_sidecar.export.routes import AdminHandler, Endpoints, Route, sidecar_routes
 from inferwatch_sidecar.export.summary import SinceTracker, verdicts
 from inferwatch_sidecar.ingest import otlp_traces
 from inferwatch_sidecar.ingest.http_json import JsonDecoder, JsonIngest
@@ -456,7 +456,7 @@ class Sidecar:
     def _scrape(self, accept: str) -> tuple[bytes, str]:
         """``/metrics``: rendered while the ingest and worker loops step aside (export/priority.py)."""
         with PRIORITY:
-            return scrape_registry(self.exposition, accept, protobuf=self.cfg.aggregate.native.protobuf)  # type: ignore[arg-type]
+            return self.exposition.render(accept, protobuf=self.cfg.aggregate.native.protobuf)
 
     def _routes(self) -> dict[str, Route]:
         """The HTTP route table, wired to this daemon through narrow callables only."""
