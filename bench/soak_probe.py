@@ -11,7 +11,9 @@ on SIGUSR1, writes to OUT.json from inside the process:
   that allocated most of what is still live;
 - **scrape**: the CPU seconds one scrape spends in each collector (aggregator, pipeline, OTLP,
   every component) and in rendering the text, OpenMetrics and protobuf expositions, and the
-  samples per family; each taken as the median of 3 runs.
+  samples per family; each taken as the median of 3 runs;
+- **rss**: the resident set, then after a garbage collection, then after glibc's ``malloc_trim``
+  (what freed memory the allocator still held).
 
 It measures the live process the soak attacked, so the figures are of the state the attack left.
 """
@@ -121,6 +123,14 @@ def _scrape(side: Any) -> dict[str, Any]:
             "text_bytes": len(generate_latest(side.exposition))}  # type: ignore[arg-type]
 
 
+def _rss_mib() -> float:
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return round(int(line.split()[1]) / 1024, 1)
+    return 0.0
+
+
 def main() -> int:
     out = Path(sys.argv[1])
     sys.argv = ["inferwatch", "sidecar", *sys.argv[2:]]
@@ -146,6 +156,16 @@ def main() -> int:
                 doc["tracemalloc_total_mib"] = round(sum(s.size for s in snap.statistics("filename")) / 2**20, 1)
                 doc["tracemalloc"] = [f"{s.size / 2**20:8.2f} MiB {s.count:9d} {s.traceback[0]}"
                                       for s in snap.statistics("lineno")[:25]]
+            doc["rss_mib"] = _rss_mib()
+            gc.collect()
+            doc["rss_mib_after_gc"] = _rss_mib()
+            try:
+                import ctypes
+
+                ctypes.CDLL("libc.so.6").malloc_trim(0)
+                doc["rss_mib_after_malloc_trim"] = _rss_mib()
+            except (OSError, AttributeError):
+                pass
             out.write_text(json.dumps(doc, indent=1) + "\n")
 
         threading.Thread(target=work, name="soak-probe").start()
