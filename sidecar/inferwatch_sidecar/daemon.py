@@ -153,7 +153,7 @@ class Sidecar:
         self.aggregator = Aggregator(self.ctx, frozenset(cfg.ingest.queue_stages), cfg.labels.max_label_sets,
                                      cfg.aggregate.buckets.families, cfg.aggregate.buckets.stages,
                                      cfg.aggregate.native.bucket_schema, cfg.aggregate.native.classic_families,
-                                     max_series=cfg.labels.max_series)
+                                     max_series=cfg.labels.max_series, max_family_series=cfg.labels.max_family_series)
         for problem in self.aggregator.alert_bound_problems():
             log.warning("%s", problem)
         self.latency = LatencyStatus(self.aggregator)
