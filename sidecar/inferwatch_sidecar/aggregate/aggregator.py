@@ -430,9 +430,7 @@ class Aggregator:
 
     def _new_error(self, b: Bundle, el: str) -> None:
         """Count the first error of type ``el`` in ``b``: a new series, if the budget allows."""
-        if el == OVERFLOW and b.lab == _OVERFLOW_LAB:
-            b.errors[el] = 1
-        elif self._spend(1, REQUEST_ERRORS_TOTAL.name, 1):
+        if (el == OVERFLOW and b.lab == _OVERFLOW_LAB) or self._spend(1, REQUEST_ERRORS_TOTAL.name, 1):
             b.errors[el] = 1
         else:
             ob = self._overflow_bundle()
