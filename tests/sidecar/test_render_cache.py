@@ -109,3 +109,48 @@ def test_the_family_budget_cuts_a_snapshot_family_and_counts_it(tmp_path) -> Non
     assert body == scrape_registry(view, "")[0]  # type: ignore[arg-type]
     assert view.render("")[0] == body
     assert view.renderer.rendered["inferwatch_drift_bin_events"] == 1  # the cut family is cached too
+
+
+def test_fast_text_encoder_writes_what_prometheus_client_writes() -> None:
+    from prometheus_client.core import (
+        CounterMetricFamily,
+        GaugeMetricFamily,
+        HistogramMetricFamily,
+        InfoMetricFamily,
+        SummaryMetricFamily,
+    )
+    from prometheus_client.exposition import generate_latest
+    from prometheus_client.samples import Exemplar
+
+    from inferwatch_sidecar.export.render import _One, text_family
+
+    rng = np.random.default_rng(11)
+    alphabet = list('ab"\\\n{}=,é☃ x-_.') + ["</script>"]
+    floats = [0.0, -0.0, 1.0, 1e-9, 2.5e17, float("inf"), float("-inf"), float("nan"), 123456789.0, 0.1]
+
+    def val() -> str:
+        return "".join(rng.choice(alphabet, size=int(rng.integers(0, 8))))
+
+    def num() -> float:
+        return float(rng.choice(floats)) if rng.random() < 0.5 else float(rng.normal() * 10.0 ** int(rng.integers(-6, 9)))
+
+    for trial in range(60):
+        labels = ["model", "stage", "zeta", "a_b"][: int(rng.integers(0, 5))]
+        if trial % 7 == 0:
+            labels.append("bad-name")  # a label name the text format escapes: the generic encoder's job
+        doc = "help " + val()
+        fams = [CounterMetricFamily(f"c{trial}_total", doc, labels=labels),
+                GaugeMetricFamily(f"g{trial}", doc, labels=labels),
+                HistogramMetricFamily(f"h{trial}_seconds", doc, labels=labels),
+                SummaryMetricFamily(f"s{trial}", doc, labels=labels),
+                InfoMetricFamily(f"i{trial}", doc)]
+        for _ in range(int(rng.integers(0, 6))):
+            lv = [val() for _ in labels]
+            fams[0].add_metric(lv, abs(num()), created=1.5 if rng.random() < 0.2 else None)
+            fams[1].add_metric(lv, num(), timestamp=12.5 if rng.random() < 0.1 else None)
+            ex = Exemplar({"trace_id": "ab"}, 0.2, 3.0) if rng.random() < 0.5 else None
+            fams[2].add_metric(lv, [("0.1", 1.0), ("1.0", 2.0, ex) if ex else ("1.0", 2.0), ("+Inf", 3.0)], num())
+            fams[3].add_metric(lv, count_value=3, sum_value=num())
+        fams[4].add_metric([], {"version": val()})
+        for fam in fams:
+            assert text_family(fam) == generate_latest(_One(fam)), (trial, fam.name)  # type: ignore[arg-type]

@@ -20,8 +20,10 @@ import threading
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from prometheus_client.exposition import choose_encoder
+from prometheus_client.exposition import choose_encoder, generate_latest
 from prometheus_client.metrics_core import Metric
+from prometheus_client.utils import floatToGoString
+from prometheus_client.validation import _is_valid_legacy_labelname, _is_valid_legacy_metric_name
 
 from inferwatch_sidecar.metrics import protobuf
 
@@ -42,6 +44,59 @@ class _One:
 
 Encoder = Callable[[Metric], bytes]
 
+_OM_SUFFIXES = ("_created", "_gsum", "_gcount")
+_TEXT_TYPES = {"counter": ("_total", "counter"), "gauge": ("", "gauge"), "histogram": ("", "histogram"),
+               "info": ("_info", "gauge"), "unknown": ("", "untyped"), "summary": ("", "summary")}
+
+
+def _escape_value(v: str) -> str:
+    return v.replace("\\", r"\\").replace("\n", r"\n").replace('"', r'\"')
+
+
+def text_family(fam: Metric) -> bytes:
+    """One family in the text format 0.0.4, byte for byte what ``generate_latest`` writes for it, several times faster.
+
+    prometheus_client's encoder validates and escapes every label name of every sample (a
+    histogram's labels 33 times over); this one once per label name and per value. A family it
+    does not cover the same way (timestamps, OpenMetrics-only samples, names needing escapes) goes
+    to ``generate_latest``.
+    """
+    munge = _TEXT_TYPES.get(fam.type)
+    mname = fam.name + munge[0] if munge else ""
+    if munge is None or not _is_valid_legacy_metric_name(mname):
+        return generate_latest(_One(fam))  # type: ignore[arg-type]
+    doc = fam.documentation.replace("\\", r"\\").replace("\n", r"\n")
+    out = [f"# HELP {mname} {doc}\n# TYPE {mname} {munge[1]}\n"]
+    names_ok: dict[str, bool] = {}
+    label_ok: dict[str, bool] = {}
+    values: dict[str, str] = {}
+    for smp in fam.samples:
+        name = smp.name
+        ok = names_ok.get(name)
+        if ok is None:
+            ok = names_ok[name] = _is_valid_legacy_metric_name(name) and not any(
+                name == fam.name + x for x in _OM_SUFFIXES)
+        if not ok or smp.timestamp is not None:
+            return generate_latest(_One(fam))  # type: ignore[arg-type]
+        labels = smp.labels
+        if labels:
+            parts = []
+            for k in sorted(labels):
+                good = label_ok.get(k)
+                if good is None:
+                    good = label_ok[k] = _is_valid_legacy_labelname(k)
+                if not good:
+                    return generate_latest(_One(fam))  # type: ignore[arg-type]
+                v = labels[k]
+                e = values.get(v)
+                if e is None:
+                    e = values[v] = _escape_value(v)
+                parts.append(f'{k}="{e}"')
+            out.append(f"{name}{{{','.join(parts)}}} {floatToGoString(smp.value)}\n")
+        else:
+            out.append(f"{name} {floatToGoString(smp.value)}\n")
+    return "".join(out).encode("utf-8")
+
 
 def negotiate(accept: str, allow_protobuf: bool = True) -> tuple[str, Encoder]:
     """(content type, one-family encoder) for an ``Accept`` header, as :func:`~.routes.scrape_registry` chooses.
@@ -57,6 +112,8 @@ def negotiate(accept: str, allow_protobuf: bool = True) -> tuple[str, Encoder]:
             return out[: -len(_EOF)] if out.endswith(_EOF) else out
 
         return ctype, one
+    if whole is generate_latest:
+        return ctype, text_family
     return ctype, lambda fam: whole(_One(fam))  # type: ignore[arg-type]
 
 
