@@ -17,7 +17,7 @@ After ``--seconds`` of traffic and a pause of 3 intervals, it reads from Prometh
   ``model_feature:inferwatch_drift_chi2:10m`` against the engine's ``stats.psi`` and
   ``stats.chi2_goodness_of_fit`` on the big sidecar's counts: the worst relative difference. The
   rules use ``increase(...[10m])``, which extrapolates each replica's counters to the window's
-  edges by up to half a scrape interval, so they agree with the big sidecar to within that
+  edges by up to about a scrape interval, so they agree with the big sidecar to within that
   extrapolation (PSI, a function of proportions, much more closely than chi-square, which grows
   with the count); the run prints both and the per-replica extrapolation factor's range;
 - **arithmetic**: the engine's formulas on the rules' own ``...:increase10m`` bins against the
