@@ -30,6 +30,7 @@ import json
 import multiprocessing as mp
 import os
 import random
+import signal
 import socket
 import statistics
 import subprocess
@@ -210,6 +211,21 @@ def _counter(text: bytes, name: str, **labels: str) -> float:
     return total
 
 
+def _probe(side: subprocess.Popen[bytes], out: Path) -> dict[str, Any] | None:
+    """Ask the sidecar (under bench/soak_probe.py) for its heap breakdown and scrape timings."""
+    out.unlink(missing_ok=True)
+    side.send_signal(signal.SIGUSR1)
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline and side.poll() is None:
+        if out.exists() and out.read_text().endswith("}\n"):
+            doc: dict[str, Any] = json.loads(out.read_text())
+            print("soak probe: " + json.dumps(doc, indent=1), flush=True)
+            return doc
+        time.sleep(0.5)
+    print("soak probe: no answer", flush=True)
+    return None
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--seconds", type=float, default=600.0, help="length of the hostile traffic (default 600)")
@@ -220,6 +236,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--otlp-rate", type=float, default=8.0, help="POST /v1/traces per second (default 8)")
     ap.add_argument("--json", metavar="FILE", help="also write the summary as JSON")
     ap.add_argument("--save-metrics", metavar="FILE", help="write the last /metrics body to FILE")
+    ap.add_argument("--probe", metavar="FILE",
+                    help="run the sidecar under bench/soak_probe.py and, after the traffic, write its heap breakdown "
+                    "and per-collector scrape timings to FILE (set PYTHONTRACEMALLOC=1 for allocation sites too)")
     ap.add_argument("--repo", metavar="DIR", default=str(REPO),
                     help="run the sidecar from this source tree (default: this one), e.g. an older commit's")
     args = ap.parse_args(argv)
@@ -230,7 +249,9 @@ def main(argv: list[str] | None = None) -> int:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("INFERWATCH_", "OTEL_"))}
     repo = Path(args.repo)
     env["PYTHONPATH"] = os.pathsep.join([str(repo / "sdk"), str(repo / "sidecar")])
-    cmd = [sys.executable, "-m", "inferwatch_sidecar.cli", "sidecar", "--socket", str(tmp / "s.sock"),
+    launcher = [str(REPO / "bench" / "soak_probe.py"), str(Path(args.probe).resolve())] if args.probe else [
+        "-m", "inferwatch_sidecar.cli", "sidecar"]
+    cmd = [sys.executable, *launcher, "--socket", str(tmp / "s.sock"),
            "--udp-port", str(udp), "--http-port", str(port), "--no-gpu"]
     log = open(tmp / "sidecar.log", "wb")  # noqa: SIM115 - closed below
     side = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=repo)
@@ -282,6 +303,7 @@ def main(argv: list[str] | None = None) -> int:
             if g.is_alive():
                 g.kill()
     rss, th, fds = _proc(side.pid)
+    probe = _probe(side, Path(args.probe)) if args.probe else None
     q = statistics.quantiles(lat, n=100) if len(lat) > 1 else [lat[0]] * 99
     summary = {
         "seconds": args.seconds, "scrapes": len(lat), "scrape_p50_ms": round(q[49], 1),
@@ -294,6 +316,8 @@ def main(argv: list[str] | None = None) -> int:
         "lost_frames": _counter(text, "inferwatch_ingest_lost_frames_total"),
         "alive": side.poll() is None,
     }
+    if probe is not None:
+        summary["probe"] = probe
     side.terminate()
     try:
         side.wait(10)

@@ -192,7 +192,8 @@ class LabelsConfig(_Section):
         "inferwatch_label_overflow_total.",
     )
     max_family_series: int = Field(
-        5000, ge=100, description="Samples one metric family may hold in a scrape (see max_exposition_series).",
+        5000, ge=100, description="Samples one metric family may hold in a scrape (see max_exposition_series); "
+        "the request, stage, error and stream families send new series to __overflow__ before they reach it.",
     )
 
     @field_validator("max_values")

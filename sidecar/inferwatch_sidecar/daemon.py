@@ -56,7 +56,7 @@ from inferwatch_sidecar.config import SidecarConfig
 from inferwatch_sidecar.export.budget import ExpositionBudget
 from inferwatch_sidecar.export.priority import PRIORITY
 from inferwatch_sidecar.export.summary import SinceTracker, verdicts
-from inferwatch_sidecar.http.routes import AdminHandler, Endpoints, Route, scrape_registry, sidecar_routes
+from inferwatch_sidecar.http.routes import AdminHandler, Endpoints, Route, sidecar_routes
 from inferwatch_sidecar.http.server import HttpServer, refused_family
 from inferwatch_sidecar.ingest import otlp_traces
 from inferwatch_sidecar.ingest.http_json import JsonDecoder, JsonIngest
@@ -155,7 +155,7 @@ class Sidecar:
         self.aggregator = Aggregator(self.ctx, frozenset(cfg.ingest.queue_stages), cfg.labels.max_label_sets,
                                      cfg.aggregate.buckets.families, cfg.aggregate.buckets.stages,
                                      cfg.aggregate.native.bucket_schema, cfg.aggregate.native.classic_families,
-                                     max_series=cfg.labels.max_series)
+                                     max_series=cfg.labels.max_series, max_family_series=cfg.labels.max_family_series)
         for problem in self.aggregator.alert_bound_problems():
             log.warning("%s", problem)
         self.latency = LatencyStatus(self.aggregator)
@@ -456,7 +456,7 @@ class Sidecar:
     def _scrape(self, accept: str) -> tuple[bytes, str]:
         """``/metrics``: rendered while the ingest and worker loops step aside (export/priority.py)."""
         with PRIORITY:
-            return scrape_registry(self.exposition, accept, protobuf=self.cfg.aggregate.native.protobuf)  # type: ignore[arg-type]
+            return self.exposition.render(accept, protobuf=self.cfg.aggregate.native.protobuf)
 
     def _routes(self) -> dict[str, Route]:
         """The HTTP route table, wired to this daemon through narrow callables only."""

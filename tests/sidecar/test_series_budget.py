@@ -66,3 +66,24 @@ def test_default_budget_keeps_scrapes_small() -> None:
     text = generate_latest(s.registry).decode()
     assert lines(text) <= 50000 + 300
     assert len(text) < 8 << 20
+
+
+def test_family_budget_holds_each_aggregator_family_so_the_exposition_never_cuts_them() -> None:
+    # The exposition leaves out what passes labels.max_family_series in one family; the aggregator kept
+    # those series anyway (memory) and built them at every scrape (CPU), to be cut. It now overflows first.
+    rng = random.Random(31)
+    s = make(max_family_series=1000, max_label_sets=1000, max_values={"stage": 60, "error_type": 60, "model": 1000})
+    sent = attack(s, rng, 120, 30)
+    body, _ = s._scrape("")
+    m = parse_metrics(body.decode())
+    per_family: dict[str, int] = {}
+    for fam in s.aggregator.collect():
+        per_family[fam.name] = len(fam.samples)
+    for name in ("inferwatch_stage_duration_seconds", "inferwatch_request_duration_seconds",
+                 "inferwatch_inter_token_latency_seconds", "inferwatch_request_errors"):
+        # Within the family budget, plus the __overflow__ label set's own series.
+        assert per_family[name] <= 1000 + 33 + 3, (name, per_family[name])
+    assert s.exposition.last_dropped == 0 and s.exposition.overflow.overflowed == 0
+    assert sample(m, "inferwatch_label_overflow_total", label="series") > 0
+    assert total(m, "inferwatch_requests_total") == sent
+    assert total(m, "inferwatch_stage_duration_seconds_count") == sent

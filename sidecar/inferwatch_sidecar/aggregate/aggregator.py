@@ -272,6 +272,9 @@ class Aggregator:
             a new label set, stage, error type or stream histogram is aggregated into the one
             ``__overflow__`` label set (stage and error type ``__overflow__``), counted as
             ``label="series"`` in ``inferwatch_label_overflow_total``, which the cardinality alert watches.
+        max_family_series: the same, per family (``labels.max_family_series``): the lines one
+            family may hold, so the aggregator never keeps series the exposition budget would
+            leave out of every scrape (export/budget.py), nor builds them at each scrape.
     """
 
     def __init__(
@@ -279,11 +282,14 @@ class Aggregator:
         buckets: Mapping[str, Sequence[float]] | None = None,
         stage_buckets: Mapping[str, Sequence[float]] | None = None,
         native_schema: int | None = DEFAULT_SCHEMA, native_classic: Sequence[str] = (),
-        max_series: int = 50000,
+        max_series: int = 50000, max_family_series: int | None = None,
     ) -> None:
         self.lock = threading.Lock()
         self.max_label_sets = max_label_sets
         self.max_series = max_series
+        self.max_family_series = max_family_series
+        #: Lines spent per family (the largest family a new series adds to), against max_family_series.
+        self.family_series: dict[str, int] = {}
         #: Exposition lines created so far (the budget above counts them).
         self.series = 0
         #: Counts what the series budget sent to __overflow__ (exported as label="series").
@@ -379,7 +385,8 @@ class Aggregator:
                 if len(self.bundles) >= self.max_label_sets:
                     self.label_set_overflow.overflowed += 1
                     b = self._overflow_bundle()
-                elif not self._spend(self._bundle_lines):
+                elif not self._spend(self._bundle_lines, REQUEST_DURATION_SECONDS.name,
+                                     len(self.bounds[REQUEST_DURATION_SECONDS.name]) + 3):
                     b = self._overflow_bundle()
                 else:
                     b = self.bundles[lab] = Bundle(lab, len(self.request_bounds))
@@ -392,12 +399,18 @@ class Aggregator:
         # (Classic buckets: the lines a text scrape shows, whatever cells the native histograms add.)
         return 3 + 1 + len(self.bounds[REQUEST_DURATION_SECONDS.name]) + 3
 
-    def _spend(self, lines: int) -> bool:
-        """Take ``lines`` from the series budget; False (and counted) when they do not fit."""
-        if self.series + lines > self.max_series:
+    def _spend(self, lines: int, family: str = "", family_lines: int = 0) -> bool:
+        """Take ``lines`` from the series budget, ``family_lines`` of them from ``family``'s; False (and
+        counted) when they do not fit."""
+        fam = self.family_series.get(family, 0) + family_lines
+        # Room is left in each family for the __overflow__ label set's own series (outside the budget).
+        if self.series + lines > self.max_series or (
+                self.max_family_series is not None and fam > self.max_family_series - family_lines):
             self.series_overflow.overflowed += 1
             return False
         self.series += lines
+        if family:
+            self.family_series[family] = fam
         return True
 
     def _overflow_bundle(self) -> Bundle:
@@ -417,7 +430,7 @@ class Aggregator:
 
     def _new_error(self, b: Bundle, el: str) -> None:
         """Count the first error of type ``el`` in ``b``: a new series, if the budget allows."""
-        if b.lab == _OVERFLOW_LAB or self._spend(1):
+        if (el == OVERFLOW and b.lab == _OVERFLOW_LAB) or self._spend(1, REQUEST_ERRORS_TOTAL.name, 1):
             b.errors[el] = 1
         else:
             ob = self._overflow_bundle()
@@ -430,7 +443,8 @@ class Aggregator:
         s = b.stages.get(capped)
         if s is None:
             lay = self.stage_layouts.get(capped) or self.layouts[STAGE_DURATION_SECONDS.name]
-            if (b.lab == _OVERFLOW_LAB and capped == OVERFLOW) or self._spend(len(self.stage_bounds.get(capped) or self.bounds[STAGE_DURATION_SECONDS.name]) + 3):
+            n = len(self.stage_bounds.get(capped) or self.bounds[STAGE_DURATION_SECONDS.name]) + 3
+            if (b.lab == _OVERFLOW_LAB and capped == OVERFLOW) or self._spend(n, STAGE_DURATION_SECONDS.name, n):
                 s = b.stages[capped] = StageSeries((*b.lab, capped), lay.edges, lay)
             else:
                 s = self._overflow_stage()
@@ -604,7 +618,9 @@ class Aggregator:
         classic = self.bounds
         if s.ttft is None and not self._spend(len(classic[TIME_TO_FIRST_TOKEN_SECONDS.name])
                                                + len(classic[INTER_TOKEN_LATENCY_SECONDS.name])
-                                               + len(classic[GENERATION_LENGTH_TOKENS.name]) + 9 + 2):
+                                               + len(classic[GENERATION_LENGTH_TOKENS.name]) + 9 + 2,
+                                               INTER_TOKEN_LATENCY_SECONDS.name,
+                                               len(classic[INTER_TOKEN_LATENCY_SECONDS.name]) + 3):
             s = self._overflow_stage()
         if s.ttft is None:
             s.ttft = Histogram(len(self.ttft_bounds))

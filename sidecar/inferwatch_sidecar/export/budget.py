@@ -9,7 +9,9 @@ keeps whole label sets (a histogram's buckets stay together) in collection order
 the rest out. Every family cut is counted as ``label="exposition"`` in
 ``inferwatch_label_overflow_total``, which the cardinality alert watches, and the number of
 samples left out of the last scrape is in ``/v1/status``. Any renderer (text, OpenMetrics,
-protobuf) sits on top of the view.
+protobuf) sits on top of the view; :meth:`ExpositionBudget.render` renders it with the snapshot
+families' bytes kept between scrapes (export/render.py), and cuts such a family without building
+its samples (one per snapshot value), so a cut family is rendered once per snapshot too.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from typing import Any
 from prometheus_client.metrics_core import Metric
 
 from inferwatch_sidecar.aggregate.labels import LabelLimiter
+from inferwatch_sidecar.export.render import FamilyRenderer
 
 _GROUP_SKIP = frozenset(("le", "quantile"))
 
@@ -37,12 +40,18 @@ class ExpositionBudget:
         #: samples left out of the last scrape
         self.last_dropped = 0
         self._lock = threading.Lock()
+        self.renderer = FamilyRenderer()
+
+    def render(self, accept: str, protobuf: bool = True) -> tuple[bytes, str]:
+        """The ``/metrics`` body for an ``Accept`` header, and its content type (export/render.py)."""
+        return self.renderer.body(self.collect(), accept, protobuf)
 
     def collect(self) -> Iterator[Metric]:
         left = self.max_series
         dropped = 0
         for fam in self.registry.collect():
-            n = len(fam.samples)
+            values = getattr(fam, "snapshot_values", None)
+            n = len(fam.samples) if values is None else len(values)
             allow = min(left, self.max_family_series)
             if n <= allow:
                 left -= n
@@ -58,6 +67,12 @@ class ExpositionBudget:
 
     @staticmethod
     def _cut(fam: Metric, allow: int) -> Metric:
+        values = getattr(fam, "snapshot_values", None)
+        if values is not None:  # a snapshot family: one sample per value, cut without building them
+            lazy = type(fam)(fam.name, fam.documentation, labels=fam._labelnames, unit=fam.unit)  # type: ignore[call-arg, attr-defined]
+            lazy.pending(values[:allow])  # type: ignore[attr-defined]
+            lazy.snapshot_key = (*fam.snapshot_key, allow)  # type: ignore[attr-defined]
+            return lazy
         out = Metric(fam.name, fam.documentation, fam.type, fam.unit)
         admitted: set[tuple[tuple[str, str], ...]] = set()
         samples: list[Any] = []

@@ -104,6 +104,8 @@ class Route:
         on_too_large: counts a body refused for its length.
         inline: the handler is cheap and never blocks: it runs on the event
             loop, so it answers while every handler thread is busy.
+        scrape: the handler runs on the server's scrape threads (``/metrics``): four
+            OTLP or JSON bodies waiting to be decoded must not hold a scrape back.
     """
 
     methods: frozenset[str]
@@ -112,6 +114,8 @@ class Route:
     admit: Callable[[Request], Response | None] | None = None
     on_too_large: Callable[[], None] | None = None
     inline: bool = False
+    #: runs on the server's scrape threads, never queued behind the handler threads' ingest bodies.
+    scrape: bool = False
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -268,7 +272,7 @@ def sidecar_routes(ep: Endpoints) -> dict[str, Route]:
 
     pages = {path: status_page(path) for path in STATUS_FILES}
     routes = {
-        "/metrics": Route(_GET, metrics),
+        "/metrics": Route(_GET, metrics, scrape=True),
         "/healthz": Route(_GET, lambda req: Response(200, b"ok\n"), inline=True),
         "/readyz": Route(_GET, readyz, inline=True),
         "/v1/status": Route(_GET, lambda req: json_response(200, ep.status())),

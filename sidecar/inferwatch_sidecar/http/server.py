@@ -28,7 +28,8 @@ What uvicorn lacks, added here:
 - ``connection: close`` on every answer that leaves a request body unread
   (401, 404, 413, a body on a GET), so those bytes never become a request;
 - handlers off the event loop: all but ``inline`` routes run on a small
-  dedicated thread pool, so /healthz answers during a slow scrape; socket
+  dedicated thread pool, so /healthz answers during a slow scrape, and
+  ``/metrics`` on its own two threads, so it never waits behind ingest bodies; socket
   ingest has its own thread and never waits for either;
 - browser safety: a request whose ``Origin`` is not the sidecar's own (nor in
   ``http.allowed_origins``) is answered 403, and, when the server is bound
@@ -70,8 +71,10 @@ _CONN_LOG.addFilter(lambda record: record.levelno >= logging.ERROR)
 _THREAD_NAME = "inferwatch-http"
 #: Pending connections the kernel queues for accept (it caps this at net.core.somaxconn).
 BACKLOG = 1024
-#: Threads running the handlers that are not inline (scrape, JSON ingest, status, admin).
+#: Threads running the handlers that are not inline (JSON ingest, OTLP, status, admin).
 HANDLER_THREADS = 4
+#: Threads running the scrape routes (``Route.scrape``), apart, so ingest bodies never queue ahead of a scrape.
+SCRAPE_THREADS = 2
 #: The largest request line plus headers (h11 answers 400 past it).
 MAX_HEADER_BYTES = 16 * 1024
 #: Idle time allowed between requests on a keep-alive connection.
@@ -291,12 +294,14 @@ class _App:
     """The ASGI application: framing checks, body reading under the limits, then the route's handler."""
 
     def __init__(
-        self, routes: Mapping[str, Route], limits: HttpConfig, refusals: Refusals, executor: ThreadPoolExecutor
+        self, routes: Mapping[str, Route], limits: HttpConfig, refusals: Refusals, executor: ThreadPoolExecutor,
+        scrape_executor: ThreadPoolExecutor | None = None,
     ) -> None:
         self.routes = routes
         self.limits = limits
         self.refusals = refusals
         self.executor = executor
+        self.scrape_executor = scrape_executor or executor
         extra = {host_name(h) for h in limits.allowed_hosts}
         #: Host names accepted, or None when the Host header is not checked.
         self.hosts: frozenset[str] | None = (
@@ -381,7 +386,8 @@ class _App:
         if route.inline:
             return _run(route, req), has_body
         loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self.executor, _run, route, req), has_body
+        pool = self.scrape_executor if route.scrape else self.executor
+        return await loop.run_in_executor(pool, _run, route, req), has_body
 
 
 class HttpServer:
@@ -402,10 +408,11 @@ class HttpServer:
         self.port = int(self._sock.getsockname()[1])
         self.refusals = Refusals()
         self._executor = ThreadPoolExecutor(HANDLER_THREADS, thread_name_prefix="inferwatch-http-handler")
+        self._scrape_executor = ThreadPoolExecutor(SCRAPE_THREADS, thread_name_prefix="inferwatch-http-scrape")
         protocol = type("_ServerProtocol", (_Protocol,), {"limits": config, "refusals": self.refusals})
         self._server = uvicorn.Server(
             uvicorn.Config(
-                _App(routes, config, self.refusals, self._executor),
+                _App(routes, config, self.refusals, self._executor, self._scrape_executor),
                 http=protocol, ws="none", lifespan="off", interface="asgi3", loop="asyncio",
                 # Never log_level= (it sets uvicorn's logger levels process-wide) nor uvicorn's logging config.
                 log_config=None, access_log=False, proxy_headers=False, server_header=False,
@@ -444,3 +451,4 @@ class HttpServer:
             self._server.should_exit = True
             self._thread.join(timeout)
         self._executor.shutdown(wait=False, cancel_futures=True)
+        self._scrape_executor.shutdown(wait=False, cancel_futures=True)

@@ -121,10 +121,51 @@ def from_snapshot(metrics: Iterable[Metric], snapshot: Snapshot) -> Iterator[Pro
         samples = snapshot.get(m.name)
         if not samples:
             continue
-        fam = family(m)
-        for labels, v in samples:
-            fam.add_metric(list(labels), v)  # type: ignore[attr-defined]
-        yield fam
+        yield _LAZY[m.type](m.name, m.help, labels=m.labels, unit=m.unit).pending(samples)
+
+
+class _LazySamples:
+    """A snapshot family whose samples are built on first access (mixed into the counter and gauge families).
+
+    A component's snapshot holds up to tens of thousands of samples and changes once per
+    evaluation, while scrapes come more often: the exposition (export/render.py) renders such a
+    family once per snapshot, by :attr:`snapshot_key`, without building its samples again.
+    ``snapshot_values`` are the ``(label values, value)`` pairs it was built from, one sample each.
+    """
+
+    snapshot_values: Sequence[tuple[Sequence[str], float]] | None = None
+    #: Identifies the snapshot list (the component replaces it, never changes it in place).
+    snapshot_key: tuple[int, int] | None = None
+
+    def pending(self, values: Sequence[tuple[Sequence[str], float]]) -> _LazySamples:
+        self.snapshot_values = values
+        self.snapshot_key = (id(values), len(values))
+        self.__dict__["_todo"] = values
+        return self
+
+    @property
+    def samples(self) -> list[object]:
+        todo = self.__dict__.get("_todo")
+        if todo is not None:
+            self.__dict__["_todo"] = None
+            for labels, v in todo:
+                self.add_metric(list(labels), v)  # type: ignore[attr-defined]
+        return self.__dict__["_samples"]  # type: ignore[no-any-return]
+
+    @samples.setter
+    def samples(self, value: list[object]) -> None:
+        self.__dict__["_samples"] = value
+
+
+class _LazyCounter(_LazySamples, CounterMetricFamily):
+    pass
+
+
+class _LazyGauge(_LazySamples, GaugeMetricFamily):
+    pass
+
+
+_LAZY: dict[str, type[_LazyCounter] | type[_LazyGauge]] = {"counter": _LazyCounter, "gauge": _LazyGauge}
 
 
 def describe(metrics: Iterable[Metric]) -> list[PromMetric]:

@@ -336,6 +336,8 @@ def encode_families(fams: Iterable[PromMetric], labels: _Labels | None = None) -
 
 
 _SHARED_LABELS = _Labels()
+#: The label-encoding cache every scrape shares (export/render.py encodes family by family with it).
+SHARED_LABELS = _SHARED_LABELS
 
 
 def encode(registry: Collector) -> bytes:

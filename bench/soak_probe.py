@@ -1,0 +1,180 @@
+"""Runs ``inferwatch sidecar`` with a probe that bench/soak.py reads at the end (``--probe``).
+
+``python bench/soak_probe.py OUT.json <sidecar flags>`` starts the sidecar as the CLI does and,
+on SIGUSR1, writes to OUT.json from inside the process:
+
+- **heap**: the bytes reachable from each part of the sidecar (the aggregator's label sets, the
+  pipeline, the OTLP receiver, every component and the largest attributes of each), measured by
+  walking the objects (``sys.getsizeof`` over everything reachable, each object counted once,
+  in the order listed, so a buffer shared by two parts counts for the first);
+- **tracemalloc** (only when ``PYTHONTRACEMALLOC`` is set in the environment): the 25 source lines
+  that allocated most of what is still live;
+- **scrape**: the CPU seconds one scrape spends in each collector (aggregator, pipeline, OTLP,
+  every component) and in rendering the text, OpenMetrics and protobuf expositions, and the
+  samples per family; each taken as the median of 3 runs;
+- **rss**: the resident set, then after a garbage collection, then after glibc's ``malloc_trim``
+  (what freed memory the allocator still held).
+
+It measures the live process the soak attacked, so the figures are of the state the attack left.
+"""
+
+from __future__ import annotations
+
+import gc
+import json
+import signal
+import statistics
+import sys
+import threading
+import time
+import types
+from pathlib import Path
+from typing import Any
+
+_SKIP = (type, types.ModuleType, types.FunctionType, types.BuiltinFunctionType, types.MethodType,
+         types.CodeType, types.FrameType, threading.Thread)
+
+
+def _reach(root: Any, seen: set[int], limit: int = 5_000_000) -> int:
+    """Bytes reachable from ``root`` not already in ``seen`` (classes, modules, functions and threads excluded)."""
+    total = 0
+    stack = [root]
+    n = 0
+    while stack and n < limit:
+        o = stack.pop()
+        i = id(o)
+        if i in seen or isinstance(o, _SKIP):
+            continue
+        seen.add(i)
+        n += 1
+        try:
+            total += sys.getsizeof(o)
+        except TypeError:
+            continue
+        if isinstance(o, (str, bytes, bytearray, int, float, bool, type(None))):
+            continue
+        stack.extend(gc.get_referents(o))
+    return total
+
+
+def _heap(side: Any) -> dict[str, Any]:
+    seen: set[int] = set()
+    # Shared infrastructure first, so it is not charged to the first part that refers to it.
+    for shared in (side.cfg, side.ctx, side.registry, sys.modules):
+        _reach(shared, seen)
+    parts: dict[str, Any] = {}
+
+    def part(name: str, obj: Any) -> None:
+        attrs = {}
+        d = getattr(obj, "__dict__", None) or {k: getattr(obj, k) for k in getattr(type(obj), "__slots__", ())
+                                                if hasattr(obj, k)}
+        for k, v in d.items():
+            attrs[k] = _reach(v, seen)
+        top = sorted(((v, k) for k, v in attrs.items() if v), reverse=True)[:8]
+        parts[name] = {"bytes": sum(attrs.values()) + _reach(obj, seen),
+                       "largest": {k: v for v, k in top}}
+
+    part("aggregator", side.aggregator)
+    part("pipeline", side.pipeline)
+    part("traces", side.traces)
+    for s in side.slots:
+        if s.component is not None:
+            part(f"component:{s.name}", s.component)
+    part("http", side.http)
+    part("otlp_push", side.otlp)
+    return parts
+
+
+def _median_time(fn: Any, runs: int = 3) -> tuple[float, Any]:
+    """The median CPU seconds of this thread in ``fn()`` (not wall time: the machine may be shared)."""
+    times, out = [], None
+    for _ in range(runs):
+        t = time.thread_time()
+        out = fn()
+        times.append(time.thread_time() - t)
+    return statistics.median(times), out
+
+
+def _scrape(side: Any) -> dict[str, Any]:
+    from prometheus_client.exposition import generate_latest
+    from prometheus_client.openmetrics.exposition import generate_latest as generate_om
+
+    from inferwatch_sidecar.metrics import protobuf
+
+    collect: dict[str, float] = {}
+    collect["aggregator"] = _median_time(lambda: list(side.aggregator.collect()))[0]
+    collect["pipeline+core rest"] = _median_time(lambda: list(side._collect_core()))[0] - collect["aggregator"]
+    collect["traces"] = _median_time(lambda: list(side.traces.collect()))[0]
+    for s in side.slots:
+        if s.component is not None and s.state == "running":
+            collect[f"component:{s.name}"] = _median_time(lambda c=s.component: list(c.collect()))[0]
+    samples: dict[str, int] = {}
+    for fam in side.exposition.collect():
+        samples[fam.name] = samples.get(fam.name, 0) + len(fam.samples)
+    render = {
+        "text": _median_time(lambda: generate_latest(side.exposition))[0],  # type: ignore[arg-type]
+        "openmetrics": _median_time(lambda: generate_om(side.exposition))[0],  # type: ignore[arg-type]
+        "protobuf": _median_time(lambda: protobuf.encode(side.exposition))[0],
+        "route /metrics text": _median_time(lambda: side._scrape("text/plain"))[0],
+    }
+    return {"collect_s": {k: round(v, 4) for k, v in collect.items()},
+            "render_s": {k: round(v, 4) for k, v in render.items()},
+            "samples": dict(sorted(samples.items(), key=lambda kv: -kv[1])),
+            "text_bytes": len(generate_latest(side.exposition))}  # type: ignore[arg-type]
+
+
+def _rss_mib() -> float:
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return round(int(line.split()[1]) / 1024, 1)
+    return 0.0
+
+
+def main() -> int:
+    out = Path(sys.argv[1])
+    sys.argv = ["inferwatch", "sidecar", *sys.argv[2:]]
+    from inferwatch_sidecar import daemon
+
+    holder: list[Any] = []
+    orig_init = daemon.Sidecar.__init__
+
+    def init(self: Any, *a: Any, **k: Any) -> None:
+        orig_init(self, *a, **k)
+        holder.append(self)
+
+    daemon.Sidecar.__init__ = init  # type: ignore[method-assign]
+
+    def probe(signum: int, frame: Any) -> None:
+        def work() -> None:
+            side = holder[0]
+            doc: dict[str, Any] = {"scrape": _scrape(side), "heap": _heap(side)}
+            import tracemalloc
+
+            if tracemalloc.is_tracing():
+                snap = tracemalloc.take_snapshot()
+                doc["tracemalloc_total_mib"] = round(sum(s.size for s in snap.statistics("filename")) / 2**20, 1)
+                doc["tracemalloc"] = [f"{s.size / 2**20:8.2f} MiB {s.count:9d} {s.traceback[0]}"
+                                      for s in snap.statistics("lineno")[:25]]
+            doc["rss_mib"] = _rss_mib()
+            gc.collect()
+            doc["rss_mib_after_gc"] = _rss_mib()
+            try:
+                import ctypes
+
+                ctypes.CDLL("libc.so.6").malloc_trim(0)
+                doc["rss_mib_after_malloc_trim"] = _rss_mib()
+            except (OSError, AttributeError):
+                pass
+            out.write_text(json.dumps(doc, indent=1) + "\n")
+
+        threading.Thread(target=work, name="soak-probe").start()
+
+    signal.signal(signal.SIGUSR1, probe)
+    from inferwatch_sidecar.cli import main as cli_main
+
+    return int(cli_main() or 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
