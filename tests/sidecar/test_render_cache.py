@@ -16,7 +16,7 @@ from prometheus_client.metrics_core import Metric
 from inferwatch_sidecar.config import load_config
 from inferwatch_sidecar.daemon import Sidecar
 from inferwatch_sidecar.export.budget import ExpositionBudget
-from inferwatch_sidecar.export.routes import scrape_registry
+from inferwatch_sidecar.http.routes import scrape_registry
 from inferwatch_sidecar.metrics import families
 from inferwatch_sidecar.metrics.drift import METRICS as DRIFT_METRICS
 from tests.drift.test_component import make_profile, traffic

@@ -13,8 +13,8 @@ import threading
 import time
 
 from inferwatch_sidecar.config import HttpConfig
-from inferwatch_sidecar.export.http_server import HANDLER_THREADS, HttpServer
-from inferwatch_sidecar.export.routes import Request, Response, Route, sidecar_routes
+from inferwatch_sidecar.http.routes import Request, Response, Route, sidecar_routes
+from inferwatch_sidecar.http.server import HANDLER_THREADS, HttpServer
 from tests.sidecar.test_http_hardening import _GET, _POST, exchange, statuses
 
 
@@ -55,7 +55,7 @@ def test_metrics_answers_while_every_handler_thread_holds_an_ingest_body() -> No
 
 
 def test_the_sidecar_marks_metrics_as_its_scrape_route() -> None:
-    from inferwatch_sidecar.export.routes import Endpoints
+    from inferwatch_sidecar.http.routes import Endpoints
 
     routes = sidecar_routes(Endpoints(
         scrape=lambda a: (b"", "text/plain"), ready=lambda: True, status=dict, ingest_json=lambda k, b: (200, {}),

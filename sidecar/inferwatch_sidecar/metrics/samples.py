@@ -103,12 +103,15 @@ class Samples:
 
     def merged(self, other: Samples | None) -> Samples:
         """A copy with ``other``'s entries replacing this one's (a snapshot plus the live counters)."""
+        # The row lists are shared, not copied: a published snapshot is never changed in place, and the
+        # same list object from scrape to scrape is what lets the exposition reuse a family's rendered
+        # bytes (export/render.py keys them by the list's identity).
         out = Samples()
-        out._rows = {k: list(v) for k, v in self._rows.items()}
-        out._info = {k: list(v) for k, v in self._info.items()}
+        out._rows = dict(self._rows)
+        out._info = dict(self._info)
         if other is not None:
-            out._rows.update({k: list(v) for k, v in other._rows.items()})
-            out._info.update({k: list(v) for k, v in other._info.items()})
+            out._rows.update(other._rows)
+            out._info.update(other._info)
         return out
 
     def __len__(self) -> int:
@@ -126,6 +129,10 @@ class Samples:
             rows = self._rows.get(m.name)
             infos = self._info.get(m.name)
             if not rows and not infos and not empty:
+                continue
+            if rows and not infos and m.type in ("counter", "gauge"):
+                # Built when the exposition needs its samples, rendered once per snapshot (export/render.py).
+                out.extend(fam.from_snapshot((m,), {m.name: rows}))
                 continue
             f = fam.family(m)
             for labels, v in rows or ():
