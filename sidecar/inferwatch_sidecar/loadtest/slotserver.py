@@ -34,6 +34,13 @@ class Slots:
         self.itl = itl
         self.rng = random.Random(seed)
         self.served = 0
+        self.conns: set[_Proto] = set()
+
+    def close_all(self) -> None:
+        """Close every open connection (before the loop stops)."""
+        for p in list(self.conns):
+            if p.t is not None:
+                p.t.close()
 
     def draw(self) -> float:
         if self.service <= 0:
@@ -54,6 +61,7 @@ class _Proto(asyncio.Protocol):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         assert isinstance(transport, asyncio.Transport)
         self.t = transport
+        self.s.conns.add(self)
 
     def data_received(self, data: bytes) -> None:
         self.buf += data
@@ -131,6 +139,7 @@ class _Proto(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.t = None
+        self.s.conns.discard(self)
 
 
 async def start(slots: int = 1, service: float = 0.0, cv: float = 0.0, tokens: int = 0, itl: float = 0.0,
