@@ -33,6 +33,7 @@ from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, f
 from inferwatch._core import check_stage_name
 from inferwatch._env import DEFAULT_SOCKET
 from inferwatch_sidecar.aggregate.aggregator import CONFIGURABLE_HISTOGRAMS
+from inferwatch_sidecar.components import registry
 from inferwatch_sidecar.components.canary.config import CanaryConfig
 from inferwatch_sidecar.components.drift.config import DriftConfig
 from inferwatch_sidecar.components.gpu.config import GpuConfig
@@ -395,6 +396,24 @@ class SidecarConfig(_Section):
     canary: CanaryConfig = Field(default_factory=CanaryConfig)
     skew: SkewConfig = Field(default_factory=SkewConfig)
 
+    def component(self, name: str) -> BaseModel:
+        """The section of the registered component ``name``."""
+        section = getattr(self, registry.spec(name).name)
+        assert isinstance(section, BaseModel)
+        return section
+
+
+def _check_component_sections() -> None:
+    """Every registered component has its section, of its config model (the registry is the one list)."""
+    for spec in registry.REGISTRY:
+        f = SidecarConfig.model_fields.get(spec.name)
+        if f is None or f.annotation is not spec.config:
+            raise TypeError(f"SidecarConfig needs a field {spec.name}: {spec.config.__name__} "
+                            "(components/registry.py lists it)")
+
+
+_check_component_sections()
+
 
 # ---------------------------------------------------------------------------
 # loading
@@ -558,12 +577,14 @@ def load_config(
         raise ConfigError(_format_errors(e, sources)) from None
 
 
-def reference_yaml(skip: tuple[str, ...] = ("gpu", "drift", "tail", "canary", "skew")) -> str:
+def reference_yaml(skip: tuple[str, ...] | None = None) -> str:
     """Every field with its default and description, as commented YAML (docs/config.md).
 
     Args:
-        skip: top-level sections left out (the components document their own).
+        skip: top-level sections left out; default: every registered component's (they document their own).
     """
+    if skip is None:
+        skip = registry.names()
     lines: list[str] = []
 
     def walk(model: type[BaseModel], indent: str) -> None:

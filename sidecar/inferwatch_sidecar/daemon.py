@@ -43,7 +43,15 @@ from inferwatch_sidecar import __version__
 from inferwatch_sidecar.aggregate.aggregator import METRICS as AGGREGATOR_METRICS
 from inferwatch_sidecar.aggregate.aggregator import Aggregator, LatencyStatus
 from inferwatch_sidecar.aggregate.labels import LabelLimiter
-from inferwatch_sidecar.components.base import Component, ComponentContext
+from inferwatch_sidecar.components import registry
+from inferwatch_sidecar.components.base import (
+    Component,
+    ComponentContext,
+    Connects,
+    Peers,
+    ServesAdmin,
+    TakesOffline,
+)
 from inferwatch_sidecar.config import SidecarConfig
 from inferwatch_sidecar.export.budget import ExpositionBudget
 from inferwatch_sidecar.export.http_server import HttpServer, refused_family
@@ -56,7 +64,6 @@ from inferwatch_sidecar.ingest.pipeline import EVENT_TYPES, Pipeline
 from inferwatch_sidecar.ingest.pipeline import METRICS as PIPELINE_METRICS
 from inferwatch_sidecar.ingest.sockets import IngestThread, check_socket_path, resolve_udp
 from inferwatch_sidecar.metrics import families
-from inferwatch_sidecar.metrics.catalog import all_metrics
 from inferwatch_sidecar.metrics.core import COMPONENT_UP, HTTP_REFUSED_TOTAL, PROCESS_METRICS
 
 log = logging.getLogger("inferwatch.sidecar")
@@ -70,14 +77,8 @@ _FORCED_GRACE_S = 0.5
 #: How often the main loop reads the status for the summary's since-when (verdicts first seen bad).
 _SUMMARY_EVERY_S = 5.0
 
-#: Components the daemon knows, in start order: config section name -> module.
-COMPONENTS = (
-    ("gpu", "inferwatch_sidecar.components.gpu.component"),
-    ("drift", "inferwatch_sidecar.components.drift.component"),
-    ("tail", "inferwatch_sidecar.components.tail.component"),
-    ("canary", "inferwatch_sidecar.components.canary.component"),
-    ("skew", "inferwatch_sidecar.components.skew.component"),
-)
+#: Components the daemon knows, in start order: config section name -> module (from the registry).
+COMPONENTS = tuple((s.name, s.module) for s in registry.REGISTRY)
 
 
 def _without_credentials(fields: dict[str, Any], url: str) -> dict[str, Any]:
@@ -120,7 +121,7 @@ class ComponentSlot:
 #: What the core collector exports: the aggregator's, the pipeline's and the component states.
 CORE_METRICS = (*AGGREGATOR_METRICS, *PIPELINE_METRICS, COMPONENT_UP, HTTP_REFUSED_TOTAL, *otlp_traces.METRICS)
 #: The catalog entries of every component the daemon knows (running or not: the names stay reserved).
-COMPONENT_METRICS = tuple(m for m in all_metrics() if m.component in dict(COMPONENTS))
+COMPONENT_METRICS = registry.component_metrics()
 
 
 class Sidecar:
@@ -147,7 +148,8 @@ class Sidecar:
         self.force_exit = False
         self._force_signal = 0
         self.ready = False
-        self.ctx = ComponentContext(default_label_budget=cfg.labels.default_max_values)
+        self.ctx = ComponentContext(default_label_budget=cfg.labels.default_max_values,
+                                    baselines=dict(cfg.canary.baselines))
         for label, budget in cfg.labels.max_values.items():
             self.ctx.limiters[label] = LabelLimiter(label, budget, cfg.labels.max_length)
         self.aggregator = Aggregator(self.ctx, frozenset(cfg.ingest.queue_stages), cfg.labels.max_label_sets,
@@ -216,8 +218,9 @@ class Sidecar:
     # -- components ------------------------------------------------------------
 
     def _build_components(self) -> None:
-        for name, module in COMPONENTS:
-            section = getattr(self.cfg, name)
+        for spec in registry.REGISTRY:
+            name, module = spec.name, spec.module
+            section = self.cfg.component(name)
             if not getattr(section, "enabled", True):
                 self.slots.append(ComponentSlot(name, "disabled"))
                 continue
@@ -238,25 +241,23 @@ class Sidecar:
                 continue
             self.slots.append(ComponentSlot(name, "built", comp))
             self.pipeline.register_component(name)
-            types = frozenset(getattr(comp, "record_types", frozenset()))
+            types = frozenset(comp.record_types)
             if types:
                 self.pipeline.dispatch.append((name, types, comp.handle))
         # A component that reads another's results (the canary judge reads the drift estimates) gets the others.
-        peers = {s.name: s.component for s in self.slots if s.component is not None}
+        peers = Peers({s.name: s.component for s in self.slots if s.component is not None})
         for s in self.slots:
-            connect = getattr(s.component, "connect", None)
-            if connect is not None:
-                connect(peers)
+            if isinstance(s.component, Connects):
+                s.component.connect(peers)
 
     def admin_route(self, component: str, path: str) -> AdminHandler | None:
         """The running component's admin handler for ``path``, or None; what it raises is counted, then re-raised."""
         for s in self.slots:
             if s.name == component and s.component is not None and s.state == "running":
-                routes_fn = getattr(s.component, "admin_routes", None)
-                if routes_fn is None:
+                if not isinstance(s.component, ServesAdmin):
                     return None
                 try:
-                    routes = routes_fn() or {}
+                    routes = s.component.admin_routes() or {}
                 except Exception:
                     self.pipeline.count_component_error(s.name, "admin_routes")
                     return None
@@ -274,10 +275,9 @@ class Sidecar:
     def admin_routes_index(self) -> dict[str, list[str]]:
         out: dict[str, list[str]] = {}
         for s in self.slots:
-            fn = getattr(s.component, "admin_routes", None) if s.component is not None else None
-            if fn is not None and s.state == "running":
+            if isinstance(s.component, ServesAdmin) and s.state == "running":
                 try:
-                    out[s.name] = sorted(fn() or {})
+                    out[s.name] = sorted(s.component.admin_routes() or {})
                 except Exception:
                     self.pipeline.count_component_error(s.name, "admin_routes")
         return out
@@ -481,11 +481,9 @@ class Sidecar:
     def _post_skew(self, body: bytes) -> tuple[int, dict[str, Any]]:
         """``POST /v1/skew``: offline values for the skew component's live join (docs/skew.md)."""
         for s in self.slots:
-            if s.name == "skew" and s.component is not None:
-                post = getattr(s.component, "post_offline", None)
-                if post is not None:
-                    status, answer = post(body)
-                    return int(status), dict(answer)
+            if isinstance(s.component, TakesOffline):
+                status, answer = s.component.post_offline(body)
+                return int(status), dict(answer)
         return 404, {"error": "the skew component is not running: set skew.enabled: true in the sidecar config"}
 
     def _resource(self) -> dict[str, str]:

@@ -207,7 +207,7 @@ def test_the_sidecar_exports_the_joint_test_in_the_same_family_and_in_dataset_dr
     np.testing.assert_allclose([ev.multivariate.p_adjusted, *[r.p_adjusted for r in ev.results]],
                                sps.false_discovery_control(pvals), atol=1e-12)
     snap = build_snapshot([mon], {}, lambda name: LabelLimiter(name, 100))
-    got = {name: dict(v) for name, v in snap.items()}
+    got = {name: dict(v) for name, v in snap.by_name().items()}
     assert got["inferwatch_drift_dataset_drifted"][("m", "1")] == 1.0
     assert got["inferwatch_drift_multivariate_drifted"][("m", "1")] == 1.0
     assert got["inferwatch_drift_multivariate_statistic"][("m", "1")] == ev.multivariate.statistic

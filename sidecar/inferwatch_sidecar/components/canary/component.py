@@ -12,8 +12,10 @@ Data flow:
    configured ``baselines`` entry, else the busiest version in the window),
    judges every other version with at least ``min_requests`` requests against
    it (:mod:`.judge`) and publishes the metric samples; ``collect`` only copies
-   them. The estimated accuracy comes from the drift component, when it runs,
-   through its exported ``inferwatch_drift_estimated_accuracy_ratio``.
+   them. The stable version is :func:`~inferwatch_sidecar.components.identity.baseline`'s,
+   the same the drift engine compares canaries with. The estimated accuracy comes
+   from the drift component, when it runs, through its declared
+   :class:`~inferwatch_sidecar.components.base.EstimatesAccuracy` hook.
 
 State per version is a few histograms of 162 latency bins per sub-window:
 about 13 KB per series with the defaults, whatever the traffic.
@@ -23,19 +25,16 @@ from __future__ import annotations
 
 import logging
 import math
-import threading
-from collections.abc import Iterable, Mapping
 from typing import Any
 
 from inferwatch.wire import EV_RECORD, EV_REQUEST, OUTCOME_OK
-from inferwatch_sidecar.components.base import ComponentContext
+from inferwatch_sidecar.components.base import ComponentContext, EstimatesAccuracy, Peers
 from inferwatch_sidecar.components.canary.config import CanaryConfig
 from inferwatch_sidecar.components.canary.judge import VERDICTS, Judgement, judge
 from inferwatch_sidecar.components.canary.window import VersionWindow
 from inferwatch_sidecar.components.drift.columns import canon
-from inferwatch_sidecar.components.staging import Staging
-from inferwatch_sidecar.components.worker import PeriodicWorker
-from inferwatch_sidecar.metrics import families
+from inferwatch_sidecar.components.identity import Key, VersionKeys, baseline
+from inferwatch_sidecar.components.periodic import StagedComponent
 from inferwatch_sidecar.metrics.canary import (
     CANARY_DROPPED_EVENTS_TOTAL,
     CANARY_LAST_EVALUATION_TIMESTAMP_SECONDS,
@@ -47,54 +46,46 @@ from inferwatch_sidecar.metrics.canary import (
     CANARY_WINDOW_REQUESTS,
     METRICS,
 )
-from inferwatch_sidecar.metrics.drift import DRIFT_ESTIMATED_ACCURACY_RATIO
+from inferwatch_sidecar.metrics.samples import Samples
 
 log = logging.getLogger("inferwatch.sidecar.canary")
 
-Key = tuple[str, str, str]
 #: (ctx, pid, producer ID) entries remembered for the per-replica load; past it the table starts over.
 _MAX_REPLICA_KEYS = 4096
-Snapshot = dict[str, list[tuple[tuple[str, ...], float]]]
 
 
-class CanaryComponent:
+class CanaryComponent(StagedComponent):
     """The ``canary`` sidecar component (see the module docstring)."""
 
     name = "canary"
     record_types = frozenset({EV_REQUEST, EV_RECORD})
+    metrics = METRICS
+    drop_reasons = ("staging_full", "too_many_versions", "too_many_stages", "error")
 
     def __init__(self, config: CanaryConfig, ctx: ComponentContext) -> None:
+        super().__init__(ctx, interval_s=min(1.0, config.evaluate_interval_s / 5), max_staged=config.max_staged,
+                         evaluate_interval_s=config.evaluate_interval_s, log=log)
         self.cfg = config
-        self.ctx = ctx
         self.sub_s = config.window_seconds / config.subwindows
-        self._lock = threading.Lock()
-        self._staging = Staging(config.max_staged)
-        self._state_lock = threading.Lock()
         self.windows: dict[Key, VersionWindow] = {}
         self._slot: int | None = None  # absolute sub-window number (time // sub_s) of the ring's current slot
-        self.dropped = {"staging_full": 0, "too_many_versions": 0, "too_many_stages": 0, "error": 0}
         self.judgements: list[Judgement] = []
-        self._snapshot: Snapshot = {}
         self.last_eval_unix: float | None = None
-        self._peers: Mapping[str, Any] = {}
-        self._worker: PeriodicWorker | None = None
-        self._next_eval = 0.0
-        self._lim = (ctx.limiter("service"), ctx.limiter("model"), ctx.limiter("model_version"))
+        self._accuracy_source: EstimatesAccuracy | None = None
+        self._keys = VersionKeys(ctx)
         self._lim_stage = ctx.limiter("stage")
         #: (raw ctx, pid, producer ID) -> when its last frame came (monotonic s): the replicas of each version.
         self._replicas: dict[tuple[Any, int, int], float] = {}
 
-    def connect(self, peers: Mapping[str, Any]) -> None:
-        """Receive the daemon's other built components (the drift component provides accuracy estimates)."""
-        self._peers = peers
+    def connect(self, peers: Peers) -> None:
+        """Find the component that estimates accuracy (the drift component), if one runs."""
+        self._accuracy_source = peers.accuracy()
 
     # -- ingest thread --------------------------------------------------------------------------------------------
 
     def handle(self, pid: int, producer_id: int, records: list[tuple[Any, ...]]) -> None:
         """Stage events for the judge's thread. Cheap, bounded, never raises."""
-        refused = self._staging.put(records)
-        if refused:
-            self.dropped["staging_full"] += refused
+        super().handle(pid, producer_id, records)
         # Replicas per version, for the load-imbalance warning: one dict store per frame (its first event's
         # context; a frame's events nearly always share one), bounded.
         try:
@@ -126,11 +117,7 @@ class CanaryComponent:
         return self._slot % S
 
     def _window(self, ctx: Any) -> VersionWindow | None:
-        try:
-            svc, model, ver = ctx
-        except (TypeError, ValueError):
-            svc = model = ver = None
-        key = (self._lim[0].get(svc), self._lim[1].get(model), self._lim[2].get(ver))
+        key = self._keys.of(ctx)
         w = self.windows.get(key)
         if w is None:
             if len(self.windows) >= self.cfg.max_versions:
@@ -138,99 +125,91 @@ class CanaryComponent:
             w = self.windows[key] = VersionWindow(key, self.cfg.subwindows, self.cfg.max_stages, self.cfg.max_classes)
         return w
 
-    def drain(self, now: float | None = None) -> int:
-        """Move staged events into the windows; returns how many were taken."""
-        batch = self._staging.take()
-        now = self.ctx.clock() if now is None else now
-        with self._state_lock:
-            slot = self._advance(now)
-            if not batch:
-                return 0
-            # Per raw ctx: outcomes, e2e seconds, stage seconds by name, confidences, predictions; then
-            # streamed stages' TTFTs and gaps (seconds) and the requests that met every SLO.
-            reqs: dict[Any, tuple[list[int], list[float], dict[str, list[float]]]] = {}
-            streams: dict[Any, tuple[list[float], list[float], list[int]]] = {}
-            recs: dict[Any, tuple[list[float], list[str]]] = {}
-            slo = self.cfg.slo if self.cfg.slo.enabled else None
-            for ev in batch:
-                try:
-                    if ev[0] == EV_REQUEST:
-                        r = reqs.get(ev[1])
-                        if r is None:
-                            r = reqs[ev[1]] = ([], [], {})
-                        r[0].append(ev[4])
-                        r[1].append(ev[3] * 1e-9)
-                        good = ev[4] == OUTCOME_OK
-                        st = None
-                        for name, dur, stream in ev[8]:
-                            r[2].setdefault(self._lim_stage.get(name), []).append(dur * 1e-9)
-                            if stream is not None:
+    def absorb(self, batch: list[tuple[Any, ...]], now: float) -> None:
+        """Move staged events into the windows (the state lock held)."""
+        slot = self._advance(now)
+        if not batch:
+            return
+        # Per raw ctx: outcomes, e2e seconds, stage seconds by name, confidences, predictions; then
+        # streamed stages' TTFTs and gaps (seconds) and the requests that met every SLO.
+        reqs: dict[Any, tuple[list[int], list[float], dict[str, list[float]]]] = {}
+        streams: dict[Any, tuple[list[float], list[float], list[int]]] = {}
+        recs: dict[Any, tuple[list[float], list[str]]] = {}
+        slo = self.cfg.slo if self.cfg.slo.enabled else None
+        for ev in batch:
+            try:
+                if ev[0] == EV_REQUEST:
+                    r = reqs.get(ev[1])
+                    if r is None:
+                        r = reqs[ev[1]] = ([], [], {})
+                    r[0].append(ev[4])
+                    r[1].append(ev[3] * 1e-9)
+                    good = ev[4] == OUTCOME_OK
+                    st = None
+                    for name, dur, stream in ev[8]:
+                        r[2].setdefault(self._lim_stage.get(name), []).append(dur * 1e-9)
+                        if stream is not None:
+                            if st is None:
+                                st = streams.get(ev[1])
                                 if st is None:
-                                    st = streams.get(ev[1])
-                                    if st is None:
-                                        st = streams[ev[1]] = ([], [], [0])
-                                ttft = stream[0] * 1e-9
-                                if stream[1]:
-                                    st[0].append(ttft)
-                                gaps = [g * 1e-6 for g in stream[2]]
-                                st[1].extend(gaps)
-                                if slo is not None and good:
-                                    good = ((slo.ttft_s is None or (stream[1] > 0 and ttft <= slo.ttft_s))
-                                            and (slo.itl_s is None or not gaps or max(gaps) <= slo.itl_s))
-                        if slo is not None:
-                            good = good and (slo.latency_s is None or ev[3] * 1e-9 <= slo.latency_s)
-                            if good:
-                                g = streams.get(ev[1])
-                                if g is None:
-                                    g = streams[ev[1]] = ([], [], [0])
-                                g[2][0] += 1
-                    elif ev[4] is not None or ev[5] is not None:  # a record with a prediction or confidence
-                        c = recs.get(ev[1])
-                        if c is None:
-                            c = recs[ev[1]] = ([], [])
-                        conf = ev[5]
-                        if conf is not None and math.isfinite(conf):
-                            c[0].append(conf)
-                        pred = canon(ev[4])
-                        if pred is not None:
-                            c[1].append(pred)
-                except Exception:
-                    self.dropped["error"] += 1
-            for ctx, (outcomes, e2e, stages) in reqs.items():
-                w = self._window(ctx)
-                if w is None:
-                    self.dropped["too_many_versions"] += len(outcomes)
-                    continue
-                before = w.dropped_stages
-                w.add_requests(slot, outcomes, e2e, stages)
-                self.dropped["too_many_stages"] += w.dropped_stages - before
-                if slo is not None:
-                    w.add_good(slot, streams[ctx][2][0] if ctx in streams else 0)
-                sv = streams.get(ctx)
-                if sv is not None and (sv[0] or sv[1]):
-                    w.add_streams(slot, sv[0], sv[1])
-            for ctx, (confs, preds) in recs.items():
-                w = self._window(ctx)
-                if w is None:
-                    self.dropped["too_many_versions"] += len(preds)
-                    continue
-                w.add_records(slot, confs, preds)
-        return len(batch)
+                                    st = streams[ev[1]] = ([], [], [0])
+                            ttft = stream[0] * 1e-9
+                            if stream[1]:
+                                st[0].append(ttft)
+                            gaps = [g * 1e-6 for g in stream[2]]
+                            st[1].extend(gaps)
+                            if slo is not None and good:
+                                good = ((slo.ttft_s is None or (stream[1] > 0 and ttft <= slo.ttft_s))
+                                        and (slo.itl_s is None or not gaps or max(gaps) <= slo.itl_s))
+                    if slo is not None:
+                        good = good and (slo.latency_s is None or ev[3] * 1e-9 <= slo.latency_s)
+                        if good:
+                            g = streams.get(ev[1])
+                            if g is None:
+                                g = streams[ev[1]] = ([], [], [0])
+                            g[2][0] += 1
+                elif ev[4] is not None or ev[5] is not None:  # a record with a prediction or confidence
+                    c = recs.get(ev[1])
+                    if c is None:
+                        c = recs[ev[1]] = ([], [])
+                    conf = ev[5]
+                    if conf is not None and math.isfinite(conf):
+                        c[0].append(conf)
+                    pred = canon(ev[4])
+                    if pred is not None:
+                        c[1].append(pred)
+            except Exception:
+                self.dropped["error"] += 1
+        for ctx, (outcomes, e2e, stages) in reqs.items():
+            w = self._window(ctx)
+            if w is None:
+                self.dropped["too_many_versions"] += len(outcomes)
+                continue
+            before = w.dropped_stages
+            w.add_requests(slot, outcomes, e2e, stages)
+            self.dropped["too_many_stages"] += w.dropped_stages - before
+            if slo is not None:
+                w.add_good(slot, streams[ctx][2][0] if ctx in streams else 0)
+            sv = streams.get(ctx)
+            if sv is not None and (sv[0] or sv[1]):
+                w.add_streams(slot, sv[0], sv[1])
+        for ctx, (confs, preds) in recs.items():
+            w = self._window(ctx)
+            if w is None:
+                self.dropped["too_many_versions"] += len(preds)
+                continue
+            w.add_records(slot, confs, preds)
 
     def _accuracy(self) -> dict[tuple[str, str], float]:
-        """The drift component's estimated accuracy by (model, version), from its exported families."""
-        drift = self._peers.get("drift")
-        if drift is None:
+        """The estimated accuracy by (model, version), from the component that estimates it (drift)."""
+        src = self._accuracy_source
+        if src is None:
             return {}
-        out: dict[tuple[str, str], float] = {}
         try:
-            for fam in drift.collect():
-                if fam.name == DRIFT_ESTIMATED_ACCURACY_RATIO.name:
-                    for s in fam.samples:
-                        out[(s.labels["model"], s.labels["model_version"])] = float(s.value)
+            return dict(src.estimated_accuracy())
         except Exception:
             log.exception("canary: cannot read the drift component's accuracy estimates")
-        return out
+            return {}
 
     def evaluate(self, now: float | None = None) -> list[Judgement]:
         """Judge every canary against its model's stable version and publish the samples."""
@@ -243,12 +222,8 @@ class CanaryComponent:
         by_model: dict[tuple[str, str], list[Key]] = {}
         for key in sorted(summaries):
             by_model.setdefault(key[:2], []).append(key)
-        out: Snapshot = {}
-
-        def put(m: Any, labels: tuple[str, ...], v: float | None) -> None:
-            if v is not None and math.isfinite(v):
-                out.setdefault(m.name, []).append((labels, float(v)))
-
+        out = Samples()
+        put = out.put
         judgements: list[Judgement] = []
         for (svc, model), keys in by_model.items():
             total = sum(summaries[k].requests for k in keys)
@@ -295,29 +270,23 @@ class CanaryComponent:
                 svc, model, ver = ctx
             except (TypeError, ValueError):
                 continue
-            key = (self._lim[0].get(svc), self._lim[1].get(model), self._lim[2].get(ver))
+            key = self._keys.of((svc, model, ver))
             out[key] = out.get(key, 0) + 1
         return out
 
     def _baseline(self, model: str, keys: list[Key], summaries: dict[Key, Any]) -> Key | None:
         """The stable version of a model: the configured one, else the busiest; None without enough requests."""
-        want = self.cfg.baselines.get(model)
-        if want is not None:
-            base = next((k for k in keys if k[2] == want), None)
-        else:
-            # The busiest version; on a tie the one that sorts first (release names usually sort by age).
-            base = min(keys, key=lambda k: (-summaries[k].requests, k[2]))
+        ver = baseline(model, {k[2]: summaries[k].requests for k in keys}, self._baselines())
+        base = next((k for k in keys if k[2] == ver), None)
         if base is None or summaries[base].requests < self.cfg.min_requests:
             return None
         return base
 
-    # -- export -----------------------------------------------------------------------------------------------------
+    def _baselines(self) -> dict[str, str]:
+        """``canary.baselines``: the context's (the daemon's config), with this section's own entries over it."""
+        return {**self.ctx.baselines, **self.cfg.baselines}
 
-    def collect(self) -> Iterable[Any]:
-        """Metric families from the last evaluation (no statistics at scrape time)."""
-        with self._lock:
-            snap = dict(self._snapshot)
-        yield from families.from_snapshot(METRICS, snap)
+    # -- export -----------------------------------------------------------------------------------------------------
 
     def status(self) -> dict[str, Any]:
         with self._lock:
@@ -338,26 +307,6 @@ class CanaryComponent:
             "versions": versions,
             "judgements": [j.to_json() for j in judgements],
         }
-
-    # -- lifecycle ----------------------------------------------------------------------------------------------------
-
-    def start(self) -> None:
-        self._next_eval = self.ctx.monotonic() + self.cfg.evaluate_interval_s
-        self._worker = PeriodicWorker("inferwatch-canary", min(1.0, self.cfg.evaluate_interval_s / 5), self._tick,
-                                      lambda e: log.error("canary: judge loop error", exc_info=e), immediate=False)
-        self._worker.start()
-
-    def _tick(self) -> None:
-        self.drain()
-        now = self.ctx.monotonic()
-        if now >= self._next_eval:
-            self._next_eval = now + self.cfg.evaluate_interval_s
-            self.evaluate()
-
-    def stop(self, timeout: float) -> None:
-        if self._worker is not None:
-            self._worker.stop(timeout)
-            self._worker = None
 
 
 def build(config: CanaryConfig, ctx: ComponentContext) -> CanaryComponent:

@@ -1,16 +1,18 @@
-"""Canary comparison: each version of a model against its most-used version, window to window.
+"""Canary comparison: each version of a model against its stable version, window to window.
 
 Versions share bins only when they share a reference (the configured profile),
 so only those are compared. The baseline's window becomes a pseudo-reference
 (:func:`pseudo_reference`) and every other version's window is scored against
-it with the usual tests and decision. This says *which columns* differ; whether the
+it with the usual tests and decision. The stable version is
+:func:`~inferwatch_sidecar.components.identity.baseline`'s (``canary.baselines``,
+else the busiest version), the same the canary judge compares with. This says *which columns* differ; whether the
 canary is *worse* (errors, latency, outputs) and should be rolled back is the
 canary judge's verdict (``inferwatch_sidecar.components.canary``, docs/canary.md).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 
 import numpy as np
 
@@ -18,6 +20,7 @@ from inferwatch_sidecar.components.drift import engine
 from inferwatch_sidecar.components.drift.columns import CategoricalColumn, Column, NumericColumn
 from inferwatch_sidecar.components.drift.monitor import Monitor
 from inferwatch_sidecar.components.drift.window import ColumnWindow
+from inferwatch_sidecar.components.identity import baseline
 
 
 def pseudo_reference(cw: ColumnWindow) -> Column:
@@ -35,17 +38,27 @@ def pseudo_reference(cw: ColumnWindow) -> Column:
                              categories=ref.categories, counts=s.counts)
 
 
-def compare_canaries(monitors: Iterable[Monitor], settings: engine.Settings) -> None:
-    """Set every monitor's ``canary``: its comparison with the baseline version, or None."""
+def compare_canaries(monitors: Iterable[Monitor], settings: engine.Settings,
+                     baselines: Mapping[str, str] | None = None) -> None:
+    """Set every monitor's ``canary``: its comparison with the baseline version, or None.
+
+    Args:
+        monitors: every model version's monitor.
+        settings: the engine's tests and decision.
+        baselines: ``canary.baselines`` (model -> stable version).
+    """
     by_model: dict[str, list[Monitor]] = {}
     for mon in monitors:
         mon.canary = None
         if mon.profile is not None and mon.window_rows >= settings.min_samples:
             by_model.setdefault(mon.key[0], []).append(mon)
-    for mons in by_model.values():
+    for model, mons in by_model.items():
         if len(mons) < 2:
             continue
-        base = max(mons, key=lambda m: (m.window_rows, m.key[1]))
+        ver = baseline(model, {m.key[1]: m.window_rows for m in mons}, baselines or {})
+        base = next((m for m in mons if m.key[1] == ver), None)
+        if base is None:
+            continue
         for mon in mons:
             if mon is base or mon.profile is not base.profile:
                 continue

@@ -31,9 +31,8 @@ whatever the traffic. A warm-up reference holds its first
 from __future__ import annotations
 
 import logging
-import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Mapping
 from typing import Any
 
 from inferwatch.wire import EV_RECORD, Schema
@@ -45,25 +44,35 @@ from inferwatch_sidecar.components.drift.config import DriftConfig
 from inferwatch_sidecar.components.drift.labels import LabelJoiner
 from inferwatch_sidecar.components.drift.monitor import Monitor
 from inferwatch_sidecar.components.drift.profile import Profile
-from inferwatch_sidecar.components.drift.snapshot import Snapshot, build_snapshot
+from inferwatch_sidecar.components.drift.snapshot import build_snapshot
 from inferwatch_sidecar.components.drift.warmup import CONF, PRED
-from inferwatch_sidecar.components.staging import Staging
-from inferwatch_sidecar.components.worker import PeriodicWorker
-from inferwatch_sidecar.metrics import families
-from inferwatch_sidecar.metrics.drift import DRIFT_CHECKPOINT_FAILURES_TOTAL, METRICS
+from inferwatch_sidecar.components.periodic import REAL_TIME, StagedComponent
+from inferwatch_sidecar.metrics.drift import (
+    DRIFT_CHECKPOINT_FAILURES_TOTAL,
+    DRIFT_ESTIMATED_ACCURACY_RATIO,
+    DRIFT_EVALUATION_DURATION_SECONDS,
+    DRIFT_LAST_EVALUATION_TIMESTAMP_SECONDS,
+    METRICS,
+)
+from inferwatch_sidecar.metrics.samples import Samples
 
 log = logging.getLogger("inferwatch.sidecar.drift")
 
 
-class DriftComponent:
+class DriftComponent(StagedComponent):
     """The ``drift`` sidecar component (see the module docstring)."""
 
     name = "drift"
     record_types = frozenset({EV_RECORD})
+    metrics = METRICS
+    drop_reasons = ("staging_full", "too_many_models", "error")
 
     def __init__(self, config: DriftConfig, ctx: ComponentContext, profile: Profile | None = None) -> None:
+        # Evaluations and checkpoints follow real time, even under a test's frozen ctx.monotonic.
+        super().__init__(ctx, interval_s=min(1.0, config.evaluate_interval_s / 5), max_staged=config.max_staged,
+                         max_staged_bytes=config.max_staged_bytes, evaluate_interval_s=config.evaluate_interval_s,
+                         log=log, schedule=REAL_TIME)
         self.cfg = config
-        self.ctx = ctx
         self.profile = profile
         self.settings = engine.Settings(
             alpha=config.alpha, numeric_effect_floor=config.numeric_effect_floor,
@@ -71,15 +80,9 @@ class DriftComponent:
             min_samples=config.min_samples, drift_share=config.drift_share, correction=config.correction,
             multivariate_effect_floor=config.multivariate_effect_floor,
         )
-        self._lock = threading.Lock()
-        self._staging = Staging(config.max_staged, config.max_staged_bytes)
-        self._state_lock = threading.Lock()
         self.monitors: dict[tuple[str, str], Monitor] = {}
         self._labels = LabelJoiner(config.max_pending_labels, config.label_ttl_s, ctx.monotonic)
-        self.dropped: dict[str, int] = {"staging_full": 0, "too_many_models": 0, "error": 0}
-        self._snapshot: Snapshot = {}
-        self._worker: PeriodicWorker | None = None
-        self._next_eval = 0.0
+        self._accuracy: dict[tuple[str, str], float] = {}
         self._next_ckpt = 0.0
         self.last_eval_unix: float | None = None
         self.last_eval_seconds = 0.0
@@ -87,75 +90,59 @@ class DriftComponent:
         self.checkpoint_failures = checkpoint.Failures()
         self.restored_from: str | None = None
 
-    # -- ingest thread --------------------------------------------------------------------------------------------
-
-    def handle(self, pid: int, producer_id: int, records: list[tuple[Any, ...]]) -> None:
-        """Stage records for the evaluator thread. Cheap, bounded, never raises."""
-        try:
-            refused = self._staging.put(records)
-            if refused:
-                self.dropped["staging_full"] += refused
-        except Exception:  # pragma: no cover - defensive: the ingest thread must survive
-            self.dropped["error"] += 1
-
     # -- evaluator thread -------------------------------------------------------------------------------------------
 
-    def drain(self, now: float | None = None) -> int:
-        """Move staged records into the windows; returns how many were processed."""
-        batch = self._staging.take()
+    def absorb(self, batch: list[tuple[Any, ...]], now: float) -> None:
+        """Move staged records into the windows (the state lock held)."""
         if not batch:
-            with self._state_lock:
-                self._labels.expire(self.monitors)
-            return 0
-        now = self.ctx.clock() if now is None else now
+            self._labels.expire(self.monitors)
+            return
         by_key: dict[tuple[str, str], list[tuple[Any, ...]]] = {}
         labels: list[tuple[Any, ...]] = []
         new_keys = 0
-        with self._state_lock:
-            for r in batch:
-                try:
-                    if r[0] != EV_RECORD:
-                        continue
-                    ctx = r[1]
-                    key = (ctx[1] or "", ctx[2] or "")
-                    feats = r[7]
-                    if r[4] is None and feats is None:
-                        if r[6] is not None:
-                            labels.append(r)
-                        continue
-                    if feats is not None and not _well_formed(feats):
-                        # One record the windows cannot read is dropped alone, never its batch.
-                        self.dropped["bad_record"] = self.dropped.get("bad_record", 0) + 1
-                        continue
-                    lst = by_key.get(key)
-                    if lst is None:
-                        if key not in self.monitors:
-                            if new_keys >= self.cfg.max_models - len(self.monitors):
-                                self.dropped["too_many_models"] += 1
-                                continue
-                            new_keys += 1
-                        lst = by_key[key] = []
-                    lst.append(r)
-                except Exception:
-                    self.dropped["error"] += 1
-            for key, recs in by_key.items():
-                mon = self.monitors.get(key)
-                if mon is None:
-                    mon = self.monitors[key] = Monitor(key, self.cfg, self.profile,
-                                                       "file" if self.profile is not None else "warming_up")
-                try:
-                    mon.ingest(recs, now)
-                    self._labels.track(mon, recs, self.monitors)
-                except Exception:
-                    log.exception("drift: failed to ingest %d records for %s", len(recs), key)
-                    self.dropped["error"] += len(recs)
-            for r in labels:
-                if not self._labels.join(r, self.monitors):
-                    self.dropped["unmatched_label"] = self.dropped.get("unmatched_label", 0) + 1
-            self._labels.expire(self.monitors)
-        return len(batch)
+        for r in batch:
+            try:
+                if r[0] != EV_RECORD:
+                    continue
+                ctx = r[1]
+                key = (ctx[1] or "", ctx[2] or "")
+                feats = r[7]
+                if r[4] is None and feats is None:
+                    if r[6] is not None:
+                        labels.append(r)
+                    continue
+                if feats is not None and not _well_formed(feats):
+                    # One record the windows cannot read is dropped alone, never its batch.
+                    self.dropped["bad_record"] = self.dropped.get("bad_record", 0) + 1
+                    continue
+                lst = by_key.get(key)
+                if lst is None:
+                    if key not in self.monitors:
+                        if new_keys >= self.cfg.max_models - len(self.monitors):
+                            self.dropped["too_many_models"] += 1
+                            continue
+                        new_keys += 1
+                    lst = by_key[key] = []
+                lst.append(r)
+            except Exception:
+                self.dropped["error"] += 1
+        for key, recs in by_key.items():
+            mon = self.monitors.get(key)
+            if mon is None:
+                mon = self.monitors[key] = Monitor(key, self.cfg, self.profile,
+                                                   "file" if self.profile is not None else "warming_up")
+            try:
+                mon.ingest(recs, now)
+                self._labels.track(mon, recs, self.monitors)
+            except Exception:
+                log.exception("drift: failed to ingest %d records for %s", len(recs), key)
+                self.dropped["error"] += len(recs)
+        for r in labels:
+            if not self._labels.join(r, self.monitors):
+                self.dropped["unmatched_label"] = self.dropped.get("unmatched_label", 0) + 1
+        self._labels.expire(self.monitors)
 
-    def evaluate(self) -> None:
+    def evaluate(self, now: float | None = None) -> None:
         """Score every window, compare canaries, and publish a metrics snapshot."""
         t0 = time.perf_counter()
         with self._state_lock:
@@ -164,24 +151,31 @@ class DriftComponent:
                     mon.evaluate(self.settings)
                 except Exception:
                     log.exception("drift: evaluation failed for %s", mon.key)
-            compare_canaries(self.monitors.values(), self.settings)
+            compare_canaries(self.monitors.values(), self.settings, self.ctx.baselines)
             snap = build_snapshot(self.monitors.values(), self.dropped, self.ctx.limiter)
         self.last_eval_seconds = time.perf_counter() - t0
         self.last_eval_unix = self.ctx.clock()
-        snap["inferwatch_drift_evaluation_duration_seconds"] = [((), self.last_eval_seconds)]
-        snap["inferwatch_drift_last_evaluation_timestamp_seconds"] = [((), self.last_eval_unix)]
+        snap.put(DRIFT_EVALUATION_DURATION_SECONDS, (), self.last_eval_seconds)
+        snap.put(DRIFT_LAST_EVALUATION_TIMESTAMP_SECONDS, (), self.last_eval_unix)
+        accuracy = {(lab[0], lab[1]): v for lab, v in snap.get(DRIFT_ESTIMATED_ACCURACY_RATIO)}
         with self._lock:
             self._snapshot = snap
+            self._accuracy = accuracy
 
     # -- export -----------------------------------------------------------------------------------------------------
 
-    def collect(self) -> Iterable[Any]:
-        """Metric families from the last evaluation's snapshot (cheap; no statistics at scrape time)."""
+    def estimated_accuracy(self) -> Mapping[tuple[str, str], float]:
+        """The last evaluation's estimated accuracy per (model, version) as capped label values (for canary)."""
         with self._lock:
-            snap = dict(self._snapshot)
-        if self.cfg.checkpoint_path:
-            snap[DRIFT_CHECKPOINT_FAILURES_TOTAL.name] = list(self.checkpoint_failures.counts.items())
-        yield from families.from_snapshot(METRICS, snap)
+            return dict(self._accuracy)
+
+    def live_samples(self) -> Samples | None:
+        """The checkpoint failures, counted at once (not with the next evaluation)."""
+        if not self.cfg.checkpoint_path:
+            return None
+        out = Samples()
+        out.set(DRIFT_CHECKPOINT_FAILURES_TOTAL, list(self.checkpoint_failures.counts.items()))
+        return out
 
     # -- status -------------------------------------------------------------------------------------------------------
 
@@ -236,7 +230,7 @@ class DriftComponent:
             "restored_from_checkpoint": self.restored_from,
             "checkpoint_failures": {f"{op}/{reason}": n for (op, reason), n in self.checkpoint_failures.counts.items()
                                     if n},
-            "staged": len(self._staging),
+            "staged": self.staged(),
             "pending_labels": pending,
             "dropped": dict(self.dropped),
             "models": models,
@@ -244,8 +238,8 @@ class DriftComponent:
 
     # -- lifecycle ----------------------------------------------------------------------------------------------------
 
-    def start(self) -> None:
-        """Resume from the checkpoint, if any, and start the evaluator thread."""
+    def on_start(self) -> None:
+        """Resume from the checkpoint, if any, before the evaluator thread starts."""
         cfg = self.cfg
         if cfg.checkpoint_path:
             restored = checkpoint.restore(cfg.checkpoint_path, cfg, self.profile, self.checkpoint_failures,
@@ -254,27 +248,15 @@ class DriftComponent:
                 with self._state_lock:
                     self.monitors = restored
                 self.restored_from = cfg.checkpoint_path
-        now = time.monotonic()
-        self._next_eval = now + cfg.evaluate_interval_s
-        self._next_ckpt = now + cfg.checkpoint_interval_s
-        self._worker = PeriodicWorker("inferwatch-drift", min(1.0, cfg.evaluate_interval_s / 5), self._tick,
-                                      self._tick_failed, immediate=False)
-        self._worker.start()
+        super().on_start()
+        self._next_ckpt = self._schedule() + cfg.checkpoint_interval_s
 
-    def _tick(self) -> None:
-        """One pass of the evaluator thread: drain, and evaluate and checkpoint when they are due."""
+    def after_tick(self, now: float) -> None:
+        """Checkpoint when it is due."""
         cfg = self.cfg
-        self.drain()
-        now = time.monotonic()
-        if now >= self._next_eval:
-            self._next_eval = now + cfg.evaluate_interval_s
-            self.evaluate()
         if cfg.checkpoint_path and now >= self._next_ckpt:
             self._next_ckpt = now + cfg.checkpoint_interval_s
             self.checkpoint()
-
-    def _tick_failed(self, e: Exception) -> None:
-        log.error("drift: evaluator loop error", exc_info=e)
 
     def checkpoint(self) -> None:
         """Save the windows to ``checkpoint_path`` (if set); a failure is logged and counted, not raised."""
@@ -293,10 +275,8 @@ class DriftComponent:
             self.checkpoint_failures.add("write", "error")
             log.exception("drift: cannot write checkpoint %s; the windows will not survive a restart", path)
 
-    def stop(self, timeout: float) -> None:
-        if self._worker is not None:
-            self._worker.stop(timeout)
-            self._worker = None
+    def on_stop(self) -> None:
+        """The final drain and checkpoint."""
         try:
             self.drain()
             self.checkpoint()

@@ -49,7 +49,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Self
 
@@ -57,6 +57,8 @@ import numpy as np
 
 from inferwatch_sidecar.components.drift.columns import ProfileError, canon
 from inferwatch_sidecar.components.drift.state import state_array
+from inferwatch_sidecar.metrics import drift as dm
+from inferwatch_sidecar.metrics.samples import Samples
 
 #: ``identity`` keeps the model's own score (per bin, its mean): chosen when no fit beats it, as CBPE skips
 #: calibration when it does not lower the cross-validated calibration error.
@@ -536,21 +538,20 @@ def report(win: PerformanceWindow | None, mean_confidence: float | None, rows: i
     return out
 
 
-def export(win: PerformanceWindow, put: Callable[[str, tuple[str, ...], float | None], None],
-           mv: tuple[str, str]) -> None:
+def export(win: PerformanceWindow, out: Samples, mv: tuple[str, str]) -> None:
     """Put the window's calibrated estimate into a metrics snapshot (see :mod:`.snapshot`)."""
     perf = win.performance
-    put("inferwatch_drift_reference_accuracy_ratio", mv, perf.reference_accuracy)
-    put("inferwatch_drift_estimated_accuracy_calibrated", mv, 1.0)
+    out.put(dm.DRIFT_REFERENCE_ACCURACY_RATIO, mv, perf.reference_accuracy)
+    out.put(dm.DRIFT_ESTIMATED_ACCURACY_CALIBRATED, mv, 1.0)
     if perf.binary:
         for k, v in (perf.reference_binary or {}).items():
-            put("inferwatch_drift_reference_binary_metric_ratio", (*mv, k), v)
+            out.put(dm.DRIFT_REFERENCE_BINARY_METRIC_RATIO, (*mv, k), v)
     est = win.estimate
     if est is None:
         return
-    put("inferwatch_drift_estimated_accuracy_ratio", mv, est.accuracy)
-    put("inferwatch_drift_estimated_accuracy_bound_ratio", (*mv, "lower"), est.lower)
-    put("inferwatch_drift_estimated_accuracy_bound_ratio", (*mv, "upper"), est.upper)
+    out.put(dm.DRIFT_ESTIMATED_ACCURACY_RATIO, mv, est.accuracy)
+    out.put(dm.DRIFT_ESTIMATED_ACCURACY_BOUND_RATIO, (*mv, "lower"), est.lower)
+    out.put(dm.DRIFT_ESTIMATED_ACCURACY_BOUND_RATIO, (*mv, "upper"), est.upper)
     if perf.binary:
         for k in ("precision", "recall", "f1", "roc_auc"):
-            put("inferwatch_drift_estimated_binary_metric_ratio", (*mv, k), getattr(est, k))
+            out.put(dm.DRIFT_ESTIMATED_BINARY_METRIC_RATIO, (*mv, k), getattr(est, k))

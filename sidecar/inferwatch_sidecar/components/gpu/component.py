@@ -10,10 +10,9 @@ from __future__ import annotations
 
 import importlib
 import math
-import threading
 import time
 from collections import deque
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -24,9 +23,10 @@ from inferwatch_sidecar.components.gpu.detector import Episode, LeakDetector
 from inferwatch_sidecar.components.gpu.duplicates import FIX as DUPLICATES_FIX
 from inferwatch_sidecar.components.gpu.duplicates import Copies, FlatTracker, find_copies
 from inferwatch_sidecar.components.gpu.sampler import FIX, DeviceSample, Fault, NvmlSampler, Snapshot, container_hint
-from inferwatch_sidecar.components.worker import PeriodicWorker
-from inferwatch_sidecar.metrics import families
+from inferwatch_sidecar.components.periodic import PeriodicComponent
+from inferwatch_sidecar.metrics import gpu as gm
 from inferwatch_sidecar.metrics.gpu import METRICS
+from inferwatch_sidecar.metrics.samples import Samples
 
 KINDS = ("tensor", "cache_fragmentation", "native", "unknown")
 
@@ -132,7 +132,7 @@ def _fake_sampler(cfg: GpuConfig, ctx: ComponentContext) -> NvmlSampler:
     return NvmlSampler(lambda: fake, clock=ctx.clock, reinit_s=cfg.reinit_s, monotonic=ctx.monotonic)
 
 
-class GpuComponent:
+class GpuComponent(PeriodicComponent):
     """GPU memory monitor (see the module docstring).
 
     Args:
@@ -144,14 +144,18 @@ class GpuComponent:
 
     name = "gpu"
     record_types = frozenset({EV_ALLOC})
+    metrics = METRICS
+    export_empty = True  # every family's HELP and TYPE, sampled or not
+    immediate = True  # the first sample is taken at once
+    thread_name = "inferwatch-gpu-sampler"
+    drop_reasons = ()
 
     def __init__(self, config: GpuConfig, ctx: ComponentContext, sampler: Any, backend: str) -> None:
+        # The state is read and written under ``self._lock`` (collect builds its samples at scrape time).
+        super().__init__(ctx, interval_s=config.interval_s, log=ctx.logger)
         self.cfg = config
-        self.ctx = ctx
         self.sampler = sampler
         self.backend = backend
-        self._lock = threading.Lock()
-        self._worker: PeriodicWorker | None = None
         self._gpu_lim = ctx.limiter("gpu")
         self._pid_lim = ctx.limiter("pid")
         self._ctr_lim = ctx.limiter("container")
@@ -175,29 +179,18 @@ class GpuComponent:
         self.copies: dict[str, tuple[Copies, float]] = {}
 
     # -- lifecycle ---------------------------------------------------------------
-    def start(self) -> None:
-        """Start the sampler thread (the first sample is taken at once)."""
-        if self._worker is not None:
-            return
-        self._worker = PeriodicWorker("inferwatch-gpu-sampler", self.cfg.interval_s, self._sample_pass,
-                                      self._pass_failed)
-        self._worker.start()
-
-    def stop(self, timeout: float) -> None:
-        if self._worker is not None:
-            self._worker.stop(timeout)
-            self._worker = None
+    def on_stop(self) -> None:
         try:
             self.sampler.shutdown()
         except Exception:  # noqa: BLE001 - best effort at exit
             pass
 
-    def _sample_pass(self) -> bool:
+    def tick(self) -> bool:
         """One pass of the sampler thread; True once a replay has run out."""
-        self.tick()
+        self.sample()
         return bool(getattr(self.sampler, "finished", False))
 
-    def _pass_failed(self, e: Exception) -> None:
+    def tick_failed(self, e: Exception) -> None:
         self.ctx.logger.exception("gpu sampler pass failed", exc_info=e)
         with self._lock:
             self._count_fault(Fault("unexpected", "device", repr(e)))
@@ -226,7 +219,7 @@ class GpuComponent:
         st.gpu = f.gpu
         st.last = self.ctx.monotonic()
 
-    def tick(self) -> None:
+    def sample(self) -> None:
         """One sampling pass: sample, feed the detectors, prune dead PIDs."""
         c0 = time.thread_time()
         snap: Snapshot = self.sampler.sample()
@@ -402,22 +395,11 @@ class GpuComponent:
         return None
 
     # -- export ----------------------------------------------------------------------
-    def collect(self) -> Iterable[Any]:
-        fams: dict[str, Any] = {x.name: families.family(x) for x in METRICS}
-
-        acc: dict[tuple[str, tuple[str, ...]], float] = {}
-
-        def put(name: str, labels: tuple[str, ...], v: float | None) -> None:
-            if v is None or (isinstance(v, float) and math.isnan(v)):
-                return
-            key = (name, labels)
-            old = acc.get(key)
-            if old is None:
-                acc[key] = float(v)
-            elif name.endswith(("_bytes", "_total")):
-                acc[key] = old + float(v)  # several PIDs share the overflow label: amounts add up
-            else:
-                acc[key] = max(old, float(v))  # flags, rates, ratios: the worst one
+    def live_samples(self) -> Samples:
+        """Everything, built at scrape time from the state (several PIDs may share the overflow label: their
+        amounts add up, flags, rates and ratios keep the worst)."""
+        out = Samples()
+        put = out.combine
 
         G = self._gpu_lim.get
 
@@ -428,76 +410,73 @@ class GpuComponent:
         with self._lock:
             for gpu, d in self.devices.items():
                 g = (G(gpu),)
-                fams["inferwatch_gpu_device"].add_metric(
-                    [], {"gpu": g[0], "uuid": d.uuid, "name": d.name, "parent": d.parent or ""})
-                put("inferwatch_gpu_memory_total_bytes", g, d.total)
-                put("inferwatch_gpu_memory_used_bytes", g, d.used)
-                put("inferwatch_gpu_memory_free_bytes", g, d.free)
-                put("inferwatch_gpu_memory_reserved_bytes", g, d.reserved)
-                put("inferwatch_gpu_utilization_ratio", g, d.util_gpu)
-                put("inferwatch_gpu_memory_utilization_ratio", g, d.util_memory)
-                put("inferwatch_gpu_temperature_celsius", g, d.temperature_c)
-                put("inferwatch_gpu_power_watts", g, d.power_w)
+                out.put_info(gm.GPU_DEVICE, {"gpu": g[0], "uuid": d.uuid, "name": d.name, "parent": d.parent or ""})
+                put(gm.GPU_MEMORY_TOTAL_BYTES, g, d.total)
+                put(gm.GPU_MEMORY_USED_BYTES, g, d.used)
+                put(gm.GPU_MEMORY_FREE_BYTES, g, d.free)
+                put(gm.GPU_MEMORY_RESERVED_BYTES, g, d.reserved)
+                put(gm.GPU_UTILIZATION_RATIO, g, d.util_gpu)
+                put(gm.GPU_MEMORY_UTILIZATION_RATIO, g, d.util_memory)
+                put(gm.GPU_TEMPERATURE_CELSIUS, g, d.temperature_c)
+                put(gm.GPU_POWER_WATTS, g, d.power_w)
                 det = self.dev_det.get(gpu)
                 if det is not None:
                     self._put_leak(put, (g[0], ""), det, self._headroom(gpu), None)
                 if d.processes is not None:
                     cp = self.copies.get(gpu)
-                    put("inferwatch_gpu_duplicate_model_copies", g, cp[0].copies if cp else 0)
-                    put("inferwatch_gpu_duplicate_model_extra_bytes", g, cp[0].extra_bytes if cp else 0)
+                    put(gm.GPU_DUPLICATE_MODEL_COPIES, g, cp[0].copies if cp else 0)
+                    put(gm.GPU_DUPLICATE_MODEL_EXTRA_BYTES, g, cp[0].extra_bytes if cp else 0)
             for st in self.procs.values():
-                put("inferwatch_gpu_process_memory_used_bytes",
+                put(gm.GPU_PROCESS_MEMORY_USED_BYTES,
                     (G(st.gpu), P(str(st.pid)), self._ctr_lim.get(st.container or "")), st.used)
             for a in self.allocs.values():
                 if a.rec is None:
                     continue
                 lab = (G(str(a.device)), P(str(a.pid)))
                 _, _, _, allocated, reserved, _active, split, retries, ooms, _exp = a.rec
-                put("inferwatch_gpu_allocator_allocated_bytes", lab, allocated)
-                put("inferwatch_gpu_allocator_reserved_bytes", lab, reserved)
-                put("inferwatch_gpu_allocator_inactive_split_bytes", lab, split)
-                put("inferwatch_gpu_allocator_fragmentation_ratio", lab, split / reserved if reserved else 0.0)
-                put("inferwatch_gpu_allocator_alloc_retries_total", lab, retries)
-                put("inferwatch_gpu_allocator_ooms_total", lab, ooms)
-                put("inferwatch_gpu_fragmentation_warning", lab, 1.0 if a.frag_warning else 0.0)
+                put(gm.GPU_ALLOCATOR_ALLOCATED_BYTES, lab, allocated)
+                put(gm.GPU_ALLOCATOR_RESERVED_BYTES, lab, reserved)
+                put(gm.GPU_ALLOCATOR_INACTIVE_SPLIT_BYTES, lab, split)
+                put(gm.GPU_ALLOCATOR_FRAGMENTATION_RATIO, lab, split / reserved if reserved else 0.0)
+                put(gm.GPU_ALLOCATOR_ALLOC_RETRIES_TOTAL, lab, retries)
+                put(gm.GPU_ALLOCATOR_OOMS_TOTAL, lab, ooms)
+                put(gm.GPU_FRAGMENTATION_WARNING, lab, 1.0 if a.frag_warning else 0.0)
                 used = [p.used for p in self.procs.values() if p.pid == a.pid and p.used is not None
                         and self._alloc_for(p.gpu, p.pid) is a]
                 if used:
-                    put("inferwatch_gpu_process_non_allocator_memory_bytes", lab, used[0] - reserved)
+                    put(gm.GPU_PROCESS_NON_ALLOCATOR_MEMORY_BYTES, lab, used[0] - reserved)
             for gpu, pid, _c, det, kind, _a in self._process_view():
                 self._put_leak(put, (G(gpu), P(str(pid))), det, self._headroom(gpu), kind)
-            put("inferwatch_gpu_collector_up", (), 1.0 if self.up else 0.0)
+            put(gm.GPU_COLLECTOR_UP, (), 1.0 if self.up else 0.0)
             for (reason, op), st in self.errors.items():
-                put("inferwatch_gpu_collector_errors_total", (reason, op), st.count)
-            put("inferwatch_gpu_collector_last_success_age_seconds", (),
+                put(gm.GPU_COLLECTOR_ERRORS_TOTAL, (reason, op), st.count)
+            put(gm.GPU_COLLECTOR_LAST_SUCCESS_AGE_SECONDS, (),
                 self.ctx.monotonic() - self.last_good if self.last_good is not None else -1.0)
-            put("inferwatch_gpu_collector_samples_total", (), self.samples)
-            put("inferwatch_gpu_collector_cpu_seconds_total", (), self.cpu_s)
+            put(gm.GPU_COLLECTOR_SAMPLES_TOTAL, (), self.samples)
+            put(gm.GPU_COLLECTOR_CPU_SECONDS_TOTAL, (), self.cpu_s)
             for reason, n in self.alloc_drops.items():
-                put("inferwatch_gpu_allocator_records_dropped_total", (reason,), n)
-        for (name, labels), v in acc.items():
-            fams[name].add_metric(list(labels), v)
-        return list(fams.values())
+                put(gm.GPU_ALLOCATOR_RECORDS_DROPPED_TOTAL, (reason,), n)
+        return out
 
     @staticmethod
-    def _put_leak(put: Any, lab: tuple[str, str], det: LeakDetector, headroom: float | None,
+    def _put_leak(put: Callable[[Any, tuple[str, ...], float | None], None], lab: tuple[str, str], det: LeakDetector, headroom: float | None,
                   kind: str | None) -> None:
         if det.verdict == "insufficient_data":
-            put("inferwatch_gpu_leak_detected", lab, 0.0)
+            put(gm.GPU_LEAK_DETECTED, lab, 0.0)
             return
-        put("inferwatch_gpu_leak_detected", lab, 1.0 if det.verdict == "leak" else 0.0)
-        put("inferwatch_gpu_leak_rate_bytes_per_second", lab, det.rate)
+        put(gm.GPU_LEAK_DETECTED, lab, 1.0 if det.verdict == "leak" else 0.0)
+        put(gm.GPU_LEAK_RATE_BYTES_PER_SECOND, lab, det.rate)
         if det.ci:
-            put("inferwatch_gpu_leak_rate_lower_bytes_per_second", lab, det.ci[0])
-            put("inferwatch_gpu_leak_rate_upper_bytes_per_second", lab, det.ci[1])
-        put("inferwatch_gpu_leak_time_to_oom_seconds", lab, det.time_to_oom(headroom))
-        put("inferwatch_gpu_leak_detected_timestamp_seconds", lab, det.detected_at)
+            put(gm.GPU_LEAK_RATE_LOWER_BYTES_PER_SECOND, lab, det.ci[0])
+            put(gm.GPU_LEAK_RATE_UPPER_BYTES_PER_SECOND, lab, det.ci[1])
+        put(gm.GPU_LEAK_TIME_TO_OOM_SECONDS, lab, det.time_to_oom(headroom))
+        put(gm.GPU_LEAK_DETECTED_TIMESTAMP_SECONDS, lab, det.detected_at)
         eps = det.episodes
         if det.verdict == "leak" and eps:
-            put("inferwatch_gpu_leak_onset_timestamp_seconds", lab, eps[-1].onset_estimate)
+            put(gm.GPU_LEAK_ONSET_TIMESTAMP_SECONDS, lab, eps[-1].onset_estimate)
         if kind is not None and lab[1]:
             for k in KINDS:
-                put("inferwatch_gpu_leak_kind", (*lab, k), 1.0 if k == kind else 0.0)
+                put(gm.GPU_LEAK_KIND, (*lab, k), 1.0 if k == kind else 0.0)
 
     def status(self) -> dict[str, Any]:
         """JSON-able state for /v1/status: backend, versions, devices, processes, leaks, faults."""

@@ -25,19 +25,18 @@ from __future__ import annotations
 
 import logging
 import math
-import threading
 from collections import OrderedDict
-from collections.abc import Iterable
-from typing import Any
+from typing import Any, ClassVar
 
 from inferwatch.wire import EV_RECORD, EV_REQUEST
 from inferwatch_sidecar.components.base import ComponentContext
-from inferwatch_sidecar.components.staging import Staging
+from inferwatch_sidecar.components.identity import Key, VersionKeys
+from inferwatch_sidecar.components.periodic import StagedComponent
 from inferwatch_sidecar.components.tail.analysis import analyse
 from inferwatch_sidecar.components.tail.config import TailConfig
 from inferwatch_sidecar.components.tail.window import Row, TailWindow
-from inferwatch_sidecar.components.worker import PeriodicWorker
-from inferwatch_sidecar.metrics import families
+from inferwatch_sidecar.metrics.entry import Metric
+from inferwatch_sidecar.metrics.samples import Samples
 from inferwatch_sidecar.metrics.tail import (
     METRICS,
     TAIL_DROPPED_EVENTS_TOTAL,
@@ -56,9 +55,6 @@ from inferwatch_sidecar.metrics.tail import (
 )
 
 log = logging.getLogger("inferwatch.sidecar.tail")
-
-Key = tuple[str, str, str]
-Snapshot = dict[str, list[tuple[tuple[str, ...], float]]]
 
 
 def feats_bytes(feats: Any) -> int:
@@ -103,18 +99,19 @@ def trim(feats: Any, limit: int, cache: dict[Any, _Trimmed]) -> Any:
                   for c in (cats[i] for i in t.cat_idx if i < len(cats))))
 
 
-class TailComponent:
+class TailComponent(StagedComponent):
     """The ``tail`` sidecar component (see the module docstring)."""
 
     name = "tail"
     record_types = frozenset({EV_REQUEST, EV_RECORD})
+    metrics = METRICS
+    dropped_metric: ClassVar[Metric | None] = TAIL_DROPPED_EVENTS_TOTAL
+    drop_reasons = ("staging_full", "too_many_models", "unmatched_record", "error")
 
     def __init__(self, config: TailConfig, ctx: ComponentContext) -> None:
+        super().__init__(ctx, interval_s=min(1.0, config.window_seconds / 10), max_staged=config.max_staged,
+                         max_staged_bytes=config.max_staged_bytes, log=log)
         self.cfg = config
-        self.ctx = ctx
-        self._lock = threading.Lock()
-        self._staging = Staging(config.max_staged, config.max_staged_bytes)
-        self._state_lock = threading.Lock()
         self.windows: dict[Key, TailWindow] = {}
         #: request ID -> a record's features waiting for its request
         self._pending: OrderedDict[str, Any] = OrderedDict()
@@ -124,32 +121,17 @@ class TailComponent:
         #: request ID -> a kept request waiting for its record's features
         self._awaiting: OrderedDict[str, Row] = OrderedDict()
         self.window_end: float | None = None
-        self.dropped = {"staging_full": 0, "too_many_models": 0, "unmatched_record": 0, "error": 0}
         #: The last complete window's report per model version.
         self.reports: dict[Key, dict[str, Any]] = {}
         self.last_window_end: float | None = None
-        self._snapshot: Snapshot = {}
-        self._worker: PeriodicWorker | None = None
-        self._lim = (ctx.limiter("service"), ctx.limiter("model"), ctx.limiter("model_version"))
+        self._keys = VersionKeys(ctx)
         self._lim_stage = ctx.limiter("stage")
         self._lim_feature = ctx.limiter("feature")
-
-    # -- ingest thread --------------------------------------------------------------------------------------------
-
-    def handle(self, pid: int, producer_id: int, records: list[tuple[Any, ...]]) -> None:
-        """Stage events for the component's thread. Cheap, bounded, never raises."""
-        refused = self._staging.put(records)
-        if refused:
-            self.dropped["staging_full"] += refused
 
     # -- the component's thread -----------------------------------------------------------------------------------
 
     def _window(self, ctx: Any) -> TailWindow | None:
-        try:
-            svc, model, ver = ctx
-        except (TypeError, ValueError):
-            svc = model = ver = None
-        key = (self._lim[0].get(svc), self._lim[1].get(model), self._lim[2].get(ver))
+        key = self._keys.of(ctx)
         w = self.windows.get(key)
         if w is None:
             if len(self.windows) >= self.cfg.max_models:
@@ -157,57 +139,53 @@ class TailComponent:
             w = self.windows[key] = TailWindow(key, self.cfg.max_tail, self.cfg.reservoir, self.cfg.seed)
         return w
 
-    def drain(self, now: float | None = None) -> int:
+    def absorb(self, batch: list[tuple[Any, ...]], now: float) -> None:
         """Take the staged events into the windows, then close the window if ``now`` is past its end."""
-        batch = self._staging.take()
-        now = self.ctx.clock() if now is None else now
         W = self.cfg.window_seconds
-        with self._state_lock:
-            if self.window_end is None:
-                self.window_end = (math.floor(now / W) + 1) * W
-            pending, awaiting, limit = self._pending, self._awaiting, self.cfg.max_pending
-            max_bytes = self.cfg.max_pending_bytes
-            nfeat, tcache = self.cfg.max_features, self._trim_cache
-            cache: dict[Any, TailWindow | None] = {}
-            for ev in batch:
-                try:
-                    if ev[0] == EV_REQUEST:
-                        ctx = ev[1]
-                        w = cache[ctx] if ctx in cache else cache.setdefault(ctx, self._window(ctx))
-                        if w is None:
-                            self.dropped["too_many_models"] += 1
-                            continue
-                        rid = ev[6]
-                        feats = pending.pop(rid, None) if rid is not None else None
-                        if feats is not None:
-                            self.pending_bytes -= feats_bytes(feats)
-                        row = Row(ev[3] * 1e-9, ev[8], feats)
-                        kept = w.add(row)
-                        if kept and feats is not None:
-                            row.feats = trim(feats, nfeat, tcache)
-                        if kept and row.feats is None and rid is not None:
-                            awaiting[rid] = row
-                            if len(awaiting) > limit:
-                                awaiting.popitem(last=False)
-                    elif ev[7] is not None and ev[3] is not None:  # a record with features and a request ID
-                        rid = ev[3]
-                        if rid in awaiting:
-                            awaiting.pop(rid).feats = trim(ev[7], nfeat, tcache)
-                            continue
-                        old = pending.pop(rid, None)
-                        if old is not None:
-                            self.pending_bytes -= feats_bytes(old)
-                        pending[rid] = ev[7]
-                        self.pending_bytes += feats_bytes(ev[7])
-                        while pending and (len(pending) > limit or self.pending_bytes > max_bytes):
-                            self.pending_bytes -= feats_bytes(pending.popitem(last=False)[1])
-                            self.dropped["unmatched_record"] += 1
-                except Exception:
-                    self.dropped["error"] += 1
-            if now >= self.window_end:
-                self._close(self.window_end)
-                self.window_end = (math.floor(now / W) + 1) * W
-        return len(batch)
+        if self.window_end is None:
+            self.window_end = (math.floor(now / W) + 1) * W
+        pending, awaiting, limit = self._pending, self._awaiting, self.cfg.max_pending
+        max_bytes = self.cfg.max_pending_bytes
+        nfeat, tcache = self.cfg.max_features, self._trim_cache
+        cache: dict[Any, TailWindow | None] = {}
+        for ev in batch:
+            try:
+                if ev[0] == EV_REQUEST:
+                    ctx = ev[1]
+                    w = cache[ctx] if ctx in cache else cache.setdefault(ctx, self._window(ctx))
+                    if w is None:
+                        self.dropped["too_many_models"] += 1
+                        continue
+                    rid = ev[6]
+                    feats = pending.pop(rid, None) if rid is not None else None
+                    if feats is not None:
+                        self.pending_bytes -= feats_bytes(feats)
+                    row = Row(ev[3] * 1e-9, ev[8], feats)
+                    kept = w.add(row)
+                    if kept and feats is not None:
+                        row.feats = trim(feats, nfeat, tcache)
+                    if kept and row.feats is None and rid is not None:
+                        awaiting[rid] = row
+                        if len(awaiting) > limit:
+                            awaiting.popitem(last=False)
+                elif ev[7] is not None and ev[3] is not None:  # a record with features and a request ID
+                    rid = ev[3]
+                    if rid in awaiting:
+                        awaiting.pop(rid).feats = trim(ev[7], nfeat, tcache)
+                        continue
+                    old = pending.pop(rid, None)
+                    if old is not None:
+                        self.pending_bytes -= feats_bytes(old)
+                    pending[rid] = ev[7]
+                    self.pending_bytes += feats_bytes(ev[7])
+                    while pending and (len(pending) > limit or self.pending_bytes > max_bytes):
+                        self.pending_bytes -= feats_bytes(pending.popitem(last=False)[1])
+                        self.dropped["unmatched_record"] += 1
+            except Exception:
+                self.dropped["error"] += 1
+        if now >= self.window_end:
+            self._close(self.window_end)
+            self.window_end = (math.floor(now / W) + 1) * W
 
     def _close(self, end: float) -> None:
         """Analyse every version's window (lock held), publish the reports and start new windows."""
@@ -220,15 +198,15 @@ class TailComponent:
         self.windows = {}
         self._awaiting.clear()
         snap = self._samples(reports)
-        _putter(snap)(TAIL_LAST_WINDOW_END_TIMESTAMP_SECONDS, (), end)
+        snap.put(TAIL_LAST_WINDOW_END_TIMESTAMP_SECONDS, (), end)
         with self._lock:
             self.reports = reports
             self.last_window_end = end
             self._snapshot = snap
 
-    def _samples(self, reports: dict[Key, dict[str, Any]]) -> Snapshot:
-        out: Snapshot = {}
-        put = _putter(out)
+    def _samples(self, reports: dict[Key, dict[str, Any]]) -> Samples:
+        out = Samples()
+        put = out.put
         for key, rep in reports.items():
             put(TAIL_WINDOW_REQUESTS, key, rep["requests"])
             put(TAIL_JOINED_RATIO, key, rep["joined_ratio"])
@@ -259,13 +237,6 @@ class TailComponent:
 
     # -- export -----------------------------------------------------------------------------------------------------
 
-    def collect(self) -> Iterable[Any]:
-        """Metric families of the last complete window (no statistics at scrape time)."""
-        with self._lock:
-            snap = dict(self._snapshot)
-        snap[TAIL_DROPPED_EVENTS_TOTAL.name] = [((reason,), float(n)) for reason, n in self.dropped.items()]
-        yield from families.from_snapshot(METRICS, snap)
-
     def status(self) -> dict[str, Any]:
         with self._lock:
             reports = dict(self.reports)
@@ -288,27 +259,6 @@ class TailComponent:
             "models": [{"service": k[0], "model": k[1], "version": k[2], **r} for k, r in sorted(reports.items())],
         }
 
-    # -- lifecycle ----------------------------------------------------------------------------------------------------
-
-    def start(self) -> None:
-        self._worker = PeriodicWorker("inferwatch-tail", min(1.0, self.cfg.window_seconds / 10), self._tick,
-                                      lambda e: log.error("tail: loop error", exc_info=e), immediate=False)
-        self._worker.start()
-
-    def _tick(self) -> None:
-        self.drain()
-
-    def stop(self, timeout: float) -> None:
-        if self._worker is not None:
-            self._worker.stop(timeout)
-            self._worker = None
-
-
-def _putter(out: Snapshot) -> Any:
-    def put(m: Any, labels: tuple[str, ...], v: float | None) -> None:
-        if v is not None and math.isfinite(v):
-            out.setdefault(m.name, []).append((labels, float(v)))
-    return put
 
 
 def build(config: TailConfig, ctx: ComponentContext) -> TailComponent:

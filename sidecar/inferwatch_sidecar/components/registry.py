@@ -1,0 +1,94 @@
+"""The one list of sidecar components.
+
+Every place that enumerates components derives from :data:`REGISTRY`: the
+daemon's build and start order (and the reverse stop order), the config
+sections the daemon reads, the catalog entries the daemon reserves for
+components (running or not), the config reference's skip list (components
+document their own sections) and the conformance checks
+(``tests/components/test_conformance.py``).
+
+This module imports only the components' config models and catalog entries
+(light: pydantic and the catalog), never their implementation, which the
+daemon imports only when the section is enabled (numpy, pyarrow).
+
+To add a component: a config model (``components/<name>/config.py``, with
+``enabled``), its catalog entries (``metrics/<name>.py``, joined in
+``metrics/catalog.py``), a ``build(config, ctx)`` in ``components/<name>/component.py``,
+the section in ``config.SidecarConfig`` and one :class:`ComponentSpec` below.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from pydantic import BaseModel
+
+from inferwatch_sidecar.components.canary.config import CanaryConfig
+from inferwatch_sidecar.components.drift.config import DriftConfig
+from inferwatch_sidecar.components.gpu.config import GpuConfig
+from inferwatch_sidecar.components.skew.config import SkewConfig
+from inferwatch_sidecar.components.tail.config import TailConfig
+from inferwatch_sidecar.metrics import canary as canary_metrics
+from inferwatch_sidecar.metrics import drift as drift_metrics
+from inferwatch_sidecar.metrics import gpu as gpu_metrics
+from inferwatch_sidecar.metrics import skew as skew_metrics
+from inferwatch_sidecar.metrics import tail as tail_metrics
+from inferwatch_sidecar.metrics.entry import Metric
+
+__all__ = ["REGISTRY", "ComponentSpec", "component_metrics", "names", "spec"]
+
+
+@dataclass(frozen=True)
+class ComponentSpec:
+    """One component.
+
+    Attributes:
+        name: its config section, its key in ``/v1/status`` and the ``component`` of its catalog entries.
+        module: the module whose ``build(config_section, ctx)`` builds it.
+        config: the model of its config section.
+        metrics: every catalog entry it may export (reserved even when it is off).
+    """
+
+    name: str
+    module: str
+    config: type[BaseModel]
+    metrics: tuple[Metric, ...]
+
+    def __post_init__(self) -> None:
+        foreign = [m.name for m in self.metrics if m.component != self.name]
+        if foreign:
+            raise ValueError(f"component {self.name!r}: catalog entries of another component: {foreign}")
+        if "enabled" not in self.config.model_fields:
+            raise ValueError(f"component {self.name!r}: its config section needs an 'enabled' field")
+
+
+def _spec(name: str, config: type[BaseModel], metrics: tuple[Metric, ...]) -> ComponentSpec:
+    return ComponentSpec(name, f"inferwatch_sidecar.components.{name}.component", config, metrics)
+
+
+#: Every component, in start order (stopped in the reverse order).
+REGISTRY: tuple[ComponentSpec, ...] = (
+    _spec("gpu", GpuConfig, gpu_metrics.METRICS),
+    _spec("drift", DriftConfig, drift_metrics.METRICS),
+    _spec("tail", TailConfig, tail_metrics.METRICS),
+    _spec("canary", CanaryConfig, canary_metrics.METRICS),
+    _spec("skew", SkewConfig, skew_metrics.METRICS),
+)
+
+
+def names() -> tuple[str, ...]:
+    """Every component's name, in start order."""
+    return tuple(s.name for s in REGISTRY)
+
+
+def spec(name: str) -> ComponentSpec:
+    """The component called ``name``; KeyError names the known ones."""
+    for s in REGISTRY:
+        if s.name == name:
+            return s
+    raise KeyError(f"no component {name!r}; known: {', '.join(names())}")
+
+
+def component_metrics() -> tuple[Metric, ...]:
+    """The catalog entries of every component, in start order."""
+    return tuple(m for s in REGISTRY for m in s.metrics)
