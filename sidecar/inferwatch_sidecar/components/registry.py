@@ -24,11 +24,13 @@ from dataclasses import dataclass
 from pydantic import BaseModel
 
 from inferwatch_sidecar.components.canary.config import CanaryConfig
+from inferwatch_sidecar.components.capacity.config import CapacityConfig
 from inferwatch_sidecar.components.drift.config import DriftConfig
 from inferwatch_sidecar.components.gpu.config import GpuConfig
 from inferwatch_sidecar.components.skew.config import SkewConfig
 from inferwatch_sidecar.components.tail.config import TailConfig
 from inferwatch_sidecar.metrics import canary as canary_metrics
+from inferwatch_sidecar.metrics import capacity as capacity_metrics
 from inferwatch_sidecar.metrics import drift as drift_metrics
 from inferwatch_sidecar.metrics import gpu as gpu_metrics
 from inferwatch_sidecar.metrics import skew as skew_metrics
@@ -73,6 +75,7 @@ REGISTRY: tuple[ComponentSpec, ...] = (
     _spec("tail", TailConfig, tail_metrics.METRICS),
     _spec("canary", CanaryConfig, canary_metrics.METRICS),
     _spec("skew", SkewConfig, skew_metrics.METRICS),
+    _spec("capacity", CapacityConfig, capacity_metrics.METRICS),
 )
 
 

@@ -1,0 +1,90 @@
+"""The capacity component: the live knee per model version, on the shared staged-component base.
+
+Each tick folds the staged REQUEST events that succeeded into :class:`~.table.LiveTable`; each evaluation
+fits the knee per model version and publishes the knee, its interval, the plateau throughput, the current
+in-flight level and the headroom, for model versions whose traffic showed the knee.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from inferwatch.wire import EV_REQUEST, OUTCOME_OK
+from inferwatch_sidecar.components.base import ComponentContext
+from inferwatch_sidecar.components.capacity.config import CapacityConfig
+from inferwatch_sidecar.components.capacity.table import Capacity, LiveTable
+from inferwatch_sidecar.components.identity import VersionKeys
+from inferwatch_sidecar.components.periodic import StagedComponent
+from inferwatch_sidecar.metrics import capacity as cm
+from inferwatch_sidecar.metrics.samples import Samples
+
+
+class CapacityComponent(StagedComponent):
+    name = "capacity"
+    record_types = frozenset({EV_REQUEST})
+    metrics = cm.METRICS
+    dropped_metric = cm.CAPACITY_DROPPED_EVENTS_TOTAL
+    drop_reasons = ("staging_full", "too_many_models", "error")
+
+    def __init__(self, cfg: CapacityConfig, ctx: ComponentContext) -> None:
+        super().__init__(ctx, interval_s=1.0, max_staged=cfg.max_staged, evaluate_interval_s=cfg.evaluate_interval_s)
+        self.cfg = cfg
+        self._keys = VersionKeys(ctx)
+        self.table = LiveTable(cfg.window_seconds, cfg.half_life_seconds, cfg.min_windows, cfg.max_models)
+        self._last_end = 0
+        self._report: dict[str, Any] = {}
+
+    def absorb(self, batch: list[tuple[Any, ...]], now: float) -> None:
+        observe = self.table.observe
+        keys = self._keys.of
+        refused = 0
+        last = self._last_end
+        for ev in batch:
+            if ev[0] != EV_REQUEST or ev[4] != OUTCOME_OK:
+                continue
+            end = ev[2]
+            if not observe(keys(ev[1]), end, ev[3]):
+                refused += 1
+            if end > last:
+                last = end
+        self._last_end = last
+        if refused:
+            self.count_drop("too_many_models", refused)
+
+    def evaluate(self, now: float | None = None) -> dict[Any, Capacity]:
+        now = self.ctx.clock() if now is None else now
+        with self._state_lock:
+            now_ns = max(int(now * 1e9), self._last_end)
+            self.table.close_idle(now_ns - self.table.window_ns)
+            self.table.decay(now)
+            caps = {k: self.table.capacity(k, now_ns) for k in list(self.table.series)}
+        out = Samples()
+        report: dict[str, Any] = {}
+        for key, cap in caps.items():
+            labels = tuple(str(x) for x in key)
+            out.put(cm.CAPACITY_IN_FLIGHT, labels, cap.in_flight)
+            k = cap.knee
+            entry: dict[str, Any] = {"levels": cap.levels, "windows": cap.windows, "in_flight": cap.in_flight,
+                                     "knee": None}
+            if k is not None and k.reached:
+                out.put(cm.CAPACITY_KNEE_CONCURRENCY, labels, k.concurrency)
+                out.put(cm.CAPACITY_KNEE_LOW, labels, k.low)
+                out.put(cm.CAPACITY_KNEE_HIGH, labels, k.high)
+                out.put(cm.CAPACITY_MAX_THROUGHPUT_RPS, labels, k.throughput_rps)
+                out.put(cm.CAPACITY_HEADROOM_RATIO, labels, cap.headroom)
+                entry.update(knee=k.concurrency, knee_low=k.low, knee_high=k.high,
+                             max_throughput_rps=k.throughput_rps, headroom=cap.headroom)
+            report["/".join(labels)] = entry
+        self.publish(out)
+        with self._lock:
+            self._report = report
+        return caps
+
+    def status(self) -> dict[str, Any]:
+        with self._lock:
+            report = dict(self._report)
+        return {"staged": self.staged(), "dropped": dict(self.dropped), "models": report}
+
+
+def build(config: CapacityConfig, ctx: ComponentContext) -> CapacityComponent:
+    return CapacityComponent(config, ctx)
