@@ -40,5 +40,20 @@ CAPACITY_DROPPED_EVENTS_TOTAL = Metric(
     help="Events the capacity component did not take, by reason (staging_full, too_many_models, error).",
 )
 
+SLO_REQUESTS_TOTAL = Metric(
+    name="inferwatch_slo_requests_total", type="counter", labels=(*_CTX, "result"), component="capacity",
+    help="Requests of a model with capacity.slo objectives, by result: good (met every threshold) or bad "
+         "(missed one, failed or was shed).",
+)
+SLO_GOODPUT_RATIO = Metric(
+    name="inferwatch_slo_goodput_ratio", type="gauge", unit="ratio", labels=_CTX, component="capacity",
+    help="Share of the requests of the last capacity.goodput_window_seconds that met every objective.",
+)
+SLO_OBJECTIVE_RATIO = Metric(
+    name="inferwatch_slo_objective_ratio", type="gauge", unit="ratio", labels=_CTX, component="capacity",
+    help="The configured share of requests that must be good (the burn-rate rules' error budget is 1 minus it).",
+)
+
 METRICS = (CAPACITY_KNEE_CONCURRENCY, CAPACITY_KNEE_LOW, CAPACITY_KNEE_HIGH, CAPACITY_MAX_THROUGHPUT_RPS,
-           CAPACITY_HEADROOM_RATIO, CAPACITY_IN_FLIGHT, CAPACITY_DROPPED_EVENTS_TOTAL)
+           CAPACITY_HEADROOM_RATIO, CAPACITY_IN_FLIGHT, CAPACITY_DROPPED_EVENTS_TOTAL, SLO_REQUESTS_TOTAL, SLO_GOODPUT_RATIO,
+           SLO_OBJECTIVE_RATIO)

@@ -12,6 +12,7 @@ from typing import Any
 from inferwatch.wire import EV_REQUEST, OUTCOME_OK
 from inferwatch_sidecar.components.base import ComponentContext
 from inferwatch_sidecar.components.capacity.config import CapacityConfig
+from inferwatch_sidecar.components.capacity.goodput import Goodput, objective_for
 from inferwatch_sidecar.components.capacity.table import Capacity, LiveTable
 from inferwatch_sidecar.components.identity import VersionKeys
 from inferwatch_sidecar.components.periodic import StagedComponent
@@ -32,6 +33,7 @@ class CapacityComponent(StagedComponent):
         self._keys = VersionKeys(ctx)
         self.table = LiveTable(cfg.window_seconds, cfg.half_life_seconds, cfg.min_windows, cfg.max_models)
         self._last_end = 0
+        self.goodput = Goodput(cfg.slo, cfg.goodput_window_seconds)
         self._report: dict[str, Any] = {}
 
     def absorb(self, batch: list[tuple[Any, ...]], now: float) -> None:
@@ -39,8 +41,14 @@ class CapacityComponent(StagedComponent):
         keys = self._keys.of
         refused = 0
         last = self._last_end
+        slo = self.goodput.observe if self.goodput.objectives else None
         for ev in batch:
-            if ev[0] != EV_REQUEST or ev[4] != OUTCOME_OK:
+            if ev[0] != EV_REQUEST:
+                continue
+            if slo is not None:
+                key = keys(ev[1])
+                slo(key, key[1], ev[4], ev[3], ev[8])
+            if ev[4] != OUTCOME_OK:
                 continue
             end = ev[2]
             if not observe(keys(ev[1]), end, ev[3]):
@@ -58,7 +66,16 @@ class CapacityComponent(StagedComponent):
             self.table.close_idle(now_ns - self.table.window_ns)
             self.table.decay(now)
             caps = {k: self.table.capacity(k, now_ns) for k in list(self.table.series)}
+            good = self.goodput.ratios(now)
+            totals = {k: tuple(v) for k, v in self.goodput.totals.items()}
         out = Samples()
+        for key, (g, b) in totals.items():
+            labels = tuple(str(x) for x in key)
+            out.put(cm.SLO_REQUESTS_TOTAL, (*labels, "good"), g)
+            out.put(cm.SLO_REQUESTS_TOTAL, (*labels, "bad"), b)
+            o = objective_for(self.goodput.objectives, str(key[1]))
+            out.put(cm.SLO_OBJECTIVE_RATIO, labels, o.objective if o else None)
+            out.put(cm.SLO_GOODPUT_RATIO, labels, good.get(key))
         report: dict[str, Any] = {}
         for key, cap in caps.items():
             labels = tuple(str(x) for x in key)
