@@ -101,6 +101,7 @@ def test_vllm_spans_match_vllms_own_histograms(sidecar_factory: Any, tmp_path: P
 
         m = wait_until(counted, timeout=30, what="vLLM's spans counted")
         vm = parse_metrics(engine.scrape(port))
+        exemplars = exemplar_trace_ids(sc)
         # inferwatch loadtest against the same vLLM (docs/capacity.md): streamed, exactly 6 tokens a request.
         doc, err = loadtest_json(f"http://127.0.0.1:{port}", "--api", "completions", "--model", engine.MODEL_NAME,
                                  "--stream", "--ignore-eos", "--output-tokens", "6", "--prompt-tokens", "12",
@@ -114,7 +115,6 @@ def test_vllm_spans_match_vllms_own_histograms(sidecar_factory: Any, tmp_path: P
     assert total(vm, "vllm:generation_tokens_total") == sum(t for _, t in engine.TRAFFIC)
     assert total(vm, "vllm:request_prompt_tokens_sum") == sum(u["prompt_tokens"] for u in usages)
     # vLLM honours the client's traceparent: the sidecar's exemplars are the trace IDs sent.
-    exemplars = exemplar_trace_ids(sc)
     assert exemplars and exemplars <= set(trace_ids)
     assert [s["concurrency"] for s in doc["steps"]] == [1, 2] and all(s["errors"] == 0 for s in doc["steps"])
     assert all(0 < s["ttft_p99_s"] <= s["latency_p99_s"] for s in doc["steps"]), doc
