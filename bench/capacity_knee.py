@@ -23,6 +23,8 @@ import statistics
 import subprocess
 import sys
 
+from tests.capacity import sim
+
 from inferwatch_sidecar.components.base import ComponentContext
 from inferwatch_sidecar.components.capacity.component import build
 from inferwatch_sidecar.components.capacity.config import CapacityConfig
@@ -30,7 +32,6 @@ from inferwatch_sidecar.loadtest.client import build_request
 from inferwatch_sidecar.loadtest.payloads import Prepared
 from inferwatch_sidecar.loadtest.runner import Objectives, Target
 from inferwatch_sidecar.loadtest.sweep import Plan, doubling, run
-from tests.capacity import sim
 
 
 def draw(rng: random.Random, max_rps: float) -> tuple[int, float, float]:

@@ -20,9 +20,10 @@ import tempfile
 import time
 from pathlib import Path
 
+from tests.traces import vllm_engine as engine
+
 from inferwatch_sidecar.loadtest import payloads as pl
 from inferwatch_sidecar.loadtest.runner import Objectives, Target, closed_step
-from tests.traces import vllm_engine as engine
 
 VLLM_BENCH = """
 import argparse, json, sys, time
