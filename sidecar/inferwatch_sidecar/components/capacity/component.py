@@ -33,25 +33,33 @@ class CapacityComponent(StagedComponent):
         self._keys = VersionKeys(ctx)
         self.table = LiveTable(cfg.window_seconds, cfg.half_life_seconds, cfg.min_windows, cfg.max_models)
         self._last_end = 0
+        #: context tuple -> its capped key (the limiters answer the same for the same context)
+        self._key_cache: dict[Any, Any] = {}
         self.goodput = Goodput(cfg.slo, cfg.goodput_window_seconds)
         self._report: dict[str, Any] = {}
 
     def absorb(self, batch: list[tuple[Any, ...]], now: float) -> None:
         observe = self.table.observe
         keys = self._keys.of
+        cache = self._key_cache
+        slo = self.goodput.observe if self.goodput.objectives else None
         refused = 0
         last = self._last_end
-        slo = self.goodput.observe if self.goodput.objectives else None
         for ev in batch:
             if ev[0] != EV_REQUEST:
                 continue
+            ctx = ev[1]
+            key = cache.get(ctx)
+            if key is None:
+                key = keys(ctx)
+                if len(cache) < 4096:
+                    cache[ctx] = key
             if slo is not None:
-                key = keys(ev[1])
                 slo(key, key[1], ev[4], ev[3], ev[8])
             if ev[4] != OUTCOME_OK:
                 continue
             end = ev[2]
-            if not observe(keys(ev[1]), end, ev[3]):
+            if not observe(key, end, ev[3]):
                 refused += 1
             if end > last:
                 last = end

@@ -46,10 +46,11 @@ class _Cell:
 class Series:
     """One model version's open window and its levels."""
 
-    __slots__ = ("win", "dur", "count", "cells", "last_n", "last_win", "windows")
+    __slots__ = ("win", "next_ns", "dur", "count", "cells", "last_n", "last_win", "windows")
 
     def __init__(self) -> None:
         self.win = -1
+        self.next_ns = -(1 << 62)
         self.dur = 0.0
         self.count = 0
         self.cells: dict[int, _Cell] = {}
@@ -95,11 +96,11 @@ class LiveTable:
             if len(self.series) >= self.max_keys:
                 return False
             s = self.series[key] = Series()
-        w = end_ns // self.window_ns
-        if w > s.win:
+        if end_ns >= s.next_ns:
             if s.count:
                 self._close(s)
-            s.win = w
+            s.win = end_ns // self.window_ns
+            s.next_ns = (s.win + 1) * self.window_ns
         s.dur += duration_ns
         s.count += 1
         return True
