@@ -48,3 +48,27 @@ def test_an_objective_needs_a_threshold_and_models_are_unique() -> None:
         CapacityConfig(slo=[{"model": "m"}])
     with pytest.raises(ValidationError, match="more than one objective"):
         CapacityConfig(slo=[{"model": "m", "e2e_seconds": 1}, {"model": "m", "ttft_seconds": 1}])
+
+
+def test_cold_start_per_new_process() -> None:
+    from inferwatch.wire import EV_HELLO
+
+    comp = build(CapacityConfig(), ComponentContext())
+    start = 10**18
+    hello = (EV_HELLO, "0.1.0", "python", "host", start)
+    # the process serves its first request 30 s after it started; the first 10 take 1 s, later ones 0.1 s
+    t = start + 30 * 10**9
+    reqs = []
+    for i in range(300):
+        dur = 10**9 if i < 10 else 10**8
+        t += dur
+        reqs.append((EV_REQUEST, ("svc", "m", "v1"), t, dur, OUTCOME_OK, None, None, None, []))
+    comp.handle(7, 1, [hello, *reqs[:5]])
+    comp.handle(7, 1, reqs[5:])
+    comp.handle(8, 1, [hello])  # a second process that has not served yet changes nothing
+    comp.evaluate(now=t / 1e9)
+    fams = {f.name: f for f in comp.collect()}
+    (ttf,) = fams["inferwatch_capacity_cold_start_seconds"].samples
+    (ratio,) = fams["inferwatch_capacity_cold_latency_ratio"].samples
+    assert ttf.value == pytest.approx(30.0) and ratio.value == pytest.approx(10.0)
+    assert comp.cold.producers[(7, 1)].done

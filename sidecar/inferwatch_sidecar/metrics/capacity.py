@@ -54,6 +54,15 @@ SLO_OBJECTIVE_RATIO = Metric(
     help="The configured share of requests that must be good (the burn-rate rules' error budget is 1 minus it).",
 )
 
+COLD_START_SECONDS = Metric(
+    name="inferwatch_capacity_cold_start_seconds", type="gauge", unit="seconds", labels=_CTX, component="capacity",
+    help="Seconds from the start of the latest new process (SDK producer) to the start of its first request.",
+)
+COLD_LATENCY_RATIO = Metric(
+    name="inferwatch_capacity_cold_latency_ratio", type="gauge", unit="ratio", labels=_CTX, component="capacity",
+    help="Mean latency of the latest new process's first 10 requests over the median of its requests 50 to 250.",
+)
+
 METRICS = (CAPACITY_KNEE_CONCURRENCY, CAPACITY_KNEE_LOW, CAPACITY_KNEE_HIGH, CAPACITY_MAX_THROUGHPUT_RPS,
            CAPACITY_HEADROOM_RATIO, CAPACITY_IN_FLIGHT, CAPACITY_DROPPED_EVENTS_TOTAL, SLO_REQUESTS_TOTAL, SLO_GOODPUT_RATIO,
-           SLO_OBJECTIVE_RATIO)
+           SLO_OBJECTIVE_RATIO, COLD_START_SECONDS, COLD_LATENCY_RATIO)

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from inferwatch.wire import EV_REQUEST, OUTCOME_OK
+from inferwatch.wire import EV_HELLO, EV_REQUEST, OUTCOME_OK
 from inferwatch_sidecar.components.base import ComponentContext
+from inferwatch_sidecar.components.capacity.coldstart import ColdStarts
 from inferwatch_sidecar.components.capacity.config import CapacityConfig
 from inferwatch_sidecar.components.capacity.goodput import Goodput, objective_for
 from inferwatch_sidecar.components.capacity.table import Capacity, LiveTable
@@ -22,7 +23,7 @@ from inferwatch_sidecar.metrics.samples import Samples
 
 class CapacityComponent(StagedComponent):
     name = "capacity"
-    record_types = frozenset({EV_REQUEST})
+    record_types = frozenset({EV_REQUEST, EV_HELLO})
     metrics = cm.METRICS
     dropped_metric = cm.CAPACITY_DROPPED_EVENTS_TOTAL
     drop_reasons = ("staging_full", "too_many_models", "error")
@@ -37,6 +38,15 @@ class CapacityComponent(StagedComponent):
         self._key_cache: dict[Any, Any] = {}
         self.goodput = Goodput(cfg.slo, cfg.goodput_window_seconds)
         self._report: dict[str, Any] = {}
+        self.cold = ColdStarts(self._keys.of)
+
+    def handle(self, pid: int, producer_id: int, records: list[tuple[Any, ...]]) -> None:
+        """Stage the records; a producer still warming up also feeds the cold-start tracker (ingest thread)."""
+        super().handle(pid, producer_id, records)
+        try:
+            self.cold.frame(pid, producer_id, records)
+        except Exception:  # pragma: no cover - defensive: the ingest thread must survive
+            self.count_drop("error")
 
     def absorb(self, batch: list[tuple[Any, ...]], now: float) -> None:
         observe = self.table.observe
@@ -77,6 +87,10 @@ class CapacityComponent(StagedComponent):
             good = self.goodput.ratios(now)
             totals = {k: tuple(v) for k, v in self.goodput.totals.items()}
         out = Samples()
+        for key, (ttf, ratio) in self.cold.snapshot().items():
+            labels = tuple(str(x) for x in key)
+            out.put(cm.COLD_START_SECONDS, labels, ttf)
+            out.put(cm.COLD_LATENCY_RATIO, labels, ratio)
         for key, (g, b) in totals.items():
             labels = tuple(str(x) for x in key)
             out.put(cm.SLO_REQUESTS_TOTAL, (*labels, "good"), g)
