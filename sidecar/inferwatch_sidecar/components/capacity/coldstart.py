@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import statistics
 import threading
-from collections.abc import Callable, Hashable
+from collections.abc import Callable
 from typing import Any
 
 from inferwatch.wire import EV_HELLO, EV_REQUEST, OUTCOME_OK
@@ -27,18 +27,18 @@ class _Producer:
     def __init__(self) -> None:
         self.start_ns: int | None = None
         self.first_ns: int | None = None
-        self.key: Hashable | None = None
+        self.key: Any | None = None
         self.lat: list[int] = []
         self.done = False
 
 
 class ColdStarts:
-    def __init__(self, key_of: Callable[[Any], Hashable]) -> None:
+    def __init__(self, key_of: Callable[[Any], Any]) -> None:
         self.key_of = key_of
         self.producers: dict[tuple[int, int], _Producer] = {}
         self.lock = threading.Lock()
         #: key -> (time to first request s or None, first/steady latency ratio or None), the latest producer's
-        self.latest: dict[Hashable, tuple[float | None, float | None]] = {}
+        self.latest: dict[Any, tuple[float | None, float | None]] = {}
 
     def frame(self, pid: int, producer_id: int, records: list[tuple[Any, ...]]) -> None:
         p = self.producers.get((pid, producer_id))
@@ -77,6 +77,6 @@ class ColdStarts:
         prev = self.latest.get(p.key, (None, None))
         self.latest[p.key] = (ttf if ttf is not None and ttf >= 0 else prev[0], ratio if ratio is not None else prev[1])
 
-    def snapshot(self) -> dict[Hashable, tuple[float | None, float | None]]:
+    def snapshot(self) -> dict[Any, tuple[float | None, float | None]]:
         with self.lock:
             return dict(self.latest)

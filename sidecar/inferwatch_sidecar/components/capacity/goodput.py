@@ -9,7 +9,6 @@ A request that failed or was shed is bad; a cancelled one is neither (the client
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Hashable
 from typing import Any
 
 from inferwatch.wire import OUTCOME_CANCELLED, OUTCOME_CLIENT_ERROR, OUTCOME_OK
@@ -44,10 +43,10 @@ class Goodput:
     def __init__(self, objectives: list[Objective], window_s: float) -> None:
         self.objectives = {o.model: o for o in objectives}
         self.window_s = window_s
-        self.totals: dict[Hashable, list[int]] = {}
-        self.history: deque[tuple[float, dict[Hashable, tuple[int, int]]]] = deque()
+        self.totals: dict[Any, list[int]] = {}
+        self.history: deque[tuple[float, dict[Any, tuple[int, int]]]] = deque()
 
-    def observe(self, key: Hashable, model: str, outcome: int, duration_ns: int, stages: Any) -> None:
+    def observe(self, key: Any, model: str, outcome: int, duration_ns: int, stages: Any) -> None:
         if not self.objectives or outcome in (OUTCOME_CANCELLED, OUTCOME_CLIENT_ERROR):
             return
         o = objective_for(self.objectives, model)
@@ -61,7 +60,7 @@ class Goodput:
         else:
             t[1] += 1
 
-    def ratios(self, now: float) -> dict[Hashable, float]:
+    def ratios(self, now: float) -> dict[Any, float]:
         """Goodput per key over the window ending at ``now`` (keys without requests in it are left out)."""
         snap = {k: (v[0], v[1]) for k, v in self.totals.items()}
         self.history.append((now, snap))

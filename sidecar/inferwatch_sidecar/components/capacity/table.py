@@ -15,8 +15,8 @@ One ``observe`` per request is a dictionary lookup and three additions.
 from __future__ import annotations
 
 import math
-from collections.abc import Hashable
 from dataclasses import dataclass
+from typing import Any
 
 from inferwatch_sidecar.components.capacity.knee import Knee, Level, fit
 
@@ -86,10 +86,10 @@ class LiveTable:
         self.half_life_s = half_life_s
         self.min_windows = min_windows
         self.max_keys = max_keys
-        self.series: dict[Hashable, Series] = {}
+        self.series: dict[Any, Series] = {}
         self._decayed_at: float | None = None
 
-    def observe(self, key: Hashable, end_ns: int, duration_ns: int) -> bool:
+    def observe(self, key: Any, end_ns: int, duration_ns: int) -> bool:
         """One completed request; False when it was refused (too many keys)."""
         s = self.series.get(key)
         if s is None:
@@ -147,7 +147,7 @@ class LiveTable:
                 if c.w < 0.05:
                     del s.cells[k]
 
-    def levels(self, key: Hashable) -> list[Level]:
+    def levels(self, key: Any) -> list[Level]:
         s = self.series.get(key)
         if s is None:
             return []
@@ -162,7 +162,7 @@ class LiveTable:
             out.append(Level(n, x, math.sqrt(var / c.w), n / x))
         return out
 
-    def capacity(self, key: Hashable, now_ns: int | None = None) -> Capacity:
+    def capacity(self, key: Any, now_ns: int | None = None) -> Capacity:
         s = self.series[key]
         lv = self.levels(key)
         recent = now_ns is None or (now_ns // self.window_ns) - s.last_win <= 2
