@@ -65,6 +65,8 @@ NEEDS: dict[str, str] = {
     "binary": "a binary model whose reference was built with its labels (reference build --label)",
     "skew": "offline feature values posted for served request IDs (skew.enabled, POST /v1/skew; docs/skew.md)",
     "engines": "an engine's /metrics read by the sidecar (engines targets, --engine-metrics; docs/saturation.md)",
+    "capacity": "traffic that visited in-flight levels on both sides of the knee (docs/capacity.md)",
+    "slo": "capacity.slo objectives configured for the model (docs/capacity.md)",
 }
 #: ``dashboard uid -> need`` for every panel of a dashboard (the engines' dashboards).
 DASHBOARD_NEEDS: dict[str, str] = {triton.UID: "triton", vllm.UID: "vllm", saturation.UID: "engines"}
@@ -79,6 +81,9 @@ PANEL_NEEDS: dict[tuple[str, ...], str] = {
     ("inferwatch-queue", "Batch size distribution"): "batches",
     ("inferwatch-queue", "Mean batch size and batches per second"): "batches",
     ("inferwatch-queue", "Batch size P50 / P99"): "batches",
+    ("inferwatch-queue", "In flight against the live knee"): "capacity",
+    ("inferwatch-queue", "Capacity headroom"): "capacity",
+    ("inferwatch-queue", "Goodput against the objectives"): "slo",
     **{("inferwatch-llm", t): "streaming" for t in (
         "Time to first token P50 / P99 / P999", "Inter-token latency P50 / P99 / P999", "Tokens per second",
         "Tokens per stream P50 / P99", "Mean tokens per second per stream")},

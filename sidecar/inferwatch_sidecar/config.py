@@ -35,6 +35,7 @@ from inferwatch._env import DEFAULT_SOCKET
 from inferwatch_sidecar.aggregate.aggregator import CONFIGURABLE_HISTOGRAMS
 from inferwatch_sidecar.components import registry
 from inferwatch_sidecar.components.canary.config import CanaryConfig
+from inferwatch_sidecar.components.capacity.config import CapacityConfig
 from inferwatch_sidecar.components.drift.config import DriftConfig
 from inferwatch_sidecar.components.engines.config import EnginesConfig
 from inferwatch_sidecar.components.gpu.config import GpuConfig
@@ -396,6 +397,7 @@ class SidecarConfig(_Section):
     gpu: GpuConfig = Field(default_factory=GpuConfig)
     drift: DriftConfig = Field(default_factory=DriftConfig)
     tail: TailConfig = Field(default_factory=TailConfig)
+    capacity: CapacityConfig = Field(default_factory=CapacityConfig)
     canary: CanaryConfig = Field(default_factory=CanaryConfig)
     skew: SkewConfig = Field(default_factory=SkewConfig)
     engines: EnginesConfig = Field(default_factory=EnginesConfig)

@@ -7,7 +7,7 @@ from types import ModuleType
 
 import pytest
 
-from inferwatch_sidecar.metrics import canary, core, drift, engines, gpu, saturation, skew, tail
+from inferwatch_sidecar.metrics import canary, capacity, core, drift, engines, gpu, saturation, skew, tail
 from inferwatch_sidecar.metrics.catalog import all_metrics
 from inferwatch_sidecar.metrics.entry import Metric
 
@@ -59,4 +59,4 @@ def test_every_entry_is_a_module_level_name_and_in_the_modules_tuple(module: Mod
 
 def test_the_catalog_is_the_components_in_order() -> None:
     assert all_metrics() == (*core.METRICS, *gpu.METRICS, *drift.METRICS, *tail.METRICS, *canary.METRICS,
-                             *skew.METRICS, *engines.METRICS, *saturation.METRICS)
+                             *skew.METRICS, *engines.METRICS, *saturation.METRICS, *capacity.METRICS)

@@ -21,6 +21,7 @@ from typing import Any
 import pytest
 
 from inferwatch_sidecar.components.engines.target import Target
+from tests.capacity.helpers import loadtest_json
 from tests.conftest import free_port
 from tests.sidecar.conftest import REPO, parse_metrics, sample, wait_until
 
@@ -131,3 +132,11 @@ def test_triton_spans_match_tritons_own_counters(triton: Any) -> None:
     exemplars = {line.split('trace_id="')[1][:32] for line in om.decode().splitlines()
                  if line.startswith("inferwatch_request_duration_seconds_bucket") and 'trace_id="' in line}
     assert exemplars and exemplars <= set(trace_ids)
+    # inferwatch loadtest against the same Triton: a generic JSON POST, 30 requests a step, then Triton's count.
+    body = json.dumps({"inputs": [{"name": "x", "shape": [1, 2], "datatype": "FP32", "data": [1.0, 2.0]}]})
+    doc, _ = loadtest_json(f"http://127.0.0.1:{http_port}/v2/models/double/infer", "--body", body,
+                           "--concurrency", "1,4", "--requests", "30", "--duration", "20")
+    assert [s["errors"] for s in doc["steps"]] == [0, 0] and all(s["throughput_rps"] > 0 for s in doc["steps"])
+    with urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics", timeout=10) as r:
+        tm2 = parse_metrics(r.read().decode())
+    assert sample(tm2, "nv_inference_request_success_total", **tl) == N + 1 + 2 * 30

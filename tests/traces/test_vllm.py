@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 
 from inferwatch_sidecar.components.engines.target import Target
+from tests.capacity.helpers import loadtest_json
 from tests.sidecar.conftest import REPO, parse_metrics, sample, total, wait_until
 from tests.traces import vllm_engine as engine
 
@@ -125,6 +126,12 @@ def test_vllm_spans_match_vllms_own_histograms(sidecar_factory: Any, tmp_path: P
         m = wait_until(counted, timeout=30, what="vLLM's spans counted")
         assert neutral.scrape() == "ok", neutral.status()
         vm = parse_metrics(engine.scrape(port))
+        exemplars = exemplar_trace_ids(sc)
+        # inferwatch loadtest against the same vLLM (docs/capacity.md): streamed, exactly 6 tokens a request.
+        doc, err = loadtest_json(f"http://127.0.0.1:{port}", "--api", "completions", "--model", engine.MODEL_NAME,
+                                 "--stream", "--ignore-eos", "--output-tokens", "6", "--prompt-tokens", "12",
+                                 "--concurrency", "1,2", "--requests", "4", "--duration", "20")
+        vm2 = parse_metrics(engine.scrape(port))
     assert_neutral_matches_vllm(neutral, vm)
     n = len(engine.TRAFFIC)
     # ignore_eos: every request generates exactly max_tokens, streamed to the client.
@@ -134,8 +141,13 @@ def test_vllm_spans_match_vllms_own_histograms(sidecar_factory: Any, tmp_path: P
     assert total(vm, "vllm:generation_tokens_total") == sum(t for _, t in engine.TRAFFIC)
     assert total(vm, "vllm:request_prompt_tokens_sum") == sum(u["prompt_tokens"] for u in usages)
     # vLLM honours the client's traceparent: the sidecar's exemplars are the trace IDs sent.
-    exemplars = exemplar_trace_ids(sc)
     assert exemplars and exemplars <= set(trace_ids)
+    assert [s["concurrency"] for s in doc["steps"]] == [1, 2] and all(s["errors"] == 0 for s in doc["steps"])
+    assert all(0 < s["ttft_p99_s"] <= s["latency_p99_s"] for s in doc["steps"]), doc
+    # 4 requests a step and the preflight one, each of exactly 6 tokens, as vLLM counted them.
+    assert total(vm2, "vllm:request_success_total") - total(vm, "vllm:request_success_total") == 9
+    assert total(vm2, "vllm:generation_tokens_total") - total(vm, "vllm:generation_tokens_total") == 9 * 6
+    assert "ttft p99" in err
 
 
 def test_recorded_vllm_export_matches_recorded_metrics(sidecar_factory: Any) -> None:

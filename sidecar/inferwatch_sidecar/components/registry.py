@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from pydantic import BaseModel
 
 from inferwatch_sidecar.components.canary.config import CanaryConfig
+from inferwatch_sidecar.components.capacity.config import CapacityConfig
 from inferwatch_sidecar.components.drift.config import DriftConfig
 from inferwatch_sidecar.components.engines.config import EnginesConfig
 from inferwatch_sidecar.components.gpu.config import GpuConfig
@@ -31,6 +32,7 @@ from inferwatch_sidecar.components.saturation.config import SaturationConfig
 from inferwatch_sidecar.components.skew.config import SkewConfig
 from inferwatch_sidecar.components.tail.config import TailConfig
 from inferwatch_sidecar.metrics import canary as canary_metrics
+from inferwatch_sidecar.metrics import capacity as capacity_metrics
 from inferwatch_sidecar.metrics import drift as drift_metrics
 from inferwatch_sidecar.metrics import engines as engines_metrics
 from inferwatch_sidecar.metrics import gpu as gpu_metrics
@@ -79,6 +81,7 @@ REGISTRY: tuple[ComponentSpec, ...] = (
     _spec("skew", SkewConfig, skew_metrics.METRICS),
     _spec("engines", EnginesConfig, engines_metrics.METRICS),
     _spec("saturation", SaturationConfig, saturation_metrics.METRICS),
+    _spec("capacity", CapacityConfig, capacity_metrics.METRICS),
 )
 
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 import sys
 
 from inferwatch_sidecar.metrics import canary as canary_metrics
+from inferwatch_sidecar.metrics import capacity as capacity_metrics
 from inferwatch_sidecar.metrics import core as core_metrics
 from inferwatch_sidecar.metrics import drift as drift_metrics
 from inferwatch_sidecar.metrics import engines as engines_metrics
@@ -29,7 +30,8 @@ __all__ = ["Metric", "all_metrics", "by_name", "markdown", "series_names", "unit
 def all_metrics() -> tuple[Metric, ...]:
     """Every metric of every component, in a stable order."""
     out = (*core_metrics.METRICS, *gpu_metrics.METRICS, *drift_metrics.METRICS, *tail_metrics.METRICS,
-           *canary_metrics.METRICS, *skew_metrics.METRICS, *engines_metrics.METRICS, *saturation_metrics.METRICS)
+           *canary_metrics.METRICS, *skew_metrics.METRICS, *engines_metrics.METRICS, *saturation_metrics.METRICS,
+           *capacity_metrics.METRICS)
     seen: set[str] = set()
     for m in out:
         if m.name in seen:

