@@ -146,10 +146,7 @@ class Wiring:
                 self.slots.append(ComponentSlot(name, "unavailable", reason="build() returned None"))
                 continue
             self.slots.append(ComponentSlot(name, "built", comp))
-            self.pipeline.register_component(name)
-            types = frozenset(comp.record_types)
-            if types:
-                self.pipeline.dispatch.append((name, types, comp.handle))
+            self.pipeline.subscribe(name, frozenset(comp.record_types), comp.handle)
         # A component that reads another's results (the canary judge reads the drift estimates) gets the others.
         peers = Peers({s.name: s.component for s in self.slots if s.component is not None})
         for s in self.slots:
