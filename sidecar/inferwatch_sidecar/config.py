@@ -403,24 +403,8 @@ class SidecarConfig(_Section):
     engines: EnginesConfig = Field(default_factory=EnginesConfig)
     saturation: SaturationConfig = Field(default_factory=SaturationConfig)
 
-    def component(self, name: str) -> BaseModel:
-        """The section of the registered component ``name``."""
-        section = getattr(self, registry.spec(name).name)
-        assert isinstance(section, BaseModel)
-        return section
 
-
-def _check_component_sections() -> None:
-    """Every registered component has its section, of its config model (the registry is the one list)."""
-    for spec in registry.REGISTRY:
-        f = SidecarConfig.model_fields.get(spec.name)
-        if f is None or f.annotation is not spec.config:
-            raise TypeError(f"SidecarConfig needs a field {spec.name}: {spec.config.__name__} "
-                            "(components/registry.py lists it)")
-
-
-_check_component_sections()
-
+registry.check_sections(SidecarConfig)  # every registered component has its section (the registry is the one list)
 
 # ---------------------------------------------------------------------------
 # loading
@@ -590,8 +574,7 @@ def reference_yaml(skip: tuple[str, ...] | None = None) -> str:
     Args:
         skip: top-level sections left out; default: every registered component's (they document their own).
     """
-    if skip is None:
-        skip = registry.names()
+    skip = registry.names() if skip is None else skip
     lines: list[str] = []
 
     def walk(model: type[BaseModel], indent: str) -> None:

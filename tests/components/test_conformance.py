@@ -190,3 +190,20 @@ def test_stop_is_idempotent(name: str) -> None:
     assert isinstance(comp, PeriodicComponent) and comp._worker is None
     _check_families(name, list(comp.collect()))
     _strict_json(comp.status())
+
+
+def test_the_daemon_subscribes_every_enabled_component_to_its_record_types() -> None:
+    from inferwatch_sidecar.daemon import Sidecar
+
+    sc = Sidecar(SidecarConfig.model_validate({"gpu": {"backend": "fake"}}))
+    sc._build_components()
+    enabled = [s.name for s in sc.slots if s.component is not None]
+    assert enabled == [n for n in NAMES if n != "skew"]  # skew is off by default
+    subscribed = {name: types for name, types, _h in sc.pipeline.dispatch}
+    for s in sc.slots:
+        if s.component is not None:
+            assert subscribed.get(s.name, frozenset()) == s.component.record_types
+            assert sc.pipeline.component_errors[(s.name, "handle")] == 0
+    before = sc.pipeline.dispatch
+    sc.pipeline.subscribe("probe", frozenset({EV_RECORD}), lambda *_: None)
+    assert sc.pipeline.dispatch is not before and len(before) == len(enabled)  # copy on write

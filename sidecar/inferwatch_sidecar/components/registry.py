@@ -41,7 +41,7 @@ from inferwatch_sidecar.metrics import skew as skew_metrics
 from inferwatch_sidecar.metrics import tail as tail_metrics
 from inferwatch_sidecar.metrics.entry import Metric
 
-__all__ = ["REGISTRY", "ComponentSpec", "component_metrics", "names", "spec"]
+__all__ = ["REGISTRY", "ComponentSpec", "check_sections", "component_metrics", "names", "section", "spec"]
 
 
 @dataclass(frozen=True)
@@ -101,3 +101,19 @@ def spec(name: str) -> ComponentSpec:
 def component_metrics() -> tuple[Metric, ...]:
     """The catalog entries of every component, in start order."""
     return tuple(m for s in REGISTRY for m in s.metrics)
+
+
+def check_sections(root: type[BaseModel]) -> None:
+    """Raise TypeError unless ``root`` (the whole config) has each component's section, of its config model."""
+    for s in REGISTRY:
+        f = root.model_fields.get(s.name)
+        if f is None or f.annotation is not s.config:
+            raise TypeError(f"{root.__name__} needs a field {s.name}: {s.config.__name__} (components/registry.py "
+                            "lists it)")
+
+
+def section(cfg: BaseModel, name: str) -> BaseModel:
+    """The section of the registered component ``name`` in the whole config ``cfg``."""
+    out = getattr(cfg, spec(name).name)
+    assert isinstance(out, BaseModel)
+    return out

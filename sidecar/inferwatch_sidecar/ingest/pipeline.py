@@ -303,6 +303,17 @@ class Pipeline:
             for method in self.COMPONENT_METHODS:
                 self.component_errors.setdefault((name, method), 0)
 
+    def subscribe(self, name: str, record_types: frozenset[int],
+                  handle: Callable[[int, int, list[tuple[Any, ...]]], None]) -> None:
+        """Send component ``name`` the decoded records of ``record_types`` (``handle`` runs on the ingest thread:
+        it must not block; what it raises is counted). Registers its error series at zero too.
+
+        The list is replaced, not changed in place, so a frame being dispatched keeps the list it started with.
+        """
+        self.register_component(name)
+        if record_types:
+            self.dispatch = [*self.dispatch, (name, frozenset(record_types), handle)]
+
     def count_component_error(self, name: str, method: str) -> None:
         """Count an exception from a component; log it with its traceback now and then (call from an except block)."""
         # Called from the ingest thread (holding self.lock) and from HTTP threads, so it has its own lock.

@@ -135,41 +135,39 @@ class CanaryComponent(StagedComponent):
         for ev in batch:
             try:
                 if ev[0] == EV_REQUEST:
-                    # Read the whole event first: one with a bad field is dropped alone, never half-added.
-                    ctx, outcome, e2e = ev[1], ev[4], ev[3] * 1e-9
-                    if outcome.__class__ is not int or not 0 <= outcome < N_OUTCOMES or not math.isfinite(e2e):
+                    # Outcome and latency are checked before either is added: their lists must stay paired.
+                    outcome, e2e = ev[4], ev[3] * 1e-9
+                    if outcome.__class__ is not int or not 0 <= outcome < N_OUTCOMES or e2e != e2e:
                         raise ValueError("bad request event")
-                    durs = [(self._lim_stage.get(name), dur * 1e-9, stream) for name, dur, stream in ev[8]]
-                    good = outcome == OUTCOME_OK
-                    ttfts: list[float] = []
-                    gaps: list[float] = []
-                    streamed = False
-                    for _name, _dur, stream in durs:
-                        if stream is not None:
-                            streamed = True
-                            ttft = stream[0] * 1e-9
-                            if stream[1]:
-                                ttfts.append(ttft)
-                            sg = [g * 1e-6 for g in stream[2]]
-                            gaps.extend(sg)
-                            if slo is not None and good:
-                                good = ((slo.ttft_s is None or (stream[1] > 0 and ttft <= slo.ttft_s))
-                                        and (slo.itl_s is None or not sg or max(sg) <= slo.itl_s))
-                    r = reqs.get(ctx)
+                    r = reqs.get(ev[1])
                     if r is None:
-                        r = reqs[ctx] = ([], [], {})
+                        r = reqs[ev[1]] = ([], [], {})
                     r[0].append(outcome)
                     r[1].append(e2e)
-                    for name, dur, _stream in durs:
-                        r[2].setdefault(name, []).append(dur)
-                    if streamed or (slo is not None and good and (slo.latency_s is None or e2e <= slo.latency_s)):
-                        st = streams.get(ctx)
-                        if st is None:
-                            st = streams[ctx] = ([], [], [0])
-                        st[0].extend(ttfts)
-                        st[1].extend(gaps)
-                        if slo is not None and good and (slo.latency_s is None or e2e <= slo.latency_s):
-                            st[2][0] += 1
+                    good = ev[4] == OUTCOME_OK
+                    st = None
+                    for name, dur, stream in ev[8]:
+                        r[2].setdefault(self._lim_stage.get(name), []).append(dur * 1e-9)
+                        if stream is not None:
+                            if st is None:
+                                st = streams.get(ev[1])
+                                if st is None:
+                                    st = streams[ev[1]] = ([], [], [0])
+                            ttft = stream[0] * 1e-9
+                            if stream[1]:
+                                st[0].append(ttft)
+                            gaps = [g * 1e-6 for g in stream[2]]
+                            st[1].extend(gaps)
+                            if slo is not None and good:
+                                good = ((slo.ttft_s is None or (stream[1] > 0 and ttft <= slo.ttft_s))
+                                        and (slo.itl_s is None or not gaps or max(gaps) <= slo.itl_s))
+                    if slo is not None:
+                        good = good and (slo.latency_s is None or ev[3] * 1e-9 <= slo.latency_s)
+                        if good:
+                            g = streams.get(ev[1])
+                            if g is None:
+                                g = streams[ev[1]] = ([], [], [0])
+                            g[2][0] += 1
                 elif ev[4] is not None or ev[5] is not None:  # a record with a prediction or confidence
                     c = recs.get(ev[1])
                     if c is None:
