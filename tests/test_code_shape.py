@@ -36,10 +36,13 @@ LONG_FUNCTIONS: dict[str, str] = {
     "dashboards/src/drift.py::build": "to split: one function per row of panels",
     "dashboards/src/gpu.py::build": "to split: one function per row of panels",
     "dashboards/src/overview.py::build": "to split: one function per row of panels",
+    "dashboards/src/saturation.py::build": "to split: one function per row of panels (came with #25)",
     "sdk/inferwatch/wire/_codegen_encode.py::_checks_and_effects": "to split",
     "bench/leak_detection.py::main": "benchmark driver, to split",
     "bench/ingest.py::in_process": "benchmark driver, to split",
     "bench/soak.py::main": "benchmark driver, to split",
+    "bench/fleet_drift.py::run": "benchmark driver, to split (came with #31)",
+    "bench/series_count.py::main": "benchmark driver, to split (came with #31)",
     "bench/gpu_real_check.py::main": "benchmark driver, to split",
     "bench/sdk_overhead.py::wall_clock": "benchmark driver, to split",
 }
@@ -49,8 +52,8 @@ LONG_MODULES: dict[str, str] = {
     "sidecar/inferwatch_sidecar/aggregate/aggregator.py": "to split (i23c)",
     "sidecar/inferwatch_sidecar/components/gpu/detector.py": "to split (i24)",
     "sidecar/inferwatch_sidecar/components/gpu/component.py": "to split (i23a)",
-    "sidecar/inferwatch_sidecar/daemon.py": "to split (i23a: lifecycle, wiring, status)",
     "bench/fastapi_overhead.py": "to split",
+    "sidecar/inferwatch_sidecar/config.py": "to split: the component sections the merge of #25/#26/#28 added",
 }
 
 

@@ -56,26 +56,32 @@ class CapacityComponent(StagedComponent):
         refused = 0
         last = self._last_end
         for ev in batch:
-            if ev[0] != EV_REQUEST:
+            if ev[0] != EV_REQUEST or len(ev) < 9:
                 continue
-            ctx = ev[1]
-            key = cache.get(ctx)
-            if key is None:
-                key = keys(ctx)
-                if len(cache) < 4096:
-                    cache[ctx] = key
-            if slo is not None:
-                slo(key, key[1], ev[4], ev[3], ev[8])
-            if ev[4] != OUTCOME_OK:
-                continue
-            end = ev[2]
-            if not observe(key, end, ev[3]):
-                refused += 1
-            if end > last:
-                last = end
+            try:
+                refused += self._absorb_request(ev, cache, keys, slo, observe)
+                if ev[4] == OUTCOME_OK and ev[2] > last:
+                    last = ev[2]
+            except (TypeError, ValueError, IndexError, KeyError):
+                self.count_drop("error")  # a malformed request costs itself, never the batch
         self._last_end = last
         if refused:
             self.count_drop("too_many_models", refused)
+
+    @staticmethod
+    def _absorb_request(ev: tuple[Any, ...], cache: dict[Any, Any], keys: Any, slo: Any, observe: Any) -> int:
+        """One finished request into the windows (and the SLO counts); 1 when its model version was refused."""
+        ctx = ev[1]
+        key = cache.get(ctx)
+        if key is None:
+            key = keys(ctx)
+            if len(cache) < 4096:
+                cache[ctx] = key
+        if slo is not None:
+            slo(key, key[1], ev[4], ev[3], ev[8])
+        if ev[4] != OUTCOME_OK:
+            return 0
+        return 0 if observe(key, ev[2], ev[3]) else 1
 
     def evaluate(self, now: float | None = None) -> dict[Any, Capacity]:
         now = self.ctx.clock() if now is None else now
