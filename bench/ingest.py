@@ -318,9 +318,10 @@ def replica_frames(n_req: int, first: int, per_frame: int = 100) -> list[bytes]:
     evs: list[Any] = []
     for i in range(first, first + n_req):
         d1, d2, d3 = 100_000 + i % 997, 2_000_000 + i % 9973, 50_000 + i % 97
+        # The SDK's order: record() inside the request scope is buffered before the REQUEST its exit writes.
+        evs.append((EV_RECORD, ("bench", "m", "v1"), now, f"{i:016x}", "cat", 0.9, None, feats))
         evs.append((EV_REQUEST, ("bench", "m", "v1"), now, d1 + d2 + d3 + 50_000, 0, None, f"{i:016x}", None,
                     [("preprocess", d1, None), ("inference", d2, None), ("postprocess", d3, None)]))
-        evs.append((EV_RECORD, ("bench", "m", "v1"), now, f"{i:016x}", "cat", 0.9, None, feats))
         if len(evs) >= per_frame:
             out += enc.encode(evs)
             evs = []
