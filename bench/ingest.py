@@ -332,15 +332,23 @@ def replica_frames(n_req: int, first: int, per_frame: int = 100) -> list[bytes]:
 REPLICA_WARM = 6000
 
 
-def replica_child(measure: bool, components: bool, n_req: int) -> None:
-    """The live sidecar's work in one thread: the daemon's pipeline and default components (GPU off), frames
-    in, each component drained every 20 frames (its worker's pass). Under callgrind, run once without and
-    once with the measured pass; the difference is what ``n_req`` more requests cost."""
+#: The components the replica may run: every one enabled by default but the GPU monitor (it needs a device).
+REPLICA_COMPONENTS = ("drift", "tail", "canary")
+
+
+def replica_child(measure: bool, components: str, n_req: int) -> None:
+    """The live sidecar's work in one thread: the daemon's pipeline and ``components`` ("all", "none" or a
+    comma-separated list), frames in, each component drained every 20 frames (its worker's pass). Under
+    callgrind, run once without and once with the measured pass; the difference is what ``n_req`` more
+    requests cost."""
     from inferwatch_sidecar.config import SidecarConfig
     from inferwatch_sidecar.daemon import Sidecar
 
-    sc = Sidecar(SidecarConfig.model_validate({"gpu": {"enabled": False}}))
-    if components:
+    on = set(REPLICA_COMPONENTS) if components == "all" else set() if components == "none" else set(components.split(","))
+    doc: dict[str, Any] = {"gpu": {"enabled": False}}
+    doc.update({name: {"enabled": name in on} for name in REPLICA_COMPONENTS})
+    sc = Sidecar(SidecarConfig.model_validate(doc))
+    if on:
         sc._build_components()
     comps = [s.component for s in sc.slots if s.component is not None]
     datagram = sc.pipeline.datagram
@@ -362,7 +370,7 @@ def replica_child(measure: bool, components: bool, n_req: int) -> None:
     print(json.dumps({"components": [c.name for c in comps]}))
 
 
-def callgrind_per_event(tree: Path | None, components: bool, n_req: int) -> tuple[float, list[str]]:
+def callgrind_per_event(tree: Path | None, components: str, n_req: int) -> tuple[float, list[str]]:
     """Instructions per event of the replica from ``tree`` (None: this checkout), all threads, user space."""
     counts = []
     names: list[str] = []
@@ -370,7 +378,7 @@ def callgrind_per_event(tree: Path | None, components: bool, n_req: int) -> tupl
         for measure in (0, 1):
             out = Path(tmp) / f"cg.{measure}"
             cmd = ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}", sys.executable, __file__,
-                   "--replica-child", str(measure), str(int(components)), str(n_req)]
+                   "--replica-child", str(measure), components, str(n_req)]
             r = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO, env=tree_env(tree), check=False)
             if r.returncode != 0:
                 raise RuntimeError(r.stderr.strip().splitlines()[-1] if r.stderr.strip() else f"rc {r.returncode}")
@@ -381,7 +389,7 @@ def callgrind_per_event(tree: Path | None, components: bool, n_req: int) -> tupl
     return (counts[1] - counts[0]) / (2 * n_req), names
 
 
-def callgrind_report(baseline: str | None, n_req: int) -> dict[str, Any]:
+def callgrind_report(baseline: str | None, n_req: int, split: bool = False) -> dict[str, Any]:
     trees: list[tuple[str, Path | None]] = [("now", None)]
     if baseline:
         bt = baseline_tree(baseline)
@@ -391,15 +399,15 @@ def callgrind_report(baseline: str | None, n_req: int) -> dict[str, Any]:
           f"events after {REPLICA_WARM} warm-up requests; frames of 100 events; components drained every 20 frames)")
     out: dict[str, Any] = {}
     for label, tree in trees:
-        for components in (False, True):
+        for components in ("none", *(REPLICA_COMPONENTS if split else ()), "all"):
             try:
                 ir, names = callgrind_per_event(tree, components, n_req)
             except RuntimeError as e:
-                print(f"  {label:14} {'default components' if components else 'pipeline only':40} n/a ({e})")
+                print(f"  {label:14} {components:44} n/a ({e})")
                 continue
-            what = f"pipeline + {', '.join(names)}" if components else "pipeline only (decode, account, aggregate)"
-            print(f"  {label:14} {what:40} {ir:10,.0f}")
-            out[f"{label}/{'components' if components else 'pipeline'}"] = ir
+            what = f"pipeline + {', '.join(names)}" if names else "pipeline only (decode, account, aggregate)"
+            print(f"  {label:14} {what:44} {ir:10,.0f}")
+            out[f"{label}/{components}"] = ir
     return out
 
 
@@ -521,6 +529,8 @@ def main() -> int:
                     help="instructions per event of the live path (pipeline + default components, one thread) "
                          "under valgrind's callgrind, this tree and --baseline side by side, then exit "
                          "(default 2000 requests; about 2 minutes a tree)")
+    ap.add_argument("--split", action="store_true",
+                    help="with --callgrind: also each component alone on the pipeline (where the instructions go)")
     ap.add_argument("--variants-child", nargs=2, help=argparse.SUPPRESS)
     ap.add_argument("--replica-child", nargs=3, help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -531,10 +541,10 @@ def main() -> int:
         variants_child(args.variants_child[0], int(args.variants_child[1]))
         return 0
     if args.replica_child:
-        replica_child(args.replica_child[0] == "1", args.replica_child[1] == "1", int(args.replica_child[2]))
+        replica_child(args.replica_child[0] == "1", args.replica_child[1], int(args.replica_child[2]))
         return 0
     if args.callgrind:
-        cg = callgrind_report(None if args.baseline == "none" else args.baseline, args.callgrind)
+        cg = callgrind_report(None if args.baseline == "none" else args.baseline, args.callgrind, args.split)
         if args.json:
             Path(args.json).write_text(json.dumps({"callgrind": cg}, indent=1))
         return 0

@@ -65,6 +65,8 @@ def feats_bytes(feats: Any) -> int:
     """Estimated bytes a record's ``(schema, nums, cats)`` holds while it waits (its strings counted)."""
     try:
         _, nums, cats = feats
+        if type(cats) is tuple and not cats:  # numeric-only records, the common kind: no generator to run
+            return 120 + 32 * len(nums)
         return 120 + 32 * len(nums) + sum(57 + len(c) for c in cats if isinstance(c, str)) + 8 * len(cats)
     except (TypeError, ValueError):
         return 120
