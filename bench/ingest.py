@@ -379,26 +379,28 @@ def replica_child(measure: bool, components: str, n_req: int) -> None:
     print(json.dumps({"components": [c.name for c in comps]}))
 
 
-def callgrind_per_event(tree: Path | None, components: str, n_req: int) -> tuple[float, list[str]]:
-    """Instructions per event of the replica from ``tree`` (None: this checkout), all threads, user space."""
-    counts = []
-    names: list[str] = []
+def callgrind_count(tree: Path | None, components: str, n_req: int, measure: int) -> tuple[int, list[str]]:
+    """Instructions (all threads, user space) of one replica run from ``tree`` (None: this checkout)."""
     with tempfile.TemporaryDirectory() as tmp:
-        for measure in (0, 1):
-            out = Path(tmp) / f"cg.{measure}"
-            cmd = ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}", sys.executable, __file__,
-                   "--replica-child", str(measure), components, str(n_req)]
-            r = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO, env=tree_env(tree), check=False)
-            if r.returncode != 0:
-                raise RuntimeError(r.stderr.strip().splitlines()[-1] if r.stderr.strip() else f"rc {r.returncode}")
-            names = json.loads(r.stdout.strip().splitlines()[-1])["components"]
-            m = re.search(r"^summary:\s+(\d+)", out.read_text(), re.M)
-            assert m is not None, "no summary line in the callgrind output"
-            counts.append(int(m.group(1)))
-    return (counts[1] - counts[0]) / (2 * n_req), names
+        out = Path(tmp) / "cg.out"
+        cmd = ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}", sys.executable, __file__,
+               "--replica-child", str(measure), components, str(n_req)]
+        r = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO, env=tree_env(tree), check=False)
+        if r.returncode != 0:
+            raise RuntimeError(r.stderr.strip().splitlines()[-1] if r.stderr.strip() else f"rc {r.returncode}")
+        m = re.search(r"^summary:\s+(\d+)", out.read_text(), re.M)
+        assert m is not None, "no summary line in the callgrind output"
+        return int(m.group(1)), json.loads(r.stdout.strip().splitlines()[-1])["components"]
 
 
-def callgrind_report(baseline: str | None, n_req: int, split: bool = False) -> dict[str, Any]:
+def callgrind_report(baseline: str | None, n_req: int, split: bool = False, jobs: int = 2) -> dict[str, Any]:
+    """Instructions per event: (run with the measured pass - run without) / events, per tree and components.
+
+    The valgrind runs are independent, so ``jobs`` of them run at once (instruction counts do not
+    depend on what else runs); the baseline tree is measured without and with every component.
+    """
+    from concurrent.futures import ThreadPoolExecutor
+
     trees: list[tuple[str, Path | None]] = [("now", None)]
     if baseline:
         bt = baseline_tree(baseline)
@@ -406,17 +408,22 @@ def callgrind_report(baseline: str | None, n_req: int, split: bool = False) -> d
             trees.append((f"base {baseline}", bt))
     print(f"== callgrind: instructions per event, the live path in one thread ({n_req} requests = {2 * n_req} "
           f"events after {REPLICA_WARM} warm-up requests; frames of 100 events; components drained every 20 frames)")
-    out: dict[str, Any] = {}
-    for label, tree in trees:
-        for components in ("none", *(REPLICA_COMPONENTS if split else ()), "all"):
+    cases = [(label, tree, comps) for label, tree in trees
+             for comps in ("none", *(REPLICA_COMPONENTS if split and tree is None else ()), "all")]
+    with ThreadPoolExecutor(max_workers=jobs) as pool:
+        futs = {(label, comps, m): pool.submit(callgrind_count, tree, comps, n_req, m)
+                for label, tree, comps in cases for m in (0, 1)}
+        out: dict[str, Any] = {}
+        for label, _, comps in cases:
             try:
-                ir, names = callgrind_per_event(tree, components, n_req)
+                (c0, _), (c1, names) = futs[(label, comps, 0)].result(), futs[(label, comps, 1)].result()
             except RuntimeError as e:
-                print(f"  {label:14} {components:44} n/a ({e})")
+                print(f"  {label:14} {comps:44} n/a ({e})")
                 continue
+            ir = (c1 - c0) / (2 * n_req)
             what = f"pipeline + {', '.join(names)}" if names else "pipeline only (decode, account, aggregate)"
             print(f"  {label:14} {what:44} {ir:10,.0f}")
-            out[f"{label}/{components}"] = ir
+            out[f"{label}/{comps}"] = ir
     return out
 
 
