@@ -283,20 +283,40 @@ def in_process(repeats: int, n_req: int, baseline: str | None) -> dict[str, floa
         return clock() - t
 
     fns: dict[str, Any] = dict(timed_variants(tree_api(), frames, n_events), prometheus_client=prom_baseline)
+    if tree is not None:
+        # Side by side, each tree in a child process of its own, in alternating order: the same process
+        # history for both columns (a variant timed in this process after the others read up to 30% apart
+        # from the same code in a fresh child on the loaded machine).
+        fns = {"prometheus_client": prom_baseline}
     res: dict[str, list[float]] = {k: [] for k in fns}
     base_ok = tree is not None
-    for _ in range(repeats):
+
+    def child(t: Path | None, suffix: str) -> bool:
+        r = subprocess.run([sys.executable, __file__, "--variants-child", str(frames_path), str(n_events)],
+                           capture_output=True, text=True, env=tree_env(t), cwd=REPO, check=False)
+        if r.returncode != 0:
+            print(f"  ({'baseline ' + str(baseline) if t else 'this tree'} could not run the variants: "
+                  f"{r.stderr.strip().splitlines()[-1:]})")
+            return False
+        for k, v in json.loads(r.stdout).items():
+            res.setdefault(f"{k}{suffix}", []).append(v)
+        return True
+
+    for i in range(repeats):
         for k, fn in fns.items():  # interleaved, so load changes hit every variant alike
             res[k].append(fn())
         if base_ok:
-            r = subprocess.run([sys.executable, __file__, "--variants-child", str(frames_path), str(n_events)],
-                               capture_output=True, text=True, env=tree_env(tree), cwd=REPO, check=False)
-            if r.returncode != 0:
-                print(f"  (baseline {baseline} could not run the variants: {r.stderr.strip().splitlines()[-1:]})")
-                base_ok = False
-                continue
-            for k, v in json.loads(r.stdout).items():
-                res.setdefault(f"{k}_base", []).append(v)
+            order = [(None, ""), (tree, "_base")] if i % 2 == 0 else [(tree, "_base"), (None, "")]
+            for t, suffix in order:
+                if not child(t, suffix):
+                    if t is None:
+                        raise SystemExit("this tree's variants failed in a child process")
+                    base_ok = False
+    if tree is not None and not base_ok:  # the baseline failed: time this tree here after all
+        fns = timed_variants(tree_api(), frames, n_events)
+        for _ in range(repeats):
+            for k, fn in fns.items():
+                res.setdefault(k, []).append(fn())
     if frames_path:
         os.unlink(frames_path)
     if not base_ok:
