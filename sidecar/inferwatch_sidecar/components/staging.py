@@ -52,6 +52,25 @@ class Staging:
             room = self.limit - len(self._items)
             take = records if room >= len(records) else records[:max(room, 0)]
             budget = self.max_bytes - self.nbytes
+            # The whole batch at its floor (EVENT_BYTES each) plus the features of its RECORD events,
+            # summed in one pass without a call per record (the sum is what record_bytes would give).
+            # Only a batch that does not fit in full is walked again, record by record, to find where
+            # the budget ends: the records staged and refused are the same as one record_bytes per record.
+            total = EVENT_BYTES * len(take)
+            rec, cat_bytes = EV_RECORD, CAT_BYTES
+            for r in take:
+                if r[0] == rec:
+                    try:
+                        f = r[7]
+                        if f is not None:
+                            _, nums, cats = f
+                            total += 8 * len(nums) + cat_bytes * len(cats)
+                    except (TypeError, ValueError, IndexError):
+                        pass
+            if total <= budget:
+                self.nbytes += total
+                self._items.extend(take)
+                return len(records) - len(take)
             n = 0
             for r in take:
                 b = record_bytes(r)
@@ -60,7 +79,7 @@ class Staging:
                 budget -= b
                 n += 1
             self.nbytes = self.max_bytes - budget
-            self._items.extend(take if n == len(take) else take[:n])
+            self._items.extend(take[:n])
             return len(records) - n
 
     def take(self) -> list[tuple[Any, ...]]:

@@ -266,15 +266,23 @@ class Pipeline:
             ok = False
             self._count_error("record", "internal_error")
             log.exception("aggregation failed")
+        n_rec, n_types = len(records), len(counts)
         for name, types, handle in dispatch:
             if not ok:
                 sub = [r for r in records if r[0] in types]
             elif sink is not None and types == _RECORD_ONLY:
                 sub, sink = sink, list(sink)  # each component gets its own list
-            elif any(counts[t] != before[t] for t in types if 0 <= t < len(counts)):
-                sub = [r for r in records if r[0] in types]
             else:
-                continue
+                # How many of this frame's events the component takes, from the per-type counters:
+                # none (skip it), all of them (a copy of the list, made in C: tail and canary take
+                # REQUEST and RECORD, which is what a frame nearly always holds), or some (filter).
+                wanted = 0
+                for t in types:
+                    if 0 <= t < n_types:
+                        wanted += counts[t] - before[t]
+                if not wanted:
+                    continue
+                sub = records[:] if wanted == n_rec else [r for r in records if r[0] in types]
             if sub:
                 try:
                     handle(pid, pid64, sub)

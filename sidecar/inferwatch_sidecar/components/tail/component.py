@@ -61,6 +61,8 @@ def feats_bytes(feats: Any) -> int:
     """Estimated bytes a record's ``(schema, nums, cats)`` holds while it waits (its strings counted)."""
     try:
         _, nums, cats = feats
+        if type(cats) is tuple and not cats:  # numeric-only records, the common kind: no generator to run
+            return 120 + 32 * len(nums)
         return 120 + 32 * len(nums) + sum(57 + len(c) for c in cats if isinstance(c, str)) + 8 * len(cats)
     except (TypeError, ValueError):
         return 120
@@ -74,7 +76,7 @@ MAX_KEPT_VALUE = 64
 class _Trimmed:
     """The part of a record's schema a kept row holds: the names the analysis can use."""
 
-    __slots__ = ("numeric", "categorical", "num_idx", "cat_idx")
+    __slots__ = ("numeric", "categorical", "num_idx", "cat_idx", "all_numeric")
 
     def __init__(self, schema: Any, limit: int) -> None:
         names = sorted(set(schema.numeric) | set(schema.categorical))[:limit]
@@ -83,6 +85,8 @@ class _Trimmed:
         self.cat_idx = [i for i, n in enumerate(schema.categorical) if n in keep and n not in schema.numeric]
         self.numeric = tuple(schema.numeric[i] for i in self.num_idx)
         self.categorical = tuple(schema.categorical[i] for i in self.cat_idx)
+        #: Every numeric value is kept, in order (the common case: fewer features than ``limit``).
+        self.all_numeric = self.num_idx == list(range(len(schema.numeric)))
 
 
 def trim(feats: Any, limit: int, cache: dict[Any, _Trimmed]) -> Any:
@@ -94,9 +98,14 @@ def trim(feats: Any, limit: int, cache: dict[Any, _Trimmed]) -> Any:
         if len(cache) >= 4096:
             cache.clear()
         t = cache[schema] = _Trimmed(schema, limit)
-    return (t, tuple(nums[i] for i in t.num_idx if i < len(nums)),
-            tuple(c[:MAX_KEPT_VALUE] if isinstance(c, str) else c
-                  for c in (cats[i] for i in t.cat_idx if i < len(cats))))
+    if t.all_numeric and type(nums) is tuple and len(nums) <= len(t.num_idx):
+        kept_nums = nums  # the same values in the same order: no copy
+    else:
+        kept_nums = tuple(nums[i] for i in t.num_idx if i < len(nums))
+    if not t.cat_idx:
+        return (t, kept_nums, ())
+    return (t, kept_nums, tuple(c[:MAX_KEPT_VALUE] if isinstance(c, str) else c
+                                for c in (cats[i] for i in t.cat_idx if i < len(cats))))
 
 
 class TailComponent(StagedComponent):
