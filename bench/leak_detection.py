@@ -315,6 +315,8 @@ def main() -> int:
     ap.add_argument("--set", action="append", default=[], metavar="KEY=JSON",
                     help="a detector setting (gpu.detector.KEY) for a variant, e.g. --set max_quarter_share=0.75 "
                          "or --set 'scales=[[900,10],[3600,30]]'; repeatable")
+    ap.add_argument("--dump", metavar="FILE", help="write one JSON line per leak and per false alarm (for a study "
+                    "of the misses: rate, regime, P, t_or, deadline, detection, the drawn parameters)")
     args = ap.parse_args()
     try:
         cfg = DetectorConfig(**dict(_setting(kv) for kv in args.set))
@@ -329,6 +331,7 @@ def main() -> int:
     det_cpu, det_samples = 0.0, 0
 
     fa = dict.fromkeys(NAMES, 0)
+    dump = open(args.dump, "w") if args.dump else None  # noqa: SIM115
     alloc_fa = alloc_pre = 0
     alloc_hits: dict[float, list[bool]] = {r: [] for r in RATES}
     for i in range(quiet_days):
@@ -339,6 +342,11 @@ def main() -> int:
         det_samples += len(tr.t)
         alloc_fa += sum(len(e) for e in run_allocated(tr, cfg))
         fa["inferwatch"] += len(det.all_episodes())
+        if dump is not None:
+            for r_, e_ in det.all_episodes():
+                dump.write(json.dumps({"kind": "false_alarm", "day": i, "row": r_, "detected_at": e_.detected_at,
+                                       "onset_estimate": e_.onset_estimate, "rate_gib_h": e_.rate * 3600 / GiB,
+                                       **tr.desc}) + "\n")
         for name, ed in baseline_edges(tr).items():
             fa[name] += len(ed)
         if args.check_promtool and i == 0:
@@ -369,6 +377,16 @@ def main() -> int:
             alloc_hits[r].append(bool(a_hit) and a_hit[0].detected_at <= tr.effective_onset + target_s)
             alloc_pre += sum(1 for e in a_eps[tr.leaker or 0] if e.detected_at < tr.onset)
             alloc_pre += sum(len(x) for k, x in enumerate(a_eps) if k != tr.leaker)
+            if dump is not None:
+                o_ = results["inferwatch"]
+                dump.write(json.dumps({
+                    "kind": "leak", "rate": r, "regime": regime(period), "P": period, "onset": tr.onset,
+                    "eff": tr.effective_onset, "stop": tr.stop, "t_or": t_or if math.isfinite(t_or) else None,
+                    "due": due, "delay": o_.delay, "pre": o_.pre,
+                    "in_time": o_.delay is not None and tr.effective_onset + o_.delay <= due,
+                    "false": [[r_, e_.detected_at] for r_, e_ in det.all_episodes()
+                              if r_ != tr.leaker or e_.detected_at < tr.onset],
+                    **tr.desc}) + "\n")
             for name, o in results.items():
                 tl = tallies[name][r]
                 in_time = o.delay is not None and tr.effective_onset + o.delay <= due

@@ -188,6 +188,10 @@ def test_plot_html_draws_one_titled_panel_per_series(tmp_path: Path, capsys: pyt
     # The projected OOM (7.4 h after a 1.5 h log) lies beyond the plot: named in the notes instead.
     assert "projected OOM: 2024/01/31 2" in panels[0] and "beyond the plot" in panels[0]
     assert "device OOM (all growing processes)" in panels[3]
+    # The strict policy of every inferwatch page (export/htmlsafe.py): no script may run, nothing loads.
+    meta = page.split("<head>", 1)[1].split(">", 1)[0]
+    assert meta.startswith('<meta http-equiv="Content-Security-Policy" content="default-src \'none\'; script-src \'none\';')
+    assert "<script" not in page and "frame-ancestors 'none'" in meta and "unsafe-eval" not in meta
 
 
 def test_plot_marks_a_projected_oom_within_the_plot(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -386,7 +386,13 @@ def _svg(p: Panel) -> str:
 
 
 def render_html(ps: list[Panel], left_out: list[str] | None = None) -> str:
-    """A self-contained HTML page: a legend, then one titled SVG panel per series, then the series left out."""
+    """A self-contained HTML page: a legend, then one titled SVG panel per series, then the series left out.
+
+    The page carries the strict Content-Security-Policy of every inferwatch page (``export/htmlsafe.py``)
+    in a ``<meta http-equiv>``: it has no script, so none may run; nothing is loaded from anywhere.
+    """
+    from inferwatch_sidecar.export.htmlsafe import harden
+
     e = html.escape
     legend = " ".join(f'<span style="color:{c}">&#9632; {e(n)}</span>' for n, (c, _) in STYLE.items())
     head = f"<p>{legend}</p>\n"
@@ -399,10 +405,11 @@ def render_html(ps: list[Panel], left_out: list[str] | None = None) -> str:
     if left_out:
         items = "".join(f"<li>{e(label)}</li>" for label in left_out)
         body.append(f'<section class="left-out"><h2>Left out ({len(left_out)})</h2><ul>{items}</ul></section>')
-    return ("<!doctype html>\n<html><head><meta charset=\"utf-8\"><title>inferwatch gpu analyze</title>"
+    page = ("<!doctype html>\n<html><head><meta charset=\"utf-8\"><title>inferwatch gpu analyze</title>"
             "<style>body{font-family:sans-serif;margin:1em}h2{font-size:1.05em;margin:1em 0 0}"
             "ul{margin:.2em 0;font-size:.9em}</style></head><body>\n<h1>GPU memory leak analysis</h1>\n"
             + head + "\n".join(body) + "\n</body></html>\n")
+    return harden(page.encode())[0].decode()
 
 
 # -- PNG through matplotlib ---------------------------------------------------------------------------------------
