@@ -585,6 +585,7 @@ class LeakDetector:
             # The rise after the knot must span a quarter of the window at least: a steeper rise over
             # less is concentrated in time (the quarter test's reasoning), a step or a fill.
             onset, rate, r_lo, r_hi = _hinge(ft, g, sigma, q, edge - sc.window_s / 4)
+            onset = self._change_point(ft, g, sigma, onset)
             base = float(fy[ft >= onset].min())
             passed = rate > cfg.min_rate_bytes_per_s
         return TrendResult(sc.window_s, block, len(tw), slope, lower, upper, z, int(jump.sum()), share, ratio,
@@ -613,6 +614,19 @@ class LeakDetector:
         z = slope / se if se > 0 else 0.0
         return TrendResult(sc.window_s, block, len(tw), slope, slope - q * se, slope + q * se, z, steps, 0.0, None,
                            bool(passed), onset, rate, r_lo, r_hi, floor, base, stat, thr)
+
+    def _change_point(self, t: np.ndarray, g: np.ndarray, sigma: float, fallback: float) -> float:
+        """The onset: the knot of the GLR's hinge, fitted together with a warm-up from the series' start.
+
+        A hinge alone, fitted over a floor that was still warming up, puts its knot inside the warm-up (20-40
+        minutes early); with the warm-up in the fit the knot is where the creep departs from it.
+        """
+        t0 = self._first_t if self._first_t is not None else float(t[0])
+        whole = t >= t0
+        if int(whole.sum()) < 5:
+            return fallback
+        stat, knot = glr.statistic(t[whole], g[whole], t0, self.cfg.tau_max_s, sigma)
+        return knot if stat > 0 else fallback
 
     def _null_spread(self, sc: _Scale, now: float) -> float:
         """The spread of the scale's window slope under the series' own background, bytes/s (0: unknown).
