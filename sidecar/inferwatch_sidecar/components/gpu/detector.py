@@ -51,6 +51,7 @@ from dataclasses import asdict, dataclass
 from typing import Any, Self
 
 import numpy as np
+from scipy.special import ndtri
 
 from inferwatch_sidecar.components.gpu import glr
 from inferwatch_sidecar.components.gpu.config import DetectorConfig
@@ -91,24 +92,8 @@ def _pairs(n: int) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _norm_ppf(p: float) -> float:
-    """Inverse standard normal CDF (Acklam's rational approximation, |err| < 1.2e-9)."""
-    a = (-3.969683028665376e01, 2.209460984245205e02, -2.759285104469687e02, 1.383577518672690e02,
-         -3.066479806614716e01, 2.506628277459239e00)
-    b = (-5.447609879822406e01, 1.615858368580409e02, -1.556989798598866e02, 6.680131188771972e01,
-         -1.328068155288572e01)
-    c = (-7.784894002430293e-03, -3.223964580411365e-01, -2.400758277161838e00, -2.549732539343734e00,
-         4.374664141464968e00, 2.938163982698783e00)
-    d = (7.784695709041462e-03, 3.224671290700398e-01, 2.445134137142996e00, 3.754408661907416e00)
-    if p < 0.02425:
-        q = math.sqrt(-2 * math.log(p))
-        return (((((c[0] * q + c[1]) * q + c[2]) * q + c[3]) * q + c[4]) * q + c[5]) / (
-            (((d[0] * q + d[1]) * q + d[2]) * q + d[3]) * q + 1)
-    if p > 1 - 0.02425:
-        return -_norm_ppf(1 - p)
-    q = p - 0.5
-    r = q * q
-    return (((((a[0] * r + a[1]) * r + a[2]) * r + a[3]) * r + a[4]) * r + a[5]) * q / (
-        ((((b[0] * r + b[1]) * r + b[2]) * r + b[3]) * r + b[4]) * r + 1)
+    """Inverse standard normal CDF (scipy's ``ndtri``)."""
+    return float(ndtri(p))
 
 
 def sen_mann_kendall(t: np.ndarray, y: np.ndarray, confidence: float) -> tuple[float, float, float, float]:
@@ -600,7 +585,7 @@ class LeakDetector:
         # Only blocks that lie wholly after the series' first sample: a block cut short by the start
         # holds the floor at another phase than the others (on a steep warm-up, a misfit of many SDs).
         whole = tw - block / 2 >= t0 - sc.bin_s / 2
-        stat, _knot = glr.statistic(tw[whole], gw[whole], t0, cfg.tau_max_s, sigma)
+        stat, knot = glr.statistic(tw[whole], gw[whole], t0, cfg.tau_max_s, sigma)
         thr = glr.threshold(int(whole.sum()))
         q = _norm_ppf(0.5 + cfg.confidence / 2)
         passed = stat > thr
@@ -609,6 +594,7 @@ class LeakDetector:
             # The knot leaves a quarter of the data after it (of a young series' data, not of the window).
             tk, gk = tw[whole], gw[whole]
             onset, rate, r_lo, r_hi = _hinge(tk, gk, sigma, q, edge - (edge - float(tk[0])) / 4)
+            onset = knot  # the change point: the hinge's knot fitted together with the warm-up
             base = float(fy[ft >= onset].min())
             passed = rate > 0 and r_lo > cfg.min_rate_bytes_per_s
         z = slope / se if se > 0 else 0.0

@@ -413,7 +413,8 @@ def render_html(ps: list[Panel], left_out: list[str] | None = None) -> str:
             "<style>body{font-family:sans-serif;margin:1em}h2{font-size:1.05em;margin:1em 0 0}"
             "ul{margin:.2em 0;font-size:.9em}</style></head><body>\n<h1>GPU memory leak analysis</h1>\n"
             + head + "\n".join(body) + "\n</body></html>\n")
-    return harden(page.encode())[0].decode()
+    hardened: bytes = harden(page.encode())[0]
+    return hardened.decode()
 
 
 # -- PNG through matplotlib ---------------------------------------------------------------------------------------
