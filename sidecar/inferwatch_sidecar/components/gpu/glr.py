@@ -92,36 +92,38 @@ def _fit1(cols: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return beta * cy, beta
 
 
-#: Designs by their layout (block positions, the warm-up's age and prior over the span): a series judged
-#: at regular blocks, once its warm-up is over, reuses its design from one judgement to the next.
-_CACHE: dict[tuple[bytes, float, float], dict[str, np.ndarray]] = {}
+#: The step and hinge columns by their layout (the block positions over the span): a series judged at
+#: regular blocks reuses them from one judgement to the next; the warm-up's columns are recomputed while
+#: the series is young (its age over the span changes every judgement).
+_CACHE: dict[bytes, dict[str, np.ndarray]] = {}
 CACHE_SIZE = 256
-#: A warm-up that started more than this many tau_max before the data is flat over it (exp(-12)).
-OLD = 12.0
+#: A warm-up that started more than this many tau_max before the data is flat over it (what is left of an
+#: exponential one is exp(-10) of it, of an S-shaped one 11 exp(-10): under 3 MiB of a 6 GiB warm-up).
+OLD = 10.0
 
 
 def designs(t: np.ndarray, t0: float, tau_max: float) -> dict[str, np.ndarray]:
     """The centred columns of every hypothesis for blocks at ``t`` of a series that started at ``t0``."""
     span = float(t[-1] - t[0])
     x = np.round((t - t[0]) / span, 6)
-    old = t[0] - t0 > OLD * tau_max
-    key = (x.tobytes(), -1.0 if old else round((t[0] - t0) / span, 4), round(tau_max / span, 4))
-    d = _CACHE.get(key)
-    if d is None:
+    key = x.tobytes()
+    fixed = _CACHE.get(key)
+    if fixed is None:
         if len(_CACHE) >= CACHE_SIZE:
             _CACHE.pop(next(iter(_CACHE)))
-        d = _CACHE[key] = _designs(x, key[1], key[2], t[0], span)
-    return d
-
-
-def _designs(x: np.ndarray, age0: float, tau_hi: float, t_first: float, span: float) -> dict[str, np.ndarray]:
+        fixed = _CACHE[key] = _fixed(x)
     n = len(x)
-    if age0 < 0:
+    if t[0] - t0 > OLD * tau_max:
         warm = np.zeros((1, n))  # the warm-up is over: the null and the alternative hold none
     else:
-        age = x + age0
-        taus = tau_hi * np.exp(np.linspace(math.log(TAU_MIN_SHARE), 0.0, TAU_GRID))
-        warm = np.concatenate([_rise(s, age[None, :] / taus[:, None]) for s in SHAPES])
+        age = x + (t[0] - t0) / span
+        taus = (tau_max / span) * np.exp(np.linspace(math.log(TAU_MIN_SHARE), 0.0, TAU_GRID))
+        warm = _centre(np.concatenate([_rise(sh, age[None, :] / taus[:, None]) for sh in SHAPES]))
+    return {"warm": warm, "step": fixed["step"], "hinge": fixed["hinge"], "knots": t[0] + fixed["knots"] * span}
+
+
+def _fixed(x: np.ndarray) -> dict[str, np.ndarray]:
+    n = len(x)
     us = np.unique(np.linspace(1, n - 1, min(n - 1, MAX_STEPS)).astype(np.int64))
     dx = float(np.median(np.diff(x)))
     steps = [(np.arange(n)[None, :] >= us[:, None]).astype(float)]
@@ -129,8 +131,7 @@ def _designs(x: np.ndarray, age0: float, tau_hi: float, t_first: float, span: fl
         steps.append(np.clip((x[None, :] - x[us - 1][:, None]) / (ln * dx), 0.0, 1.0))
     knots = x[: max(1, int(np.searchsorted(x, 1 - MIN_TAIL, side="right")))]
     hinge = np.maximum(0.0, x[None, :] - knots[:, None])
-    return {"warm": _centre(warm), "step": _centre(np.concatenate(steps)), "hinge": _centre(hinge),
-            "knots": t_first + knots * span}
+    return {"step": _centre(np.concatenate(steps)), "hinge": _centre(hinge), "knots": knots}
 
 
 def statistic_batch(t: np.ndarray, ys: np.ndarray, t0: float, tau_max: float, sigma: float,
