@@ -237,34 +237,99 @@ def _loads_after(p: Proc, t: np.ndarray, rng: np.random.Generator, busy: np.ndar
     return cache + loads, loads
 
 
-def make_trace(rng: np.random.Generator, rate_gib_h: float, duration: float | None = None) -> Trace:
+#: The shapes the family adds to its base draw (``make_trace(..., shape=)``), each described in general:
+#:
+#: - ``jitter``: sampled every 5 s with a jitter of up to +-1.5 s per sample and 2-6% of rows missing
+#:   (a logger on a busy host);
+#: - ``swap``: the leaking process swaps its model (the old weights unloaded, new ones of another size
+#:   loaded, the cache emptied and warmed up again with a new warm-up) 30 min to 3 h in, and the leak
+#:   starts 0-10 min after the swap (the new model leaks); it counts from the end of the new warm-up;
+#: - ``second_model`` (leak-free): a second model is loaded and unloaded every 1.5-3 h (held 20-90 min,
+#:   2-12 GiB of weights with its own warm-up and sawtooth), half the time by a new process each time,
+#:   half by one process that stays (its memory steps up and down);
+#: - several GPUs in one log are drawn by the benchmark as independent traces of one length, a leak on
+#:   one of them (``bench/leak_detection.py``).
+SHAPES = ("base", "jitter", "swap", "second_model")
+
+
+def make_trace(rng: np.random.Generator, rate_gib_h: float, duration: float | None = None,
+               shape: str = "base") -> Trace:
     """Draw one trace; ``rate_gib_h`` 0 gives a leak-free day (or ``duration`` seconds).
 
+    ``shape``: one of ``SHAPES`` (``base``: the family as first drawn; the others add one shape to it).
     Draws whose device memory would exceed the GPU's are redrawn (see the module docstring).
     """
+    if shape not in SHAPES:
+        raise ValueError(f"unknown trace shape {shape!r}; expected one of {SHAPES}")
     while True:
-        tr = _draw(rng, rate_gib_h, duration)
+        tr = _draw(rng, rate_gib_h, duration, shape)
         if tr is not None:
             return tr
 
 
-def _draw(rng: np.random.Generator, rate_gib_h: float, duration: float | None) -> Trace | None:
+def _swap(rng: np.random.Generator, p: Proc, at: float) -> tuple[Proc, float]:
+    """The model loaded by a swap at ``at``: (its process parameters from ``at``, the weights' change)."""
+    new = Proc(**{**p.__dict__, "start": at, "weights": rng.uniform(2, 30) * GiB,
+                  "warm_amp": rng.uniform(0.5, 6) * GiB, "warm_tau": _loguniform(rng, 60, 1200),
+                  "warm_shape": str(rng.choice(WARM_SHAPES))})
+    return new, new.weights - p.weights
+
+
+def _second_model(rng: np.random.Generator, t: np.ndarray, daily: np.ndarray) -> tuple[list[np.ndarray], list[np.ndarray]]:
+    """Rows (NVML, allocated) of a second model loaded and unloaded every 1.5-3 h."""
+    same_pid = rng.random() < 0.5
+    rows: list[np.ndarray] = []
+    tens: list[np.ndarray] = []
+    pos = t[0] + rng.uniform(0, 3600)
+    while pos < t[-1]:
+        hold = rng.uniform(20, 90) * 60
+        p = draw_proc(rng)
+        p.weights, p.prealloc, p.busy_idle, p.loads = rng.uniform(2, 12) * GiB, False, False, False
+        p.start = pos
+        m = (t >= pos) & (t < pos + hold)
+        y = np.full(len(t), np.nan)
+        ti: list[np.ndarray] = []
+        y[m] = _process(p, t[m], rng, daily[m], ti)
+        a = np.full(len(t), np.nan)
+        a[m] = ti[0]
+        rows.append(y)
+        tens.append(a)
+        pos += rng.uniform(1.5, 3) * 3600
+    if same_pid and rows:
+        # One process that stays: 300 MiB of context between loads, each load on top of it.
+        none = np.isnan(np.array(rows)).all(axis=0)
+        y = np.nansum(np.array(rows), axis=0) + 300 * MiB
+        a = np.where(none, 0.0, np.nansum(np.array(tens), axis=0))
+        return [y], [a]
+    return rows, tens
+
+
+def _draw(rng: np.random.Generator, rate_gib_h: float, duration: float | None, shape: str = "base") -> Trace | None:
     dt = float(rng.choice([1.0, 5.0, 10.0]))
+    if shape == "jitter":
+        dt = 5.0
     n_proc = int(rng.choice([1, 1, 2, 3]))
     procs = [draw_proc(rng) for _ in range(n_proc)]
     rate = rate_gib_h * GiB / 3600
     onset = stop = None
     leaker = 0
+    swap: tuple[float, Proc, float] | None = None
     if rate > 0:
-        at_start = rng.random() < 0.25
+        at_start = rng.random() < 0.25 and shape != "swap"
         onset = 0.0 if at_start else rng.uniform(1800, 3 * 3600)
+        if shape == "swap":
+            procs[leaker].prealloc = False
+            new, dw = _swap(rng, procs[leaker], onset)
+            swap = (onset, new, dw)
+            onset = onset + rng.uniform(0, 600)
         if at_start:
             procs[leaker].prealloc = False
         # Long enough to reach the slow-leak target (the time to grow 256 MiB) from the end of the warm-up, twice.
         grow = 256 * MiB / rate
         if rate_gib_h >= 0.5 and rng.random() < 0.25:
             stop = onset + rng.uniform(40, 120) * 60
-        end = (stop + 1800) if stop is not None else max(onset, warmup_end(procs[leaker])) + max(3600, 2 * grow)
+        warm_end = warmup_end(swap[1] if swap is not None else procs[leaker])
+        end = (stop + 1800) if stop is not None else max(onset, warm_end) + max(3600, 2 * grow)
         duration = end
     duration = duration if duration is not None else DAY
     t = np.arange(0.0, duration, dt)
@@ -277,6 +342,15 @@ def _draw(rng: np.random.Generator, rate_gib_h: float, duration: float | None) -
     for i, p in enumerate(procs):
         ti: list[np.ndarray] = []
         y = _process(p, t, rng, daily, ti)
+        if i == leaker and swap is not None:
+            # The swap: the old model's weights and warmed-up cache give way to the new model's.
+            at, new, dw = swap
+            after = t >= at
+            rise_old = p.warm_amp * warm_rise(p.warm_shape, t - p.start, p.warm_tau)
+            rise_new = new.warm_amp * warm_rise(new.warm_shape, t - at, new.warm_tau)
+            delta = np.where(after, dw - rise_old + rise_new, 0.0)
+            y = y + delta
+            ti[0] = ti[0] + np.where(after, dw + ALLOC_WARM_SHARE * (rise_new - rise_old), 0.0)
         if i == leaker and rate > 0:
             assert onset is not None
             end_leak = stop if stop is not None else math.inf
@@ -300,6 +374,11 @@ def _draw(rng: np.random.Generator, rate_gib_h: float, duration: float | None) -
                 tens.append(a2)
         rows.insert(i, y)
         tens.insert(i, ti[0])
+    if shape == "second_model":
+        r2, t2 = _second_model(rng, t, daily)
+        rows.extend(r2)
+        tens.extend(t2)
+        procs.extend(draw_proc(rng) for _ in r2)  # the allocator's activations of each row
     on = np.array(rows)
     on[:, :] = np.where(np.isnan(on), np.nan, on + rng.normal(0, noise, on.shape))
     on = np.where(np.isnan(on), np.nan, np.round(np.clip(on, 0, None) / (2 * MiB)) * 2 * MiB)
@@ -307,23 +386,29 @@ def _draw(rng: np.random.Generator, rate_gib_h: float, duration: float | None) -
     if used.max() > TOTAL:
         return None
     # Missing samples, gaps and duplicates: one NVML poll reads the device and every process.
-    keep = rng.random(len(t)) >= rng.uniform(0, 0.05)
+    keep = rng.random(len(t)) >= (rng.uniform(0.02, 0.06) if shape == "jitter" else rng.uniform(0, 0.05))
     for g in rng.uniform(0, duration, size=rng.poisson(duration / DAY * 6)):
         keep &= ~((t >= g) & (t < g + rng.uniform(10, 120)))
     t, used, on = t[keep], used[keep], on[:, keep]
+    if shape == "jitter":
+        # Each sample is taken up to 1.5 s off its 5 s tick (the order is kept).
+        t = t + rng.uniform(-1.5, 1.5, len(t))
+        t = np.maximum.accumulate(t)
     dup = rng.random(len(t)) < rng.uniform(0, 0.02)
     idx = np.sort(np.r_[np.arange(len(t)), np.flatnonzero(dup)])
     t, used, on = t[idx], used[idx], on[:, idx]
     alloc = _allocated(np.array(tens)[:, keep][:, idx], t, dt, procs, noise)
-    eff = None if onset is None else max(onset, warmup_end(procs[leaker]))
+    leak_proc = procs[leaker] if rate > 0 else None
+    if swap is not None:
+        leak_proc = swap[1]
+    eff = None if onset is None else max(onset, warmup_end(swap[1] if swap is not None else procs[leaker]))
     desc = {"dt": dt, "procs": n_proc, "saw_amp_gib": round(procs[leaker].saw_amp / GiB, 2),
             "saw_period_s": round(procs[leaker].saw_period), "shape": procs[leaker].saw_shape,
             "busy_idle": procs[leaker].busy_idle, "loads": procs[leaker].loads,
             "prealloc": procs[leaker].prealloc, "warm_tau_s": round(procs[leaker].warm_tau),
             "warm_shape": procs[leaker].warm_shape,
-            "noise_mib": round(noise / MiB)}
-    return Trace(t, used, rate, onset, stop, eff, on, leaker if rate > 0 else None, desc,
-                 procs[leaker] if rate > 0 else None, alloc)
+            "noise_mib": round(noise / MiB), "trace_shape": shape}
+    return Trace(t, used, rate, onset, stop, eff, on, leaker if rate > 0 else None, desc, leak_proc, alloc)
 
 
 #: The torch probe's interval: the allocator series is sampled this often (at the first NVML poll of each).

@@ -38,8 +38,9 @@ def _gpu_memory_alerts() -> list[Alert]:
             ),
         ),
         Alert(
-            # The description's Go template queries the time to OOM and the kind (tensor, cache_fragmentation,
-            # native, unknown); the kind picks the runbook's branch.
+            # The description's Go template queries the device's time to OOM (the summed rate of every
+            # leaking process and the unattributed memory, not this process's own) and the kind (tensor,
+            # cache_fragmentation, native, unknown); the kind picks the runbook's branch.
             name="InferwatchGPUMemoryLeak", group="inferwatch-gpu", severity="warning", for_s=0,
             expr="inferwatch_gpu_leak_rate_bytes_per_second\nand on (job, instance, gpu, pid)\n"
                  "(inferwatch_gpu_leak_detected == 1)",
@@ -47,10 +48,10 @@ def _gpu_memory_alerts() -> list[Alert]:
                     "{{{{ end }}}}.",
             description="The memory floor on GPU {labels.gpu}{{{{ if $labels.pid }}}} of process {labels.pid}"
                         "{{{{ end }}}} grows by {value:humanize1024}B/s; "
-                        '{{{{ with printf "inferwatch_gpu_leak_time_to_oom_seconds{{instance=\'%s\',gpu=\'%s\','
-                        'pid=\'%s\'}}" $labels.instance $labels.gpu $labels.pid | query }}}}at that rate the device '
-                        "runs out of memory in {{{{ . | first | value | humanizeDuration }}}}{{{{ else }}}}the time to "
-                        "OOM is not known yet{{{{ end }}}}."
+                        '{{{{ with printf "inferwatch_gpu_device_time_to_oom_seconds{{instance=\'%s\',gpu=\'%s\'}}" '
+                        "$labels.instance $labels.gpu | query }}}}at the summed rate of everything leaking on it, the "
+                        "device runs out of memory in {{{{ . | first | value | humanizeDuration }}}}{{{{ else }}}}the "
+                        "time to OOM is not known yet{{{{ end }}}}."
                         '{{{{ with printf "inferwatch_gpu_leak_kind{{instance=\'%s\',gpu=\'%s\',pid=\'%s\'}} == 1" '
                         '$labels.instance $labels.gpu $labels.pid | query }}}} Kind: {{{{ . | first | label "kind" }}}}.'
                         "{{{{ end }}}}",

@@ -73,8 +73,15 @@ def build() -> Dashboard:
                            target(f"inferwatch_gpu_leak_rate_upper_bytes_per_second{{{GPU}}}",
                                   "GPU {{gpu}} pid {{pid}} upper"),
                        ]),
+            stat(title="Device time to OOM", unit="s", thresholds=[(0, "red"), (14400, "yellow"), (86400, "green")],
+                 description="Seconds until the device's memory runs out at the summed rate of everything leaking "
+                             "on it (every leaking process and the unattributed memory); what "
+                             "InferwatchGPUMemoryLeak quotes. Only while something leaks.",
+                 targets=[target(f"min by (gpu) (inferwatch_gpu_device_time_to_oom_seconds{{{GPU}}})",
+                                 "GPU {{gpu}}")]),
             stat(title="Time to OOM", unit="s", thresholds=[(0, "red"), (14400, "yellow"), (86400, "green")],
-                 description="Seconds until device memory runs out at the leak rate (only while leaking).",
+                 description="Seconds until device memory runs out at one series' own leak rate (only while "
+                             "leaking); the device's time above is shorter when several grow.",
                  targets=[target(f"min by (gpu, pid) (inferwatch_gpu_leak_time_to_oom_seconds{{{GPU}}})",
                                  "GPU {{gpu}} pid {{pid}}")]),
             Row("Duplicated model copies"),

@@ -69,6 +69,7 @@ def test_device_time_to_oom_sums_the_rates_of_every_growing_process(
     free = int(last[-1].split()[0]) * MiB
     for pid in (4242, 4243, 4244, None):
         assert res[pid]["device_time_to_oom_s"] == pytest.approx(free / (r1 + r2), rel=1e-12), pid
+    assert res[None]["series"] == "nvml_unattributed" and res[None]["verdict"] == "no_leak"
     # Against the true rates (1.5 MiB/s together), within the rates' precision.
     assert res[4242]["device_time_to_oom_s"] == pytest.approx(free / (1.5 * MiB), rel=0.05)
     # Each process's own figure stays beside it: its free memory over its own rate, later than the device's.
@@ -183,11 +184,17 @@ def test_plot_html_draws_one_titled_panel_per_series(tmp_path: Path, capsys: pyt
     panels = page.split('<section class="series">')[1:]
     assert [p.count('class="release floor"') for p in panels] == [1, 1, 1, 1]
     assert [p.count('class="trend"') for p in panels] == [1, 1, 1, 1]
-    # Detection points: one per episode (device, 4242, 4243 leak; 4244 does not).
-    assert [p.count('<circle class="detected"') for p in panels] == [1, 1, 1, 0]
+    # Detection points: one per episode (4242, 4243 leak; 4244 does not; the device is judged on the memory
+    # no process accounts for, which is flat: the processes' leaks are not reported twice).
+    assert [p.count('<circle class="detected"') for p in panels] == [0, 1, 1, 0]
     # The projected OOM (7.4 h after a 1.5 h log) lies beyond the plot: named in the notes instead.
-    assert "projected OOM: 2024/01/31 2" in panels[0] and "beyond the plot" in panels[0]
+    assert "device OOM (all growing processes): 2024/01/31 2" in panels[0] and "beyond the plot" in panels[0]
+    assert "judged on the memory no process accounts for" in panels[0]
     assert "device OOM (all growing processes)" in panels[3]
+    # The strict policy of every inferwatch page (export/htmlsafe.py): no script may run, nothing loads.
+    meta = page.split("<head>", 1)[1].split(">", 1)[0]
+    assert meta.startswith('<meta http-equiv="Content-Security-Policy" content="default-src \'none\'; script-src \'none\';')
+    assert "<script" not in page and "frame-ancestors 'none'" in meta and "unsafe-eval" not in meta
 
 
 def test_plot_marks_a_projected_oom_within_the_plot(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -148,3 +148,7 @@ def test_device_time_to_oom_sums_every_leaking_process() -> None:
     assert dev["device_time_to_oom_s"] == pytest.approx(expect, rel=1e-12)
     own = {p["pid"]: p["time_to_oom_s"] for p in dev["processes"]}
     assert own[1] == pytest.approx(dev["free_bytes"] / rates[1]) and own[3] is None
+    # The device-level metric, which the alert and the dashboard read, is the same (not one process's own).
+    v = values(comp)
+    assert v[("inferwatch_gpu_device_time_to_oom_seconds", (("gpu", "0"),))] == pytest.approx(expect, rel=1e-12)
+    assert v[("inferwatch_gpu_leak_time_to_oom_seconds", (("gpu", "0"), ("pid", "1")))] == pytest.approx(own[1])

@@ -221,3 +221,28 @@ def test_the_allocator_series_samples_every_10_s_and_carries_the_tensor_leak() -
         assert (last - first) / (hi - lo - 600) == pytest.approx(tr.rate, rel=0.25), tr.desc
         measured += 1
     assert measured >= 2
+
+
+def test_the_added_shapes_draw_what_they_document() -> None:
+    rng = np.random.default_rng(5)
+    # Jittered 5 s rows with 2-6% missing (and duplicated rows, as in the base family).
+    tr = fam.make_trace(rng, 0.0, duration=6 * 3600.0, shape="jitter")
+    gaps = np.diff(tr.t)
+    assert tr.desc["dt"] == 5.0 and tr.desc["trace_shape"] == "jitter"
+    assert np.all(gaps >= 0) and 2.0 < float(np.median(gaps[gaps > 0])) < 8.0
+    assert len(np.unique(np.round(gaps[gaps > 0], 3))) > 100  # not on a grid
+    assert 6 * 3600 / 5 * 0.85 < len(np.unique(tr.t)) < 6 * 3600 / 5 * 0.99
+    # A model swap then a leak: the leaking process's curve starts again at the swap, the leak after it.
+    tr = fam.make_trace(rng, 2.0, shape="swap")
+    assert tr.leak_proc is not None and tr.onset is not None and tr.effective_onset is not None
+    assert tr.leak_proc.start <= tr.onset <= tr.leak_proc.start + 600
+    assert tr.effective_onset == max(tr.onset, fam.warmup_end(tr.leak_proc))
+    # A second model loaded and unloaded every 1.5-3 h on a leak-free day: it comes and goes.
+    tr = fam.make_trace(rng, 0.0, shape="second_model")
+    assert tr.rate == 0 and tr.onset is None
+    second = tr.procs[int(tr.desc["procs"]):]  # its rows: one per load (a new PID each), or one that stays
+    held = np.nansum(second, axis=0) > 1.5 * fam.GiB  # a model of 2-12 GiB is loaded
+    loads = int(np.sum(np.diff(held.astype(int)) == 1)) + int(held[0])
+    assert 24 / 3 - 1 <= loads <= 24 / 1.5 + 1
+    with pytest.raises(ValueError, match="unknown trace shape"):
+        fam.make_trace(rng, 0.0, shape="nope")

@@ -155,7 +155,8 @@ def _table(result: dict[str, Any]) -> None:
     for r in result["results"]:
         ci = r.get("leak_rate_ci_bytes_per_s")
         t.add_row(
-            _device(r), "-" if r["pid"] is None else str(r["pid"]), r["verdict"],
+            _device(r), "-" if r["pid"] is None else str(r["pid"]),
+            r["verdict"] + (f" (ended {r['ended']})" if r.get("ended") else ""),
             _fmt_bytes(r["leak_rate_bytes_per_s"]),
             f"{_fmt_bytes(ci[0])} .. {_fmt_bytes(ci[1])}" if ci else "-",
             _fmt_s(r["time_to_oom_s"]), _fmt_s(r["device_time_to_oom_s"]), r["detected_at"] or "-",

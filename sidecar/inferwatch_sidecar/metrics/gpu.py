@@ -118,6 +118,11 @@ GPU_LEAK_TIME_TO_OOM_SECONDS = Metric(
     name="inferwatch_gpu_leak_time_to_oom_seconds", type="gauge", unit="seconds", labels=_P, component="gpu",
     help="Seconds until device memory runs out at the leak rate (only while leaking).",
 )
+GPU_DEVICE_TIME_TO_OOM_SECONDS = Metric(
+    name="inferwatch_gpu_device_time_to_oom_seconds", type="gauge", unit="seconds", labels=_D, component="gpu",
+    help="Seconds until the device's memory runs out at the summed leak rate of everything on it that is "
+         "leaking (every leaking process and the memory no process accounts for); only while one leaks.",
+)
 GPU_LEAK_DETECTED_TIMESTAMP_SECONDS = Metric(
     name="inferwatch_gpu_leak_detected_timestamp_seconds", type="gauge", unit="seconds", labels=_P, component="gpu",
     help="Unix time of the first sample at which the current leak verdict held.",
@@ -176,7 +181,7 @@ METRICS: tuple[Metric, ...] = (
     GPU_ALLOCATOR_INACTIVE_SPLIT_BYTES, GPU_ALLOCATOR_FRAGMENTATION_RATIO, GPU_ALLOCATOR_ALLOC_RETRIES_TOTAL,
     GPU_ALLOCATOR_OOMS_TOTAL, GPU_PROCESS_NON_ALLOCATOR_MEMORY_BYTES, GPU_FRAGMENTATION_WARNING, GPU_LEAK_DETECTED,
     GPU_LEAK_RATE_BYTES_PER_SECOND, GPU_LEAK_RATE_LOWER_BYTES_PER_SECOND, GPU_LEAK_RATE_UPPER_BYTES_PER_SECOND,
-    GPU_LEAK_TIME_TO_OOM_SECONDS, GPU_LEAK_DETECTED_TIMESTAMP_SECONDS, GPU_LEAK_ONSET_TIMESTAMP_SECONDS,
+    GPU_LEAK_TIME_TO_OOM_SECONDS, GPU_DEVICE_TIME_TO_OOM_SECONDS, GPU_LEAK_DETECTED_TIMESTAMP_SECONDS, GPU_LEAK_ONSET_TIMESTAMP_SECONDS,
     GPU_LEAK_KIND, GPU_DUPLICATE_MODEL_COPIES, GPU_DUPLICATE_MODEL_EXTRA_BYTES, GPU_COLLECTOR_UP,
     GPU_COLLECTOR_ERRORS_TOTAL, GPU_COLLECTOR_LAST_SUCCESS_AGE_SECONDS, GPU_COLLECTOR_SAMPLES_TOTAL,
     GPU_COLLECTOR_CPU_SECONDS_TOTAL, GPU_ALLOCATOR_RECORDS_DROPPED_TOTAL,

@@ -62,15 +62,18 @@ def analyze(paths: list[str], cfg: DetectorConfig | None = None,
         ``{"results": [...], "duplicate_model_copies": [...], "files": [...]}``; each result has
         ``device`` (the device index, or the UUID when no GPU log names the device), ``uuid``, ``name``
         (the product name when a log has it), ``pid`` (None for a device), ``verdict`` (at the end of the
-        log), ``leak_rate_bytes_per_s``, ``time_to_oom_s`` (the series' own: free memory over its own
-        rate), ``device_time_to_oom_s`` (when the device runs out at the summed rate of every process
-        on it still leaking at the end of the log), ``detected_at`` (the log's timestamp of the first
+        log; a process that left the log keeps its last episode's), ``ended`` (for a process that left
+        the log before its end: the time of its last row, else None), ``leak_rate_bytes_per_s``,
+        ``time_to_oom_s`` (the series' own: free memory over its own rate; None once a process left the
+        log), ``device_time_to_oom_s`` (when the device runs out at the summed rate of everything on it
+        still leaking at the end of the log: its processes and its unattributed memory), ``detected_at`` (the log's timestamp of the first
         detection of any episode, or None), the rate's interval, the sample count and ``episodes``:
         every leak episode with ``onset_estimate``, ``detected_at``, ``cleared_at`` (None while still
         leaking at the end of the log), ``end``, ``rate_bytes_per_s``, ``rate_ci_bytes_per_s`` and
         ``kind``: the cause (``allocator_log.CAUSES``) where an allocator file covers the process, else
-        None. ``series`` is ``nvml`` (what nvidia-smi reported) or ``allocator_allocated`` (a process's
-        allocated floor from an allocator file: allocator first). ``duplicate_model_copies`` lists, per
+        None. ``series`` is ``nvml`` (what nvidia-smi reported), ``nvml_unattributed`` (a device whose
+        processes are logged too: its used memory minus what they hold, as the live sidecar judges it) or
+        ``allocator_allocated`` (a process's allocated floor from an allocator file: allocator first). ``duplicate_model_copies`` lists, per
         device, the largest set of duplicated model copies seen (``components.gpu.duplicates``).
 
     Raises:
@@ -133,9 +136,14 @@ def run(paths: list[str], cfg: DetectorConfig | None = None, progress: Callable[
     for (dev, pid), rows in sorted(series.items(), key=lambda kv: (kv[0][0], kv[0][1] is not None, kv[0][1] or 0)):
         rows.sort(key=lambda r: r.t)
         det = LeakDetector(cfg)
-        for r in rows:
-            if r.used is not None:
-                det.update(r.t, float(r.used))
+        # A device whose processes are logged too is judged, as the live sidecar judges it, on the memory no
+        # process accounts for: a process's leak is then reported once (in its own row), not twice.
+        tv = _unattributed(rows, series, rows[-1].uuid) if pid is None else None
+        kind_of_series = "nvml" if tv is None else "nvml_unattributed"
+        if tv is None:
+            tv = [(r.t, float(r.used)) for r in rows if r.used is not None]
+        for t, v in tv:
+            det.update(t, v)
         headroom = None
         if pid is None:
             last = rows[-1]
@@ -148,9 +156,10 @@ def run(paths: list[str], cfg: DetectorConfig | None = None, progress: Callable[
             if dev_rows:
                 last = max(dev_rows, key=lambda r: r.t)
                 headroom = None if last.free is None else float(last.free)
-        leak = det.verdict == "leak"
-        # A process that leaked until it vanished from the log (a restart, an exit): its episode ended there.
+        # A process that leaked until it vanished from the log (a restart, an exit): its episode ended there,
+        # its verdict is its last episode's (with ``ended``), and it has no time to OOM.
         ended = rows[-1].t < log_end - PASS_S
+        leak = det.verdict == "leak" and not ended
         eps = [_episode(e, rows[-1].t if ended else None) for e in det.episodes]
         uuid = rows[-1].uuid
         index = dev if pid is None else index_of.get(dev, dev)
@@ -167,8 +176,9 @@ def run(paths: list[str], cfg: DetectorConfig | None = None, progress: Callable[
             "uuid": uuid or None,
             "name": name,
             "pid": pid,
-            "series": "nvml",
+            "series": kind_of_series,
             "verdict": det.verdict,
+            "ended": stamp(rows[-1].t) if ended and pid is not None else None,
             "leak_rate_bytes_per_s": det.rate if det.verdict != "insufficient_data" else None,
             "leak_rate_ci_bytes_per_s": list(det.ci) if det.ci and det.verdict != "insufficient_data" else None,
             "time_to_oom_s": det.time_to_oom(headroom) if leak else None,
@@ -176,19 +186,18 @@ def run(paths: list[str], cfg: DetectorConfig | None = None, progress: Callable[
             "detected_at": eps[0]["detected_at"] if eps else None,
             "samples": det.samples,
             "episodes": eps,
-            "_growing": leak and not ended and bool(det.rate) and (det.rate or 0.0) > 0,
+            "_growing": leak and bool(det.rate) and (det.rate or 0.0) > 0,
             "_headroom": headroom,
         }
         results.append(res)
         if keep_series:
             label = f"GPU {index}" + (f" ({name})" if name else "") + ("" if pid is None else f" pid {pid}")
-            out.series.append(Series(label, [r.t for r in rows if r.used is not None],
-                                     [float(r.used) for r in rows if r.used is not None], det, res, headroom))
+            out.series.append(Series(label, [t for t, _ in tv], [v for _, v in tv], det, res, headroom))
     results.extend(_allocator_results(alloc, cfg, log_end))
     # Several processes growing together: the device runs out at their summed rate.
     rate_by_uuid: dict[str, float] = {}
     for res in results:
-        if res["pid"] is not None and res["_growing"] and res["uuid"] and res["series"] == "nvml":
+        if res["_growing"] and res["uuid"] and res["series"] in ("nvml", "nvml_unattributed"):
             rate_by_uuid[res["uuid"]] = rate_by_uuid.get(res["uuid"], 0.0) + res["leak_rate_bytes_per_s"]
     for res in results:
         rate = rate_by_uuid.get(res["uuid"] or "")
@@ -212,6 +221,34 @@ def run(paths: list[str], cfg: DetectorConfig | None = None, progress: Callable[
         "files": [{"path": lg.path, "kind": lg.kind, "rows": len(lg.rows), "skipped_rows": dict(lg.bad_rows)}
                   for lg in [*logs, *alloc_logs]],
     }
+    return out
+
+
+def _unattributed(rows: list[Row], series: dict[tuple[str, int | None], list[Row]],
+                  uuid: str | None) -> list[tuple[float, float]] | None:
+    """``(t, used minus what the processes listed at t hold)`` for a device's rows, or None (no process log).
+
+    Each device row is matched with the latest nvidia-smi pass of its processes (:func:`passes`) stamped
+    at most :data:`PASS_S` after it; a row whose latest pass is older than three pass intervals has no
+    known attribution and is left out.
+    """
+    if not uuid:
+        return None
+    events = sorted((r.t, pid, float(r.used)) for (d, pid), prow in series.items()
+                    if d == uuid and pid is not None for r in prow if r.used is not None)
+    if not events:
+        return None
+    groups = passes(events)
+    pt = np.array([g[0][0] for g in groups])
+    ps = np.array([sum(v for _, _, v in g) for g in groups])
+    stale = max(3.0 * float(np.median(np.diff(pt))) if len(pt) > 1 else 0.0, 2 * PASS_S)
+    out = []
+    for r in rows:
+        if r.used is None:
+            continue
+        k = int(np.searchsorted(pt, r.t + PASS_S, side="right")) - 1
+        if k >= 0 and r.t - pt[k] <= stale:
+            out.append((r.t, float(r.used) - float(ps[k])))
     return out
 
 
@@ -314,7 +351,7 @@ def _allocator_results(alloc: dict[tuple[int, int], list[AllocRow]], cfg: Detect
             "verdict": det.verdict,
             "leak_rate_bytes_per_s": det.rate if det.verdict != "insufficient_data" else None,
             "leak_rate_ci_bytes_per_s": list(det.ci) if det.ci and det.verdict != "insufficient_data" else None,
-            "time_to_oom_s": None, "device_time_to_oom_s": None,
+            "time_to_oom_s": None, "device_time_to_oom_s": None, "ended": stamp(rows[-1].t) if ended else None,
             "detected_at": eps[0]["detected_at"] if eps else None, "samples": det.samples, "episodes": eps,
             "_growing": False, "_headroom": None,
         })

@@ -384,6 +384,17 @@ class GpuComponent(PeriodicComponent):
             kind = self.classify(det.rate, a, False) if det.verdict == "leak" else None
             yield str(a.device), a.pid, None, det, kind, a
 
+    def _growing(self) -> dict[str, float]:
+        """GPU -> the summed leak rate of everything leaking on it: its processes and its unattributed memory."""
+        growing: dict[str, float] = {}
+        for gpu, _p, _c, det, _k, _a in self._process_view():
+            if det.verdict == "leak" and det.rate and det.rate > 0:
+                growing[gpu] = growing.get(gpu, 0.0) + det.rate
+        for gpu, det in self.dev_det.items():
+            if det.verdict == "leak" and det.rate and det.rate > 0:
+                growing[gpu] = growing.get(gpu, 0.0) + det.rate
+        return growing
+
     def _headroom(self, gpu: str) -> float | None:
         d = self.devices.get(gpu)
         if d is None:
@@ -447,6 +458,8 @@ class GpuComponent(PeriodicComponent):
                     put(gm.GPU_PROCESS_NON_ALLOCATOR_MEMORY_BYTES, lab, used[0] - reserved)
             for gpu, pid, _c, det, kind, _a in self._process_view():
                 self._put_leak(put, (G(gpu), P(str(pid))), det, self._headroom(gpu), kind)
+            for gpu, rate in self._growing().items():
+                put(gm.GPU_DEVICE_TIME_TO_OOM_SECONDS, (G(gpu),), _device_time_to_oom(self._headroom(gpu), rate))
             put(gm.GPU_COLLECTOR_UP, (), 1.0 if self.up else 0.0)
             for (reason, op), st in self.errors.items():
                 put(gm.GPU_COLLECTOR_ERRORS_TOTAL, (reason, op), st.count)
@@ -491,10 +504,7 @@ class GpuComponent(PeriodicComponent):
             ]
             procs_by_gpu: dict[str, list[dict[str, Any]]] = {}
             leaks = []
-            growing: dict[str, float] = {}  # gpu -> summed leak rate of its leaking processes
-            for gpu, _p, _c, det, _k, _a in self._process_view():
-                if det.verdict == "leak" and det.rate and det.rate > 0:
-                    growing[gpu] = growing.get(gpu, 0.0) + det.rate
+            growing = self._growing()
             for gpu, pid, cont, det, kind, _a in self._process_view():
                 entry: dict[str, Any] = {"pid": pid, "container": cont, **_leak_dict(det, self._headroom(gpu))}
                 entry["device_time_to_oom_s"] = _device_time_to_oom(self._headroom(gpu), growing.get(gpu))

@@ -51,6 +51,7 @@ from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+from scipy.special import ndtri
 
 from inferwatch_sidecar.components.gpu import glr
 from inferwatch_sidecar.components.gpu.config import DetectorConfig
@@ -94,24 +95,8 @@ def _pairs(n: int) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _norm_ppf(p: float) -> float:
-    """Inverse standard normal CDF (Acklam's rational approximation, |err| < 1.2e-9)."""
-    a = (-3.969683028665376e01, 2.209460984245205e02, -2.759285104469687e02, 1.383577518672690e02,
-         -3.066479806614716e01, 2.506628277459239e00)
-    b = (-5.447609879822406e01, 1.615858368580409e02, -1.556989798598866e02, 6.680131188771972e01,
-         -1.328068155288572e01)
-    c = (-7.784894002430293e-03, -3.223964580411365e-01, -2.400758277161838e00, -2.549732539343734e00,
-         4.374664141464968e00, 2.938163982698783e00)
-    d = (7.784695709041462e-03, 3.224671290700398e-01, 2.445134137142996e00, 3.754408661907416e00)
-    if p < 0.02425:
-        q = math.sqrt(-2 * math.log(p))
-        return (((((c[0] * q + c[1]) * q + c[2]) * q + c[3]) * q + c[4]) * q + c[5]) / (
-            (((d[0] * q + d[1]) * q + d[2]) * q + d[3]) * q + 1)
-    if p > 1 - 0.02425:
-        return -_norm_ppf(1 - p)
-    q = p - 0.5
-    r = q * q
-    return (((((a[0] * r + a[1]) * r + a[2]) * r + a[3]) * r + a[4]) * r + a[5]) * q / (
-        ((((b[0] * r + b[1]) * r + b[2]) * r + b[3]) * r + b[4]) * r + 1)
+    """Inverse standard normal CDF (scipy's ``ndtri``)."""
+    return float(ndtri(p))
 
 
 def sen_mann_kendall(t: np.ndarray, y: np.ndarray, confidence: float) -> tuple[float, float, float, float]:
@@ -219,6 +204,15 @@ def _slope(t: np.ndarray, y: np.ndarray, sigma: float) -> tuple[float, float]:
     slope = float(np.median((y[j] - y[i]) / (t[j] - t[i])))
     sxx = float(((t - t.mean()) ** 2).sum())
     return slope, sigma / math.sqrt(sxx)
+
+
+def _row_nanmedian(m: np.ndarray) -> np.ndarray:
+    """``np.nanmedian(m, axis=1)`` for rows with at least one value (a sort, not numpy.ma's slow path)."""
+    srt = np.sort(np.where(np.isnan(m), np.inf, m), axis=1)
+    cnt = (~np.isnan(m)).sum(axis=1)
+    r = np.arange(len(m))
+    out: np.ndarray = 0.5 * (srt[r, np.maximum(cnt - 1, 0) // 2] + srt[r, cnt // 2])
+    return out
 
 
 def _shift_sizes(fy: np.ndarray, jump: np.ndarray, m: int = 4) -> np.ndarray:
@@ -525,7 +519,7 @@ class LeakDetector:
             pad = np.r_[np.full(3, np.nan), d, np.full(3, np.nan)]
             nb = np.lib.stride_tricks.sliding_window_view(pad, 7).copy()
             nb[:, 3] = np.nan
-            dev = d - np.nanmedian(nb, axis=1)
+            dev = d - _row_nanmedian(nb)
             sd = 1.4826 * float(np.median(np.abs(dev - np.median(dev))))
         else:
             sd = 1.4826 * float(np.median(np.abs(d - med)))
@@ -588,6 +582,7 @@ class LeakDetector:
             # The rise after the knot must span a quarter of the window at least: a steeper rise over
             # less is concentrated in time (the quarter test's reasoning), a step or a fill.
             onset, rate, r_lo, r_hi = _hinge(ft, g, sigma, q, edge - sc.window_s / 4)
+            onset = self._change_point(ft, g, sigma, onset)
             base = float(fy[ft >= onset].min())
             passed = rate > cfg.min_rate_bytes_per_s
         return TrendResult(sc.window_s, block, len(tw), slope, lower, upper, z, int(jump.sum()), share, ratio,
@@ -602,7 +597,7 @@ class LeakDetector:
         # Only blocks that lie wholly after the series' first sample: a block cut short by the start
         # holds the floor at another phase than the others (on a steep warm-up, a misfit of many SDs).
         whole = tw - block / 2 >= t0 - sc.bin_s / 2
-        stat, _knot = glr.statistic(tw[whole], gw[whole], t0, cfg.tau_max_s, sigma)
+        stat, knot = glr.statistic(tw[whole], gw[whole], t0, cfg.tau_max_s, sigma)
         thr = glr.threshold(int(whole.sum()))
         q = _norm_ppf(0.5 + cfg.confidence / 2)
         passed = stat > thr
@@ -611,11 +606,25 @@ class LeakDetector:
             # The knot leaves a quarter of the data after it (of a young series' data, not of the window).
             tk, gk = tw[whole], gw[whole]
             onset, rate, r_lo, r_hi = _hinge(tk, gk, sigma, q, edge - (edge - float(tk[0])) / 4)
+            onset = knot  # the change point: the hinge's knot fitted together with the warm-up
             base = float(fy[ft >= onset].min())
             passed = rate > 0 and r_lo > cfg.min_rate_bytes_per_s
         z = slope / se if se > 0 else 0.0
         return TrendResult(sc.window_s, block, len(tw), slope, slope - q * se, slope + q * se, z, steps, 0.0, None,
                            bool(passed), onset, rate, r_lo, r_hi, floor, base, stat, thr)
+
+    def _change_point(self, t: np.ndarray, g: np.ndarray, sigma: float, fallback: float) -> float:
+        """The onset: the knot of the GLR's hinge, fitted together with a warm-up from the series' start.
+
+        A hinge alone, fitted over a floor that was still warming up, puts its knot inside the warm-up (20-40
+        minutes early); with the warm-up in the fit the knot is where the creep departs from it.
+        """
+        t0 = self._first_t if self._first_t is not None else float(t[0])
+        whole = t >= t0
+        if int(whole.sum()) < 5:
+            return fallback
+        stat, knot = glr.statistic(t[whole], g[whole], t0, self.cfg.tau_max_s, sigma)
+        return knot if stat > 0 else fallback
 
     def _null_spread(self, sc: _Scale, now: float) -> float:
         """The spread of the scale's window slope under the series' own background, bytes/s (0: unknown).

@@ -1,25 +1,26 @@
 """One generalized likelihood-ratio test of a leak's creep against a composite leak-free null.
 
 Data: the de-stepped release-floor blocks of a scale (times ``t``, floors ``y``). Both hypotheses have
-Gaussian noise of one unknown SD:
+Gaussian noise of one SD and a free offset:
 
-- **null** (leak-free): the best of a constant; one level shift of any size at any block boundary,
+- **null** (leak-free), the best of: a constant; one level shift of any size at any block boundary,
   abrupt or spread over up to RAMP_BLOCKS blocks (a cache filled within a minute, a load straddling
-  blocks); a
-  saturating warm-up ``a (1 - exp(-(t - t0) / tau))`` from the series' start ``t0``, free ``a``, with
-  ``tau <= tau_max`` (its slope decays at least as fast as ``exp(-t / tau_max)``). A level shift
-  followed by a new warm-up is not in it: a warm-up that starts where a creep starts is
-  indistinguishable from the creep for about ``tau_max``; a shift together with the warm-up from ``t0``
-  is (a load at the start, a cache filled on top of the warm-up);
-- **alternative** (a leak): the null's warm-up from ``t0`` plus a hinge creep ``r max(0, t - c)``,
-  maximised over the knot ``c`` (a rise that spans at least the last quarter of the window).
+  blocks); a saturating warm-up ``a (1 - exp(-(t - t0) / tau))`` (or its S-shaped form) from the
+  series' start ``t0`` with ``a >= 0`` and ``tau <= tau_max`` (its slope decays at least as fast as
+  ``exp(-t / tau_max)``); the shift and the warm-up together (a load at the start, a cache filled on
+  top of the warm-up);
+- **alternative** (a leak): the null's best warm-up (or none) plus a hinge creep ``r max(0, t - c)``,
+  ``r > 0``, maximised over the knot ``c`` (a rise that spans at least the last MIN_TAIL of the data).
+
+Every fit has at most three columns and is solved in closed form (projections of the centred data,
+one after the other), for a batch of series at once: the detector calls it on one series, the Monte
+Carlo (``bench/leak_glr_threshold.py``) on hundreds of thousands.
 
 The statistic is ``(SSE_null - SSE_alt) / s^2``: twice the log-likelihood ratio, with ``s`` the scale's
 robust block noise, or the alternative's residual SD when that is wider (a floor that wanders is judged
-at its own scale, an F-like ratio). Its threshold comes from a
-Monte Carlo of the same maximum under pure noise (``bench/leak_glr_threshold.py``), with the tail
-extrapolated exponentially, for a per-judgement false-alarm probability ``ALPHA``; docs/gpu.md derives
-the rate per series-day.
+at its own scale, an F-like ratio). Its threshold is the ``1 - ALPHA`` quantile of the same statistic
+under pure noise, from the Monte Carlo with a generalized Pareto tail (scipy); docs/gpu.md turns the
+per-judgement ALPHA into a false-alarm rate per series-day.
 """
 
 from __future__ import annotations
@@ -28,41 +29,45 @@ import math
 
 import numpy as np
 
-#: Warm-up time constants: a log grid of TAU_GRID points from TAU_MIN_SHARE x tau_max to tau_max,
-#: then GOLDEN_STEPS of golden-section search around the best.
+#: Warm-up time constants: a log grid of TAU_GRID points from TAU_MIN_SHARE x tau_max to tau_max.
 TAU_MIN_SHARE = 1 / 64
-TAU_GRID = 13
-GOLDEN_STEPS = 10
+TAU_GRID = 25
 #: At most this many level-shift positions (a grid over the block boundaries).
-MAX_STEPS = 24
+MAX_STEPS = 32
 #: A level shift of the null may take up to this many block spacings.
 RAMP_BLOCKS = 3
 #: The hinge's knot leaves at least this share of the data's span after it.
 MIN_TAIL = 0.25
+#: A column whose centred sum of squares is below this share of n carries no information (a warm-up
+#: that is flat over the data): it is left out.
+FLAT = 1e-9
 
-#: Monte Carlo thresholds: ``(n blocks, threshold)`` for the per-judgement false-alarm probability
-#: ALPHA, from ``python bench/leak_glr_threshold.py --draws 6000`` (6,000 pure-noise draws per n, the top 2%
-#: fitted by an exponential tail), measured before the null gained spread shifts and a shift with the
-#: warm-up. A larger null can only lower the statistic under noise, so these are conservative: the
-#: 6,000-draw rerun with the present null gives ((5, 0.27), (6, 0.62), (8, 1.28), (12, 2.0), (16, 3.15),
-#: (24, 2.92), (32, 2.96), (48, 4.53), (64, 3.6)), but its 98th percentile is 0 at every n (the null fits
-#: pure noise at least as well as the creep 98% of the time), so its exponential tail is fitted on a
-#: few hundred non-zero values. Interpolated linearly in n, flat beyond the ends.
-ALPHA = 1e-5
-THRESHOLDS: tuple[tuple[int, float], ...] = ((8, 8.09), (12, 11.13), (16, 10.61), (24, 9.54), (32, 9.16),
-                                             (48, 10.08), (64, 10.96))
+#: Per-judgement false-alarm probability of the threshold table.
+ALPHA = 1e-6
+#: Monte Carlo thresholds ``(n blocks, threshold)`` at ALPHA, from ``python bench/leak_glr_threshold.py
+#: --draws 40000`` (40,000 pure-noise draws per n and layout, the exceedances over the 99.5th percentile
+#: fitted by an exponential tail, the larger layout's kept, made non-increasing in n; 94 s); interpolated
+#: linearly in n, flat beyond the ends.
+THRESHOLDS: tuple[tuple[int, float], ...] = ((8, 5.54), (12, 5.54), (16, 5.54), (24, 5.54), (32, 5.54),
+                                             (48, 5.54), (64, 5.39))
 
 
 #: Warm-up shapes of the null, each a rise from 0 to 1 over u = age / tau: ``exp`` (1 - exp(-u), a cache
-#: filling at a falling rate) and ``s_curve`` (1 - (1 + u) exp(-u), traffic ramping up first); both
-#: slopes decay at least as fast as exp(-t / tau_max) in the end for tau <= tau_max / 2.
-SHAPES = ("exp", "s_curve")
+#: filling at a falling rate), ``s_curve`` (1 - (1 + u) exp(-u), traffic ramping up first) and ``root``
+#: (sqrt(u / 4) up to its plateau at u = 4: ever fewer new shapes and buffers seen for the first time).
+#: Each is flat (or within exp(-12) of its plateau) 12 tau after the start.
+SHAPES = ("exp", "s_curve", "root")
 
 
 def _rise(shape: str, u: np.ndarray) -> np.ndarray:
+    out: np.ndarray
     if shape == "exp":
-        return 1.0 - np.exp(-u)
-    return 1.0 - (1.0 + u) * np.exp(-u)
+        out = 1.0 - np.exp(-u)
+    elif shape == "root":
+        out = np.minimum(1.0, np.sqrt(u / 4.0))
+    else:
+        out = 1.0 - (1.0 + u) * np.exp(-u)
+    return out
 
 
 def threshold(n: int) -> float:
@@ -72,85 +77,147 @@ def threshold(n: int) -> float:
     return float(np.interp(n, ns, vs))
 
 
-def _sse(cols: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Least-squares (residual sum of squares, coefficients) of ``y`` on each design ``cols[b]`` (B x n x p)."""
-    xtx = np.einsum("bnp,bnq->bpq", cols, cols)
-    xty = np.einsum("bnp,n->bp", cols, y)
-    # A tiny ridge keeps degenerate designs (a warm-up that is flat over the data) solvable.
-    p = cols.shape[2]
-    scale = np.maximum(np.einsum("bpp->bp", xtx).max(axis=1), 1e-300)
-    beta = np.linalg.solve(xtx + 1e-12 * scale[:, None, None] * np.eye(p), xty[:, :, None])[:, :, 0]
-    return np.maximum(0.0, float(y @ y) - np.einsum("bp,bp->b", beta, xty)), beta
+def _centre(m: np.ndarray) -> np.ndarray:
+    out: np.ndarray = m - m.mean(axis=-1, keepdims=True)
+    return out
 
 
-def statistic(t: np.ndarray, y: np.ndarray, t0: float, tau_max: float, sigma: float) -> tuple[float, float]:
-    """(GLR statistic, best knot) of floors ``y`` at ``t`` for a series that started at ``t0``.
+def _fit1(cols: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Gain in SS and coefficient of the centred data ``y`` (B x n) on each centred column (K x n): B x K each."""
+    cc = np.einsum("kn,kn->k", cols, cols)
+    ok = cc > FLAT * cols.shape[1]
+    cy = y @ cols.T
+    with np.errstate(invalid="ignore", divide="ignore"):
+        beta = np.where(ok, cy / np.where(ok, cc, 1.0), 0.0)
+    return beta * cy, beta
+
+
+#: The step and hinge columns by their layout (the block positions over the span): a series judged at
+#: regular blocks reuses them from one judgement to the next; the warm-up's columns are recomputed while
+#: the series is young (its age over the span changes every judgement).
+_CACHE: dict[bytes, dict[str, np.ndarray]] = {}
+CACHE_SIZE = 256
+#: A warm-up that started more than this many tau_max before the data is flat over it (what is left of an
+#: exponential one is exp(-10) of it, of an S-shaped one 11 exp(-10): under 3 MiB of a 6 GiB warm-up).
+OLD = 10.0
+
+
+def designs(t: np.ndarray, t0: float, tau_max: float) -> dict[str, np.ndarray]:
+    """The centred columns of every hypothesis for blocks at ``t`` of a series that started at ``t0``."""
+    span = float(t[-1] - t[0])
+    x = np.round((t - t[0]) / span, 6)
+    key = x.tobytes()
+    fixed = _CACHE.get(key)
+    if fixed is None:
+        if len(_CACHE) >= CACHE_SIZE:
+            _CACHE.pop(next(iter(_CACHE)))
+        fixed = _CACHE[key] = _fixed(x)
+    n = len(x)
+    if t[0] - t0 > OLD * tau_max:
+        warm = np.zeros((1, n))  # the warm-up is over: the null and the alternative hold none
+    else:
+        age = x + (t[0] - t0) / span
+        taus = (tau_max / span) * np.exp(np.linspace(math.log(TAU_MIN_SHARE), 0.0, TAU_GRID))
+        warm = _centre(np.concatenate([_rise(sh, age[None, :] / taus[:, None]) for sh in SHAPES]))
+    return {"warm": warm, "step": fixed["step"], "hinge": fixed["hinge"], "knots": t[0] + fixed["knots"] * span}
+
+
+def _fixed(x: np.ndarray) -> dict[str, np.ndarray]:
+    n = len(x)
+    us = np.unique(np.linspace(1, n - 1, min(n - 1, MAX_STEPS)).astype(np.int64))
+    dx = float(np.median(np.diff(x)))
+    steps = [(np.arange(n)[None, :] >= us[:, None]).astype(float)]
+    for ln in range(1, RAMP_BLOCKS + 1):
+        steps.append(np.clip((x[None, :] - x[us - 1][:, None]) / (ln * dx), 0.0, 1.0))
+    knots = x[: max(1, int(np.searchsorted(x, 1 - MIN_TAIL, side="right")))]
+    hinge = np.maximum(0.0, x[None, :] - knots[:, None])
+    return {"step": _centre(np.concatenate(steps)), "hinge": _centre(hinge), "knots": knots}
+
+
+def statistic_batch(t: np.ndarray, ys: np.ndarray, t0: float, tau_max: float, sigma: float,
+                    d: dict[str, np.ndarray] | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """(statistic, best knot time) for each row of ``ys`` (B x n) at block times ``t``.
 
     ``sigma``: the robust SD of a block's floor; the noise SD used is at least it.
     """
-    n = len(t)
-    span = float(t[-1] - t[0])
-    if n < 5 or span <= 0:
-        return 0.0, float(t[0]) if n else 0.0
-    x = (t - t[0]) / span
-    yc = (y - y.mean()) / max(sigma, 1e-300)
-    ones = np.ones(n)
-    age = np.maximum((t - t0) / span, 0.0)
-    tau_hi = tau_max / span
-    # Null 1: a saturating warm-up from t0 of each shape, its tau fitted continuously (a grid, then
-    # golden-section in log tau around the best point: a large warm-up leaves a misfit of many SDs
-    # between grid points).
-    taus = tau_hi * np.exp(np.linspace(math.log(TAU_MIN_SHARE), 0.0, TAU_GRID))
-    best_w, best_curve = math.inf, np.zeros(n)
-    for shape in SHAPES:
-        warm = _rise(shape, age[None, :] / taus[:, None])
-        sse_w = _sse(np.stack([np.broadcast_to(ones, warm.shape), warm], axis=2), yc)[0]
-        k = int(np.argmin(sse_w))
-        if sse_w[k] < best_w:
-            best_w, best_curve = float(sse_w[k]), warm[k]
-        lo, hi = math.log(taus[max(0, k - 1)]), math.log(taus[min(len(taus) - 1, k + 1)])
-        g = (math.sqrt(5) - 1) / 2
-        for _ in range(GOLDEN_STEPS):
-            m1, m2 = hi - g * (hi - lo), lo + g * (hi - lo)
-            pair = np.exp([m1, m2])
-            w = _rise(shape, age[None, :] / pair[:, None])
-            f = _sse(np.stack([np.broadcast_to(ones, w.shape), w], axis=2), yc)[0]
-            if f[0] < f[1]:
-                hi = m2
-            else:
-                lo = m1
-            j = int(np.argmin(f))
-            if f[j] < best_w:
-                best_w, best_curve = float(f[j]), w[j]
-    # Null 2: one level shift of any size at any block boundary (and the constant, a shift of 0).
-    # A shift may take up to RAMP_BLOCKS blocks (a cache filled within a minute, a load straddling
-    # blocks): a ramp from one level to the other over L block spacings, L = 0 (a jump) .. RAMP_BLOCKS.
-    us = np.unique(np.linspace(1, n - 1, min(n - 1, MAX_STEPS)).astype(np.int64))
-    dx = float(np.median(np.diff(x)))
-    ramps = [(np.arange(n)[None, :] >= us[:, None]).astype(float)]  # S x n
-    for ln in range(1, RAMP_BLOCKS + 1):
-        ramps.append(np.clip((x[None, :] - x[us - 1][:, None]) / (ln * dx), 0.0, 1.0))
-    step = np.concatenate(ramps)
-    sse_s = _sse(np.stack([np.broadcast_to(ones, step.shape), step], axis=2), yc)[0]
-    # Null 3: a shift and the warm-up together (a load at start, a fill, on top of the warm-up).
-    bw = np.broadcast_to(best_curve, step.shape)
-    sse_sw = _sse(np.stack([np.broadcast_to(ones, step.shape), step, bw], axis=2), yc)[0]
-    sse0 = min(best_w, float(sse_s.min()), float(sse_sw.min()), float(((yc - yc.mean()) ** 2).sum()))
-    # Alternative: the null's warm-up (or none) plus a hinge at each knot.
-    knots = x[: max(1, int(np.searchsorted(x, 1 - MIN_TAIL, side="right")))]
-    hinge = np.maximum(0.0, x[None, :] - knots[:, None])  # C x n
-    wk = np.stack([best_curve, np.zeros(n)])  # 2 x n
-    h3 = np.broadcast_to(hinge[:, None, :], (len(knots), 2, n))
-    w3 = np.broadcast_to(wk[None, :, :], h3.shape)
-    alt = np.stack([np.broadcast_to(ones, h3.shape), w3, h3], axis=3).reshape(-1, n, 3)
-    sse1_all, beta = _sse(alt, yc)
-    sse1_all = np.where(beta[:, 2] > 0, sse1_all, np.inf)  # a creep rises
-    i = int(np.argmin(sse1_all))
-    sse1 = float(sse1_all[i])
-    if not math.isfinite(sse1):
-        return 0.0, float(t[0])
-    wk_n = 2
+    b, n = ys.shape
+    if n < 5 or t[-1] <= t[0]:
+        return np.zeros(b), np.full(b, float(t[0]) if n else 0.0)
+    d = d if d is not None else designs(t, t0, tau_max)
+    if d["warm"].shape[0] == 1:
+        return _no_warm(ys, sigma, d)
+    y = _centre(ys / max(sigma, 1e-300))
+    s0 = np.einsum("bn,bn->b", y, y)
+    rows = np.arange(b)
+    # The warm-up (a >= 0): its best curve per series.
+    gw, bw = _fit1(d["warm"], y)
+    gw = np.where(bw > 0, gw, 0.0)
+    kw = np.argmax(gw, axis=1)
+    w = d["warm"][kw]  # B x n (zero when no warm-up fits)
+    have = gw[rows, kw] > 0
+    w = np.where(have[:, None], w, 0.0)
+    ww = np.einsum("bn,bn->b", w, w)
+    ww_safe = np.where(ww > 0, ww, 1.0)
+    sse_w = s0 - gw[rows, kw]
+    # Residuals of the data and of the step and hinge columns on that warm-up (partialled out).
+    yr = y - (np.einsum("bn,bn->b", y, w) / ww_safe)[:, None] * w
+    # One shift alone, and one shift with the warm-up.
+    gs, _ = _fit1(d["step"], y)
+    sse_s = s0 - gs.max(axis=1)
+
+    def on_warm(cols: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        # cols (K x n) residualised on each series' warm-up: K x n -> B x K x n, gains of yr on them.
+        proj = (w @ cols.T) / ww_safe[:, None]  # B x K
+        cr = cols[None, :, :] - proj[:, :, None] * w[:, None, :]
+        cc = np.einsum("bkn,bkn->bk", cr, cr)
+        cy = np.einsum("bkn,bn->bk", cr, yr)
+        ok = cc > FLAT * n
+        with np.errstate(invalid="ignore", divide="ignore"):
+            beta = np.where(ok, cy / np.where(ok, cc, 1.0), 0.0)
+        return beta * cy, beta
+
+    gsw, _ = on_warm(d["step"])
+    sse_sw = sse_w - gsw.max(axis=1)
+    sse0 = np.minimum(np.minimum(s0, sse_w), np.minimum(sse_s, sse_sw))
+    # Alternative: a rising hinge, alone or on the warm-up.
+    gh, bh = _fit1(d["hinge"], y)
+    gh = np.where(bh > 0, gh, -np.inf)
+    ghw, bhw = on_warm(d["hinge"])
+    ghw = np.where(bhw > 0, ghw, -np.inf)
+    sse1_h = s0 - gh.max(axis=1)
+    sse1_hw = sse_w - ghw.max(axis=1)
+    use_w = sse1_hw < sse1_h
+    sse1 = np.where(use_w, sse1_hw, sse1_h)
+    k = np.where(use_w, ghw.argmax(axis=1), gh.argmax(axis=1))
+    finite = np.isfinite(sse1)
+    sse1 = np.where(finite, np.maximum(sse1, 0.0), s0)
     # Known block noise (1 in these units) unless the alternative's own residuals are wider: then the
     # noise is profiled out (an F-like ratio), so a floor that wanders is judged at its own scale.
-    v = max(1.0, sse1 / max(1, n - 4))
-    return max(0.0, sse0 - sse1) / v, float(t[0] + knots[i // wk_n] * span)
+    v = np.maximum(1.0, sse1 / max(1, n - 4))
+    stat = np.where(finite, np.maximum(0.0, sse0 - sse1) / v, 0.0)
+    return stat, d["knots"][k]
+
+
+def _no_warm(ys: np.ndarray, sigma: float, d: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """The statistic once the warm-up is over: a rising hinge against a constant or one shift."""
+    n = ys.shape[1]
+    y = _centre(ys / max(sigma, 1e-300))
+    s0 = np.einsum("bn,bn->b", y, y)
+    gs, _ = _fit1(d["step"], y)
+    sse0 = s0 - np.maximum(gs.max(axis=1), 0.0)
+    gh, bh = _fit1(d["hinge"], y)
+    gh = np.where(bh > 0, gh, -np.inf)
+    k = gh.argmax(axis=1)
+    best = gh.max(axis=1)
+    finite = np.isfinite(best)
+    sse1 = np.where(finite, np.maximum(s0 - best, 0.0), s0)
+    v = np.maximum(1.0, sse1 / max(1, n - 4))
+    return np.where(finite, np.maximum(0.0, sse0 - sse1) / v, 0.0), d["knots"][k]
+
+
+def statistic(t: np.ndarray, y: np.ndarray, t0: float, tau_max: float, sigma: float) -> tuple[float, float]:
+    """(GLR statistic, best knot) of floors ``y`` at ``t`` for a series that started at ``t0``."""
+    if len(t) < 5 or t[-1] <= t[0]:
+        return 0.0, float(t[0]) if len(t) else 0.0
+    s, k = statistic_batch(np.asarray(t, dtype=float), np.asarray(y, dtype=float)[None, :], t0, tau_max, sigma)
+    return float(s[0]), float(k[0])

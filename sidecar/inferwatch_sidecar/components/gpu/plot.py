@@ -262,7 +262,9 @@ def panels(series: list[Series]) -> list[Panel]:
         p.lines.append(("memory used", xs, ys))
         fx, fy = release_floor(s.t, s.v)
         p.lines.append(("release floor", fx, fy))
-        p.notes.append(f"verdict {r['verdict']}, {len(r['episodes'])} leak episode(s)")
+        p.notes.append(f"verdict {r['verdict']}, {len(r['episodes'])} leak episode(s)"
+                       + (", judged on the memory no process accounts for" if r.get("series") == "nvml_unattributed"
+                          else "") + (f"; the process left the log at {r['ended']}" if r.get("ended") else ""))
         eps = s.det.episodes
         for e in eps:
             end = e.cleared_at if e.cleared_at is not None else t1
@@ -282,7 +284,7 @@ def panels(series: list[Series]) -> list[Panel]:
             p.lines.append(("trend", [a, t1], [y1 - slope * (t1 - a), y1]))
         x_hi = t1
         ooms = [("projected OOM", r["time_to_oom_s"])]
-        if r["pid"] is not None:
+        if r["device_time_to_oom_s"] != r["time_to_oom_s"]:
             ooms.append(("device OOM (all growing processes)", r["device_time_to_oom_s"]))
         for name, tto in ooms:
             if tto is None:
@@ -294,7 +296,9 @@ def panels(series: list[Series]) -> list[Panel]:
                 x_hi = max(x_hi, at)
             else:
                 p.notes.append(text + ", beyond the plot")
-        if s.headroom is not None and x_hi > t1:  # a projected OOM is in view: show the level it is reached at
+        # A projected OOM is in view: show the level it is reached at (not on a device's unattributed memory,
+        # which is not what fills up).
+        if s.headroom is not None and x_hi > t1 and r.get("series") != "nvml_unattributed":
             full = s.v[-1] + s.headroom
             p.lines.append(("memory full", [t0, x_hi], [full, full]))
         open_ep = eps[-1] if eps and eps[-1].cleared_at is None else None
@@ -386,7 +390,13 @@ def _svg(p: Panel) -> str:
 
 
 def render_html(ps: list[Panel], left_out: list[str] | None = None) -> str:
-    """A self-contained HTML page: a legend, then one titled SVG panel per series, then the series left out."""
+    """A self-contained HTML page: a legend, then one titled SVG panel per series, then the series left out.
+
+    The page carries the strict Content-Security-Policy of every inferwatch page (``export/htmlsafe.py``)
+    in a ``<meta http-equiv>``: it has no script, so none may run; nothing is loaded from anywhere.
+    """
+    from inferwatch_sidecar.export.htmlsafe import harden
+
     e = html.escape
     legend = " ".join(f'<span style="color:{c}">&#9632; {e(n)}</span>' for n, (c, _) in STYLE.items())
     head = f"<p>{legend}</p>\n"
@@ -399,10 +409,12 @@ def render_html(ps: list[Panel], left_out: list[str] | None = None) -> str:
     if left_out:
         items = "".join(f"<li>{e(label)}</li>" for label in left_out)
         body.append(f'<section class="left-out"><h2>Left out ({len(left_out)})</h2><ul>{items}</ul></section>')
-    return ("<!doctype html>\n<html><head><meta charset=\"utf-8\"><title>inferwatch gpu analyze</title>"
+    page = ("<!doctype html>\n<html><head><meta charset=\"utf-8\"><title>inferwatch gpu analyze</title>"
             "<style>body{font-family:sans-serif;margin:1em}h2{font-size:1.05em;margin:1em 0 0}"
             "ul{margin:.2em 0;font-size:.9em}</style></head><body>\n<h1>GPU memory leak analysis</h1>\n"
             + head + "\n".join(body) + "\n</body></html>\n")
+    hardened: bytes = harden(page.encode())[0]
+    return hardened.decode()
 
 
 # -- PNG through matplotlib ---------------------------------------------------------------------------------------
