@@ -42,6 +42,8 @@ LONG_FUNCTIONS: dict[str, str] = {
     "bench/ingest.py::in_process": "benchmark driver, to split",
     "bench/soak.py::main": "benchmark driver, to split",
     "bench/fleet_drift.py::run": "benchmark driver, to split (came with #31)",
+    "bench/ingest.py::main": "benchmark driver, to split (came with #23's baseline column)",
+    "bench/leak_family.py::_draw": "the family's one draw per series, to split (came with #24's shapes)",
     "bench/series_count.py::main": "benchmark driver, to split (came with #31)",
     "bench/gpu_real_check.py::main": "benchmark driver, to split",
     "bench/sdk_overhead.py::wall_clock": "benchmark driver, to split",
@@ -53,6 +55,7 @@ LONG_MODULES: dict[str, str] = {
     "sidecar/inferwatch_sidecar/components/gpu/detector.py": "to split (i24)",
     "sidecar/inferwatch_sidecar/components/gpu/component.py": "to split (i23a)",
     "bench/fastapi_overhead.py": "to split",
+    "bench/ingest.py": "to split: the baseline and callgrind runners (came with #23's item 8)",
     "sidecar/inferwatch_sidecar/config.py": "to split: the component sections the merge of #25/#26/#28 added",
 }
 
