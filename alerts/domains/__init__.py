@@ -14,6 +14,7 @@ module         rules                                                       promt
 ``engines``    vLLM and Triton native metrics                              engines.test.yml
 ``saturation`` binding resource, engine preemptions, XID, throttling,      saturation.test.yml
                engine scrapes
+``capacity``   live-knee headroom, goodput burn rates (recordings too)      capacity.test.yml
 =============  ==========================================================  ====================================
 
 Shared annotation pieces live in :mod:`alerts.domains.common`, the rule model in :mod:`alerts.model` and the

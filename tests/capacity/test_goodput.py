@@ -72,3 +72,21 @@ def test_cold_start_per_new_process() -> None:
     (ratio,) = fams["inferwatch_capacity_cold_latency_ratio"].samples
     assert ttf.value == pytest.approx(30.0) and ratio.value == pytest.approx(10.0)
     assert comp.cold.producers[(7, 1)].done
+
+
+def test_a_version_at_its_knee_is_a_bad_now_row_of_the_status_summary_at_the_alerts_threshold() -> None:
+    from alerts import source
+    from inferwatch_sidecar.components.capacity.component import HEADROOM_LOW, headroom_verdicts
+    from inferwatch_sidecar.export.summary import verdicts
+
+    alert = next(a for a in source.ALERTS if a.name == "InferwatchCapacityHeadroomLow")
+    assert {t.name: t.value for t in alert.thresholds}["headroom"] == HEADROOM_LOW
+    report = {"svc/m/v1": {"in_flight": 19.0, "knee": 20.0, "headroom": 0.05},
+              "svc/m/v2": {"in_flight": 10.0, "knee": 20.0, "headroom": 0.5},
+              "svc/m/v3": {"in_flight": 3.0, "knee": None}}
+    rows = headroom_verdicts(report)
+    assert [r["subject"] for r in rows] == ["svc/m/v1"]
+    assert "19.0 in flight against a live knee of 20.0 (headroom 5%" in rows[0]["detail"]
+    summary = verdicts({"components": {"capacity": {"state": "running", "verdicts": rows}}})
+    (row,) = [v for v in summary if v["component"] == "capacity"]
+    assert row["verdict"] == "at its knee" and row["runbook_url"].endswith("#inferwatchcapacityheadroomlow")

@@ -128,7 +128,26 @@ class CapacityComponent(StagedComponent):
     def status(self) -> dict[str, Any]:
         with self._lock:
             report = dict(self._report)
-        return {"staged": self.staged(), "dropped": dict(self.dropped), "models": report}
+        return {"staged": self.staged(), "dropped": dict(self.dropped), "models": report,
+                "verdicts": headroom_verdicts(report)}
+
+
+#: Headroom under which a model version runs at its knee: InferwatchCapacityHeadroomLow's ``headroom``
+#: threshold (tests/capacity checks that the two agree).
+HEADROOM_LOW = 0.1
+
+
+def headroom_verdicts(report: dict[str, Any]) -> list[dict[str, Any]]:
+    """The status page's bad-now rows (export/summary.py): the model versions running at their knee."""
+    rows = []
+    for subject, e in sorted(report.items()):
+        h = e.get("headroom")
+        if h is not None and h < HEADROOM_LOW:
+            rows.append({"subject": subject, "verdict": "at its knee", "severity": "warn",
+                         "alert": "InferwatchCapacityHeadroomLow",
+                         "detail": f"{e['in_flight']:.1f} in flight against a live knee of {e['knee']:.1f} "
+                                   f"(headroom {h:.0%}, under {HEADROOM_LOW:.0%}): more load only adds queueing"})
+    return rows
 
 
 def build(config: CapacityConfig, ctx: ComponentContext) -> CapacityComponent:
