@@ -281,6 +281,9 @@ def sidecar_config(*, socket_path: str, port: int, token: str, reference: str,
                    "critical": ["error_rate", "latency", "latency_p99", "stage_latency[inference]"]},
         # 15 s windows hold about 500 requests of v1: enough for a slowest 1% of 5.
         "tail": {"window_seconds": 15, "min_tail_requests": 5},
+        # Goodput against an end-to-end objective the demo's model meets even under its 3 s latency spikes
+        # (the queue dashboard's goodput panel has data; no burn-rate alert joins the demo's expected ones).
+        "capacity": {"slo": [{"model": mdl.NAME, "e2e_seconds": 5.0, "objective": 0.99}]},
     }
 
 
