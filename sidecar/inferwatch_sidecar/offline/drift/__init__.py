@@ -1,0 +1,1 @@
+"""Offline drift tools: data file readers and the HTML deep-dive report."""

@@ -1,0 +1,1 @@
+"""``inferwatch gpu analyze``: recorded nvidia-smi and allocator logs replayed through the live detector."""
