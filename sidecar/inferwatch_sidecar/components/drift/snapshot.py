@@ -15,10 +15,10 @@ import numpy as np
 
 from inferwatch_sidecar.aggregate.labels import LabelLimiter
 from inferwatch_sidecar.components.drift import engine, performance
-from inferwatch_sidecar.components.drift.columns import CategoricalColumn, NumericColumn
 from inferwatch_sidecar.components.drift.monitor import Monitor
 from inferwatch_sidecar.metrics import drift as dm
 from inferwatch_sidecar.metrics.samples import Samples, Snapshot
+from inferwatch_sidecar.stats.columns import CategoricalColumn, NumericColumn
 
 __all__ = ["Snapshot", "build_snapshot"]
 
