@@ -51,7 +51,6 @@ LONG_MODULES: dict[str, str] = {
     "sidecar/inferwatch_sidecar/components/gpu/detector.py": "to split (i24)",
     "sidecar/inferwatch_sidecar/components/gpu/component.py": "to split (i23a)",
     "bench/ingest.py": "to split: the baseline and callgrind runners (came with #23's item 8)",
-    "sidecar/inferwatch_sidecar/config.py": "to split: the component sections the merge of #25/#26/#28 added",
 }
 
 
