@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from inferwatch_sidecar.components.registry import CATALOG
 from inferwatch_sidecar.config import reference_yaml
-from tests.sidecar.conftest import REPO
+from tests.helpers.sidecar import REPO
 
 
 def test_metrics_md_matches_the_catalog() -> None:

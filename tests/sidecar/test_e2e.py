@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 from prometheus_client.openmetrics.parser import text_string_to_metric_families as om_families
 
-from tests.conftest import free_port
-from tests.sidecar.conftest import REPO, parse_metrics, sample, total, wait_until
+from tests.helpers.net import free_port
+from tests.helpers.sidecar import REPO, parse_metrics, sample, total, wait_until
 
 pytestmark = pytest.mark.slow
 
