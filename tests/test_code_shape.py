@@ -37,10 +37,8 @@ LONG_FUNCTIONS: dict[str, str] = {
     "bench/leak_detection.py::main": "benchmark driver, to split",
     "bench/ingest.py::in_process": "benchmark driver, to split",
     "bench/soak.py::main": "benchmark driver, to split",
-    "bench/fleet_drift.py::run": "benchmark driver, to split (came with #31)",
     "bench/ingest.py::main": "benchmark driver, to split (came with #23's baseline column)",
     "bench/leak_family.py::_draw": "the family's one draw per series, to split (came with #24's shapes)",
-    "bench/series_count.py::main": "benchmark driver, to split (came with #31)",
     "bench/gpu_real_check.py::main": "benchmark driver, to split",
     "bench/sdk_overhead.py::wall_clock": "benchmark driver, to split",
 }
