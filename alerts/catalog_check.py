@@ -10,7 +10,8 @@ there instead of leaving an alert or a panel silently empty.
 from __future__ import annotations
 
 from alerts import promql, source
-from inferwatch_sidecar.metrics.catalog import all_metrics, series_names
+from inferwatch_sidecar.components.registry import CATALOG
+from inferwatch_sidecar.metrics.catalog import series_names
 
 _BY = frozenset({"by"})
 
@@ -61,7 +62,7 @@ def _recorded_labels(expr: str) -> frozenset[str] | None:
 def known_series() -> dict[str, frozenset[str] | None]:
     """Series names a query may use, with the labels each carries (None: labels not checked)."""
     out: dict[str, frozenset[str] | None] = {}
-    for m in all_metrics():
+    for m in CATALOG.all_metrics():
         for s in series_names(m):
             extra = {"le"} if s.endswith("_bucket") and m.type == "histogram" else set()
             out[s] = frozenset(m.labels) | extra

@@ -75,7 +75,7 @@ from alerts.model import (
     Threshold,
 )
 from alerts.template import render
-from inferwatch_sidecar.metrics.catalog import by_name
+from inferwatch_sidecar.components.registry import CATALOG
 
 __all__ = [
     "ALERTS", "FAST", "FLEET_DRIFT_DOC", "FLEET_GROUPS", "GROUPS", "LATENCY_OBJECTIVES", "PREDICTION_FEATURES",
@@ -140,7 +140,7 @@ def effective_alerts(overrides: Overrides | None = None) -> list[Alert]:
 
 
 def _check_bucket_bounds(alerts: list[Alert]) -> None:
-    catalog = by_name()
+    catalog = CATALOG.by_name()
     for a in alerts:
         for t in a.thresholds:
             if t.bucket_of is None:

@@ -34,6 +34,7 @@ Usage (wrap in ``flock /tmp/bench.lock``; docs/scale.md quotes its output)::
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import math
 import sys
@@ -159,11 +160,24 @@ def _big_counts(comp: Any) -> tuple[dict[Any, dict[int, float]], dict[Any, dict[
     return counts, refs
 
 
-def run(n: int, seconds: float, interval: float, seed: int) -> dict[str, Any]:
-    from tests.scale.promproc import Prom
+@dataclasses.dataclass
+class Observed:
+    """What Prometheus recorded over the run: the fleet's bin counts, the rules' outputs, each replica's totals."""
 
+    events: int
+    start: dict[tuple[str, str, str], dict[int, float]]
+    end: dict[tuple[str, str, str], dict[int, float]]
+    psi_rule: dict[tuple[str, str, str], float]
+    chi_rule: dict[tuple[str, str, str], float]
+    share: dict[tuple[str, str, str], float]
+    increase: dict[tuple[str, str, str], dict[int, float]]
+    per_instance: list[dict[str, Any]]
+    inst0: dict[str, float]
+    inst1: dict[str, float]
+
+
+def run(n: int, seconds: float, interval: float, seed: int) -> dict[str, Any]:
     from inferwatch_sidecar.components.base import ComponentContext
-    from inferwatch_sidecar.components.drift import stats
     from inferwatch_sidecar.components.drift.component import build
     from inferwatch_sidecar.components.drift.config import DriftConfig
 
@@ -174,6 +188,29 @@ def run(n: int, seconds: float, interval: float, seed: int) -> dict[str, Any]:
         feed(r.comp, r.records(1))
         r.comp.evaluate()
     srv = Server(replicas)
+    try:
+        obs = _observe(replicas, big, srv, seconds, interval)
+    finally:
+        srv.server.shutdown()
+    big.evaluate()
+    out = _compare(big, obs)
+    factors = [float(x["value"][1]) / (obs.inst1[i] - obs.inst0[i]) for x in obs.per_instance
+               for i in [x["metric"]["instance"]] if obs.inst1.get(i, 0) > obs.inst0.get(i, 0)]
+    return {"n": n, "seconds": seconds, "interval_s": interval, "events": obs.events, **out,
+            "increase_factor_min": min(factors, default=math.nan),
+            "increase_factor_max": max(factors, default=math.nan)}
+
+
+def _by_key(rows: list[dict[str, Any]]) -> dict[tuple[str, str, str], float]:
+    return {(x["metric"]["model"], x["metric"]["model_version"], x["metric"]["feature"]): float(x["value"][1])
+            for x in rows}
+
+
+def _observe(replicas: list[Replica], big: Any, srv: Server, seconds: float, interval: float) -> Observed:
+    """Feed every replica and the big sidecar for ``seconds`` while a real Prometheus scrapes the replicas."""
+    from tests.scale.promproc import Prom
+
+    n = len(replicas)
     scrape = [{"job_name": "inferwatch", "scrape_interval": f"{interval:g}s", "scrape_timeout": f"{interval:g}s",
                "static_configs": [{"targets": [srv.address], "labels": {"__metrics_path__": f"/r/{i}/metrics",
                                                                         "instance": f"replica-{i}"}}
@@ -201,46 +238,46 @@ def run(n: int, seconds: float, interval: float, seed: int) -> dict[str, Any]:
                 events += len(recs)
             time.sleep(max(0.0, interval - (time.monotonic() - t0)))
         time.sleep(3 * interval)
-        end = _counts(prom.query(fleet_sum))
-        psi_rule = {k: float(x["value"][1]) for x in prom.query("model_feature:inferwatch_drift_psi:10m")
-                    for k in [(x["metric"]["model"], x["metric"]["model_version"], x["metric"]["feature"])]}
-        chi_rule = {k: float(x["value"][1]) for x in prom.query("model_feature:inferwatch_drift_chi2:10m")
-                    for k in [(x["metric"]["model"], x["metric"]["model_version"], x["metric"]["feature"])]}
-        share = {k: float(x["value"][1]) for x in prom.query("model_feature:inferwatch_drift_feature_drifted:avg")
-                 for k in [(x["metric"]["model"], x["metric"]["model_version"], x["metric"]["feature"])]}
-        inc = _counts(prom.query("model_feature_bin:inferwatch_drift_bin_events:increase10m"))
-        # Each replica's extrapolation: increase() over its own total against the true difference.
-        per_inst = prom.query("sum by (instance) (increase(inferwatch_drift_bin_events_total[10m]))")
-        inst1 = {x["metric"]["instance"]: float(x["value"][1]) for x in prom.query(by_inst)}
-    srv.server.shutdown()
-    big.evaluate()
+        return Observed(
+            events=events, start=start, end=_counts(prom.query(fleet_sum)),
+            psi_rule=_by_key(prom.query("model_feature:inferwatch_drift_psi:10m")),
+            chi_rule=_by_key(prom.query("model_feature:inferwatch_drift_chi2:10m")),
+            share=_by_key(prom.query("model_feature:inferwatch_drift_feature_drifted:avg")),
+            increase=_counts(prom.query("model_feature_bin:inferwatch_drift_bin_events:increase10m")),
+            # Each replica's extrapolation: increase() over its own total against the true difference.
+            per_instance=prom.query("sum by (instance) (increase(inferwatch_drift_bin_events_total[10m]))"),
+            inst0=inst0, inst1={x["metric"]["instance"]: float(x["value"][1]) for x in prom.query(by_inst)},
+        )
+
+
+def _compare(big: Any, obs: Observed) -> dict[str, Any]:
+    """The fleet's counts and rules against the big sidecar's counts and the engine's formulas."""
+    from inferwatch_sidecar.stats import hypothesis as stats
+
     bc, br = _big_counts(big)
     count_diff, rows = 0.0, []
     worst_psi = worst_chi = arith = 0.0
     for key in sorted(bc):
         bins = sorted(br[key])
         want = np.array([bc[key].get(b, 0.0) for b in bins])
-        got = np.array([end.get(key, {}).get(b, 0.0) - start.get(key, {}).get(b, 0.0) for b in bins])
+        got = np.array([obs.end.get(key, {}).get(b, 0.0) - obs.start.get(key, {}).get(b, 0.0) for b in bins])
         count_diff = max(count_diff, float(np.max(np.abs(got - want))))
         refp = np.array([br[key][b] for b in bins])
         psi = stats.psi(refp, stats.proportions(want))
         chi = stats.chi2_goodness_of_fit(want, refp)
-        rp, rc = psi_rule.get(key, math.nan), chi_rule.get(key, math.nan)
+        rp, rc = obs.psi_rule.get(key, math.nan), obs.chi_rule.get(key, math.nan)
         worst_psi = max(worst_psi, abs(rp - psi) / psi)
         worst_chi = max(worst_chi, abs(rc - chi) / chi)
         # The rules' arithmetic alone: the engine's formulas on the rules' own increase10m bins.
-        ib = np.array([inc.get(key, {}).get(b, 0.0) for b in bins])
+        ib = np.array([obs.increase.get(key, {}).get(b, 0.0) for b in bins])
         arith = max(arith, abs(rp - stats.psi(refp, stats.proportions(ib))) / max(rp, 1e-12),
                     abs(rc - stats.chi2_goodness_of_fit(ib, refp)) / max(rc, 1e-12))
-        verdicts = {r.feature: r.drifted for r in (big.monitors[(key[0], key[1])].last.results)}  # type: ignore[union-attr]
+        verdicts = {r.feature: r.drifted for r in (big.monitors[(key[0], key[1])].last.results)}
         rows.append({"model_version": key[1], "feature": key[2], "events": int(want.sum()),
                      "psi_big": psi, "psi_rule": rp, "chi2_big": chi, "chi2_rule": rc,
-                     "share_drifted": share.get(key), "big_drifted": verdicts.get(key[2])})
-    factors = [float(x["value"][1]) / (inst1[i] - inst0[i]) for x in per_inst
-               for i in [x["metric"]["instance"]] if inst1.get(i, 0) > inst0.get(i, 0)]
-    return {"n": n, "seconds": seconds, "interval_s": interval, "events": events, "rows": rows,
-            "count_max_abs_diff": count_diff,
-            "increase_factor_min": min(factors, default=math.nan), "increase_factor_max": max(factors, default=math.nan), "psi_worst_rel": worst_psi, "rule_arithmetic_worst_rel": arith, "chi2_worst_rel": worst_chi}
+                     "share_drifted": obs.share.get(key), "big_drifted": verdicts.get(key[2])})
+    return {"rows": rows, "count_max_abs_diff": count_diff, "psi_worst_rel": worst_psi,
+            "rule_arithmetic_worst_rel": arith, "chi2_worst_rel": worst_chi}
 
 
 def main() -> None:

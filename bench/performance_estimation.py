@@ -35,16 +35,18 @@ from __future__ import annotations
 
 import argparse
 import os
-import re
-import subprocess
 import sys
 import tempfile
 import time
 import warnings
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _harness import STABLE_HASH_ENV, callgrind_instructions  # noqa: E402  (bench/ is a folder of scripts)
 
 # NannyML sends usage statistics to a web service unless told not to; this machine has no internet anyway.
 os.environ["NML_DISABLE_USAGE_LOGGING"] = "1"
@@ -235,15 +237,10 @@ def _instructions(mode: str, n: int, binary: bool) -> int:
     with tempfile.NamedTemporaryFile("w", suffix=".py", delete=False) as f:
         f.write(_CHILD)
     try:
-        out = subprocess.run(["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null", sys.executable,
-                              f.name, mode, str(n), "1" if binary else "0"], capture_output=True, text=True,
-                             check=True)
+        return callgrind_instructions([sys.executable, f.name, mode, str(n), "1" if binary else "0"],
+                                      env=STABLE_HASH_ENV)
     finally:
         os.unlink(f.name)
-    m = re.search(r"Collected\s*:\s*(\d+)", out.stderr)
-    if m is None:
-        raise SystemExit(f"callgrind printed no total:\n{out.stderr[-2000:]}")
-    return int(m.group(1))
 
 
 def cost(n: int) -> None:

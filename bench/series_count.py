@@ -39,16 +39,12 @@ import numpy as np
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(REPO / "sdk"), str(REPO / "sidecar"), str(REPO)]
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _harness import free_port  # noqa: E402  (bench/ is a folder of scripts, not a package)
 
 STAGES = ("queue", "preprocess", "inference", "postprocess", "generate")
 CATS = ["a", "b", "c", "d", "e"]
 PROTO_ACCEPT = "application/vnd.google.protobuf;proto=io.prometheus.client.MetricFamily;encoding=delimited"
-
-
-def _port(kind: int) -> int:
-    with socket.socket(socket.AF_INET, kind) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _profile(path: Path, numeric: int, categorical: int) -> None:
@@ -62,12 +58,13 @@ def _profile(path: Path, numeric: int, categorical: int) -> None:
 
 
 def _component(name: str) -> str:
-    for prefix, comp in (("inferwatch_drift_", "drift"), ("inferwatch_tail_", "tail"),
-                         ("inferwatch_canary_", "canary"), ("inferwatch_gpu_", "gpu"),
-                         ("inferwatch_sidecar_", "process"), ("inferwatch_skew_", "skew")):
-        if name.startswith(prefix):
-            return comp
-    return "core"
+    """The component a family belongs to, from the metric catalog (the sidecar's process metrics apart)."""
+    from inferwatch_sidecar.components.registry import CATALOG
+
+    if name.startswith("inferwatch_sidecar_"):
+        return "process"
+    owner = {key: m.component for m in CATALOG.all_metrics() for key in (m.name, m.family)}
+    return owner.get(name, "core")
 
 
 def _text_series(body: bytes) -> Counter[str]:
@@ -146,7 +143,18 @@ def main() -> int:
     ap.add_argument("--rate", type=float, default=100.0, help="requests per second per label set (default 100)")
     ap.add_argument("--json", metavar="FILE")
     args = ap.parse_args()
-    tmp = Path(tempfile.mkdtemp(prefix="iw-series-"))
+    measured = measure(args)
+    if measured is None:
+        return 1
+    n, text, proto, status = measured
+    report(args, n, _text_series(text), _proto_series(proto), status)
+    return 0
+
+
+def _config(args: argparse.Namespace, tmp: Path) -> Path:
+    """The sidecar's config file: every component on, drift on a reference file, the GPU on the fake NVML."""
+    import yaml
+
     _profile(tmp / "profile.json", args.numeric, args.categorical)
     cfg = {
         "drift": {"reference": str(tmp / "profile.json"), "evaluate_interval_s": 1.0, "window_events": 2000},
@@ -155,15 +163,21 @@ def main() -> int:
         "gpu": {"backend": "fake", "fake": {"devices": 1, "processes": [
             {"pid": 1000 + p, "base_gib": 4.0 + p} for p in range(args.gpu_processes)]}},
     }
-    import yaml
-
     (tmp / "cfg.yaml").write_text(yaml.safe_dump(cfg))
-    port, udp = _port(socket.SOCK_STREAM), _port(socket.SOCK_DGRAM)
+    return tmp / "cfg.yaml"
+
+
+def measure(args: argparse.Namespace) -> tuple[int, bytes, bytes, dict[str, Any]] | None:
+    """Run the sidecar, send the workload, and scrape it: (requests sent, text, protobuf, /v1/status); None when
+    the sidecar did not start (its log is printed)."""
+    tmp = Path(tempfile.mkdtemp(prefix="iw-series-"))
+    cfg = _config(args, tmp)
+    port, udp = free_port(socket.SOCK_STREAM), free_port(socket.SOCK_DGRAM)
     env = {k: v for k, v in os.environ.items() if not k.startswith(("INFERWATCH_", "OTEL_"))}
     env["PYTHONPATH"] = os.pathsep.join([str(REPO / "sdk"), str(REPO / "sidecar")])
     log = open(tmp / "sidecar.log", "wb")  # noqa: SIM115 - closed below
     side = subprocess.Popen([sys.executable, "-m", "inferwatch_sidecar.cli", "sidecar", "--config",
-                             str(tmp / "cfg.yaml"), "--socket", str(tmp / "s.sock"), "--udp-port", str(udp),
+                             str(cfg), "--socket", str(tmp / "s.sock"), "--udp-port", str(udp),
                              "--http-port", str(port)], stdout=log, stderr=subprocess.STDOUT, env=env)
     base = f"http://127.0.0.1:{port}"
     try:
@@ -177,7 +191,7 @@ def main() -> int:
                 time.sleep(0.2)
         else:
             print((tmp / "sidecar.log").read_text(), file=sys.stderr)
-            return 1
+            return None
         n = traffic(udp, args.models, args.versions, args.numeric, args.categorical, args.seconds, args.rate)
         time.sleep(3)
         with urllib.request.urlopen(base + "/metrics", timeout=30) as r:
@@ -191,7 +205,12 @@ def main() -> int:
         side.terminate()
         side.wait(20)
         log.close()
-    classic, native = _text_series(text), _proto_series(proto)
+    return n, text, proto, status
+
+
+def report(args: argparse.Namespace, n: int, classic: Counter[str], native: Counter[str],
+           status: dict[str, Any]) -> None:
+    """The tables of docs/scale.md: series by component, then by family (and the JSON with ``--json``)."""
     by_comp: dict[str, list[int]] = {}
     for name in sorted(set(classic) | set(native)):
         c = by_comp.setdefault(_component(name), [0, 0])
@@ -220,7 +239,6 @@ def main() -> int:
     if args.json:
         Path(args.json).write_text(json.dumps({"classic": classic, "native": native, "by_component": by_comp,
                                                "label_sets": L, "features": F}, indent=1))
-    return 0
 
 
 if __name__ == "__main__":

@@ -15,8 +15,8 @@ import re
 import sys
 from pathlib import Path
 
+from inferwatch_sidecar.components.registry import CATALOG
 from inferwatch_sidecar.config import reference_yaml
-from inferwatch_sidecar.metrics.catalog import markdown
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -25,10 +25,10 @@ def main(argv: list[str]) -> int:
     check = "--check" in argv
     stale = []
     metrics = ROOT / "docs" / "metrics.md"
-    if metrics.read_text() != markdown():
+    if metrics.read_text() != CATALOG.markdown():
         stale.append(metrics)
         if not check:
-            metrics.write_text(markdown())
+            metrics.write_text(CATALOG.markdown())
     config = ROOT / "docs" / "config.md"
     text = config.read_text()
     new = re.sub(r"```yaml\n.*?```", lambda _: "```yaml\n" + reference_yaml() + "```", text, count=1, flags=re.S)

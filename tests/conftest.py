@@ -1,24 +1,26 @@
 """Fixtures shared by every test package.
 
-Component-specific fixtures live in each subfolder's own conftest.py.
+Component-specific fixtures live in each subfolder's own conftest.py; the helpers these fixtures are built
+on are plain modules in tests/helpers/.
 """
 
 from __future__ import annotations
 
 import os
 import shutil
-import socket
+import signal
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
 
 import pytest
 
+from tests.helpers.net import free_port
+from tests.helpers.sidecar import SidecarProc
+
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 
-
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that was free a moment ago."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+__all__ = ["IN_CI", "free_port", "require_binary"]  # free_port: tests/helpers/net.py, imported here by older tests
 
 
 def require_binary(name: str) -> str:
@@ -44,3 +46,20 @@ def promtool() -> str:
 @pytest.fixture
 def prometheus_bin() -> str:
     return require_binary("prometheus")
+
+
+@pytest.fixture
+def sidecar_factory(tmp_path: Path) -> Iterator[Any]:
+    """``make(*args, env=None, start=True, **kw)``: a real sidecar (:class:`~tests.helpers.sidecar.SidecarProc`),
+    killed after the test if it is still running."""
+    procs: list[SidecarProc] = []
+
+    def make(*args: str, env: dict[str, str] | None = None, start: bool = True, **kw: Any) -> SidecarProc:
+        p = SidecarProc(tmp_path, list(args), env, **kw)
+        procs.append(p)
+        return p.start() if start else p
+
+    yield make
+    for p in procs:
+        if p.proc is not None and p.proc.poll() is None:
+            p.stop(signal.SIGKILL)

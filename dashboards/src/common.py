@@ -41,6 +41,10 @@ DRIFT = 'model=~"$model", model_version=~"$version"'
 GPU = 'instance=~"$instance", gpu=~"$gpu"'
 INST = 'instance=~"$instance"'
 
+#: What a dashboard lays out in reading order: a row header or a panel. A dashboard with several rows builds
+#: each in its own function returning ``list[Item]`` (one function per row of panels).
+Item = Row | cog.Builder[d.Panel]
+
 #: ``[(value, color), ...]`` steps above the base green step.
 Steps = Sequence[tuple[float, str]]
 
@@ -212,7 +216,7 @@ def core_vars() -> list[cog.Builder[d.VariableModel]]:
 
 
 def dashboard(*, uid: str, title: str, description: str, variables: Sequence[cog.Builder[d.VariableModel]],
-              items: Sequence[Row | cog.Builder[d.Panel]]) -> d.Dashboard:
+              items: Sequence[Item]) -> d.Dashboard:
     """One dashboard: a stable UID, its variables and its rows and panels in reading order (laid out by the SDK).
 
     Panel ids are numbered in reading order, so they are stable too.

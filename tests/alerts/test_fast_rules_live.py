@@ -13,8 +13,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 
 from alerts import generate
-from tests.conftest import free_port
 from tests.e2e.promserver import PrometheusServer
+from tests.helpers.net import free_port
 
 pytestmark = pytest.mark.prometheus
 

@@ -141,9 +141,9 @@ def test_catalog_check_catches_a_renamed_metric_and_a_wrong_label():
 
 
 def test_latency_targets_are_bucket_bounds_of_the_stage_histogram():
-    from inferwatch_sidecar.metrics.catalog import by_name
+    from inferwatch_sidecar.components.registry import CATALOG
 
-    buckets = by_name()["inferwatch_stage_duration_seconds"].buckets
+    buckets = CATALOG.by_name()["inferwatch_stage_duration_seconds"].buckets
     assert buckets is not None
     for name, _objective, target, _burn, _severity in source.LATENCY_OBJECTIVES:
         assert target in buckets, f"{name} target {target}s is not a bucket bound: the burn rate would be wrong"

@@ -28,7 +28,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 import inferwatch
 from inferwatch.wire import EV_RECORD, EV_REQUEST, Decoder
-from tests.conftest import free_port
+from tests.helpers.net import free_port
 
 BENCH = Path(__file__).resolve().parents[2] / "bench"
 

@@ -8,7 +8,7 @@ from scipy import stats as sps
 
 from inferwatch_sidecar.components.canary.config import CanaryConfig
 from inferwatch_sidecar.components.canary.window import LATENCY_EDGES, latency_bins, quantile
-from inferwatch_sidecar.components.drift import stats
+from inferwatch_sidecar.stats import hypothesis as stats
 from tests.canary.helpers import judged, traffic
 
 

@@ -20,8 +20,8 @@ import numpy as np
 from inferwatch_sidecar.demo import model as mdl
 from inferwatch_sidecar.loadtest.sidecar_view import stage_means
 from tests.capacity.helpers import loadtest_json
-from tests.conftest import free_port
-from tests.sidecar.conftest import REPO, parse_metrics, sample, total, wait_until
+from tests.helpers.net import free_port
+from tests.helpers.sidecar import REPO, parse_metrics, sample, total, wait_until
 
 
 def test_loadtest_joins_the_demo_server_with_its_sidecar(sidecar_factory: Any, tmp_path: Path) -> None:

@@ -21,7 +21,7 @@ import pytest
 from inferwatch_sidecar.cli import main
 from inferwatch_sidecar.loadtest import slotserver
 from inferwatch_sidecar.loadtest.runner import parse_sse
-from tests.conftest import free_port
+from tests.helpers.net import free_port
 
 
 @contextmanager

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from inferwatch_sidecar.cli import main
+from tests.helpers.net import held_port
 
 
 @pytest.fixture(autouse=True)
@@ -85,9 +86,7 @@ def test_bad_otlp_settings_fail_check_config(
 def test_check_config_binds_and_creates_nothing(
     tmp_path: Path, sock_dir: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as held:
-        held.bind(("127.0.0.1", 0))  # a UDP port start-up could not bind: not a config error
-        port = held.getsockname()[1]
+    with held_port(socket.SOCK_DGRAM) as (_, port):  # a UDP port start-up could not bind: not a config error
         f = _config(tmp_path, sock_dir, "")
         assert main(["sidecar", "--check-config", str(f), "--no-gpu", "--no-drift", "--udp-port", str(port)]) == 0
     assert "configuration is valid" in capsys.readouterr().out

@@ -23,7 +23,6 @@ from rich.console import Console
 from inferwatch_sidecar.demo import promtext
 from inferwatch_sidecar.export.live_view import SidecarView, apply, render_top
 from tests.demo.helpers import CMD
-from tests.sidecar.conftest import sidecar_factory  # noqa: F401 - the fixture that runs a sidecar
 
 POLL = Path(__file__).resolve().parents[1] / "fixtures" / "demo_poll"
 
@@ -116,7 +115,7 @@ def test_one_frame_of_the_recorded_poll_cuts_nothing(width: int) -> None:
     assert "cannot see that model's own errors" in flat
 
 
-def test_top_once_in_a_pipe_against_a_live_sidecar(sidecar_factory: Any) -> None:  # noqa: F811
+def test_top_once_in_a_pipe_against_a_live_sidecar(sidecar_factory: Any) -> None:
     sc = sidecar_factory("--no-gpu")
     events = [{"type": "request", "duration_s": 0.03, "outcome": "ok", "stages": {"inference": 0.02}}] * 30 + \
              [{"type": "request", "duration_s": 0.5, "outcome": "error", "error_type": "Timeout",
@@ -154,7 +153,7 @@ def test_top_once_in_a_pipe_against_a_live_sidecar(sidecar_factory: Any) -> None
 
 
 def test_top_says_what_is_wrong_with_its_arguments_and_fails_on_a_sidecar_that_is_down() -> None:
-    from tests.conftest import free_port
+    from tests.helpers.net import free_port
 
     p = subprocess.run([*CMD, "top", "--sidecar", "ftp://x", "--once"], capture_output=True, text=True, timeout=30)
     assert p.returncode == 2 and "expected http://host:port" in p.stderr

@@ -28,9 +28,9 @@ from inferwatch.wire import EV_ALLOC, EV_RECORD, EV_REQUEST, EV_STAGE, Schema
 from inferwatch_sidecar.components import registry
 from inferwatch_sidecar.components.base import Component, ComponentContext
 from inferwatch_sidecar.components.periodic import PeriodicComponent, StagedComponent
+from inferwatch_sidecar.components.registry import CATALOG
 from inferwatch_sidecar.config import SidecarConfig
 from inferwatch_sidecar.daemon import COMPONENT_METRICS
-from inferwatch_sidecar.metrics.catalog import all_metrics
 from inferwatch_sidecar.metrics.entry import Metric
 
 NAMES = registry.names()
@@ -143,9 +143,9 @@ def _strict_json(doc: Any) -> None:
 
 def test_the_registry_is_the_one_list_of_components() -> None:
     assert len(set(NAMES)) == len(NAMES)
-    catalog = {m.component for m in all_metrics()} - {"core"}
+    catalog = {m.component for m in CATALOG.all_metrics()} - {"core"}
     assert catalog == set(NAMES), "every component with catalog entries is registered, and only those"
-    assert {m.name for m in COMPONENT_METRICS} == {m.name for m in all_metrics() if m.component in NAMES}
+    assert {m.name for m in COMPONENT_METRICS} == {m.name for m in CATALOG.all_metrics() if m.component in NAMES}
     for name in NAMES:
         assert SidecarConfig.model_fields[name].annotation is registry.spec(name).config
 

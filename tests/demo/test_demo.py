@@ -220,7 +220,7 @@ def test_triton_server_starts_afresh_when_a_model_instance_loses_pytritons_hands
     """CI saw PyTriton's start-up race once (an instance refused by the handshake socket): the server restarts."""
     from inferwatch_sidecar.demo.loadgen import triton_body
     from inferwatch_sidecar.demo.supervise import _package_dirs
-    from tests.conftest import free_port
+    from tests.helpers.net import free_port
 
     _triton_python_or_skip()
     http, grpc, metrics = free_port(), free_port(), free_port()

@@ -13,7 +13,7 @@ from typing import Any
 
 import yaml
 
-from inferwatch_sidecar.metrics.catalog import by_name
+from inferwatch_sidecar.components.registry import CATALOG
 from tests.deploy.k8s import K8S, find, kustomize, load_documents, overlay_with
 
 KEDA = K8S / "components" / "autoscale-keda"
@@ -43,7 +43,7 @@ def test_both_scale_the_base_deployment_the_same_way() -> None:
     (rule,) = rules
     assert rule["name"]["as"] == metric["pods"]["metric"]["name"]
     for name in ("inferwatch_capacity_headroom_ratio", "inferwatch_capacity_knee_concurrency"):
-        assert name in by_name()
+        assert name in CATALOG.by_name()
     assert "inferwatch_capacity_headroom_ratio" in trig["metadata"]["query"]
     assert "inferwatch_capacity_headroom_ratio" in rule["seriesQuery"]
 

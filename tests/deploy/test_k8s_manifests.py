@@ -313,9 +313,9 @@ def test_ports_agree_between_config_container_service_and_servicemonitor():
 
 
 def test_servicemonitor_honors_our_labels_where_they_collide_with_target_labels():
-    from inferwatch_sidecar.metrics.catalog import all_metrics
+    from inferwatch_sidecar.components.registry import CATALOG
 
-    ours = {label for m in all_metrics() for label in m.labels}
+    ours = {label for m in CATALOG.all_metrics() for label in m.labels}
     clash = ours & OPERATOR_TARGET_LABELS
     assert "service" in clash  # the catalog's context label; if it is renamed, revisit honorLabels
     ep = next(e for e in find("ServiceMonitor")["spec"]["endpoints"] if e["port"] == "metrics")

@@ -28,7 +28,6 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import free_port
 from tests.deploy import dockerfile as df
 from tests.deploy.k8s import (
     DOCKERFILE,
@@ -43,6 +42,7 @@ from tests.deploy.k8s import (
     resolve_env,
     sidecar_config_text,
 )
+from tests.helpers.net import free_port
 
 START_TIMEOUT_S = 60.0  # a sidecar imports numpy, scipy and pydantic; the CI machine is shared
 

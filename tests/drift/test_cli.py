@@ -12,8 +12,8 @@ import pytest
 from scipy import stats as sps
 
 from inferwatch_sidecar.cli import main
-from inferwatch_sidecar.components.drift import dataio
 from inferwatch_sidecar.components.drift import profile as prof
+from inferwatch_sidecar.offline.drift import dataio
 
 
 def write_csv(path, header, rows) -> None:

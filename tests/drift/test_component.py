@@ -15,7 +15,7 @@ from inferwatch_sidecar.components.drift import engine
 from inferwatch_sidecar.components.drift import profile as prof
 from inferwatch_sidecar.components.drift.component import CONF, PRED, build
 from inferwatch_sidecar.components.drift.config import DriftConfig
-from inferwatch_sidecar.metrics import catalog
+from inferwatch_sidecar.components.registry import CATALOG
 from inferwatch_sidecar.metrics import drift as drift_metrics
 from tests.drift.helpers import Clock, context, label_only, rec, records, samples, schema
 
@@ -53,7 +53,7 @@ def test_component_satisfies_the_contract_and_exports_only_catalog_metrics(tmp_p
     comp.handle(1, 1, recs)
     comp.drain()
     comp.evaluate()
-    names = {m.name for m in catalog.all_metrics()}
+    names = {m.name for m in CATALOG.all_metrics()}
     fams = list(comp.collect())
     assert fams
     for fam in fams:
@@ -268,7 +268,7 @@ def test_model_version_label_shares_the_core_metrics_name_and_budget(tmp_path) -
     # the same limiter: a version the core already counted costs no second slot.
     for m in drift_metrics.METRICS:
         assert "version" not in m.labels, m.name
-    core_ctx = {lbl for m in catalog.all_metrics() if m.component == "core" for lbl in m.labels}
+    core_ctx = {lbl for m in CATALOG.all_metrics() if m.component == "core" for lbl in m.labels}
     assert {"model", "model_version"} <= core_ctx
     ctx = context()
     ctx.limiters["model_version"] = LabelLimiter("model_version", 2)

@@ -10,11 +10,12 @@ from scipy import stats as sps
 
 from inferwatch_sidecar.aggregate.labels import LabelLimiter
 from inferwatch_sidecar.cli import main
-from inferwatch_sidecar.components.drift import engine, multivariate, stats
+from inferwatch_sidecar.components.drift import engine, multivariate
 from inferwatch_sidecar.components.drift import profile as prof
 from inferwatch_sidecar.components.drift.config import DriftConfig
 from inferwatch_sidecar.components.drift.monitor import Monitor
 from inferwatch_sidecar.components.drift.snapshot import build_snapshot
+from inferwatch_sidecar.stats import hypothesis as stats
 from tests.drift.helpers import rec, schema
 
 

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from inferwatch_sidecar.components.drift import profile as prof
-from inferwatch_sidecar.components.drift.columns import canon
+from inferwatch_sidecar.stats.columns import canon
 
 
 @pytest.mark.parametrize("kind", ["normal", "lognormal", "discrete", "cauchy", "tiny"])

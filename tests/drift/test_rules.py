@@ -11,8 +11,8 @@ import pytest
 import yaml
 
 from inferwatch_sidecar.components.drift import profile as prof
-from inferwatch_sidecar.components.drift import stats
-from inferwatch_sidecar.components.drift.columns import NumericColumn
+from inferwatch_sidecar.stats import hypothesis as stats
+from inferwatch_sidecar.stats.columns import NumericColumn
 
 TO = 1e-9
 RULES = Path(__file__).resolve().parents[2] / "alerts" / "drift.rules.yml"

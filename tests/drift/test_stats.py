@@ -8,7 +8,7 @@ import pytest
 from scipy import stats as sps
 from scipy.spatial import distance
 
-from inferwatch_sidecar.components.drift import stats
+from inferwatch_sidecar.stats import hypothesis as stats
 from tests.drift.conftest import quiet_import
 
 ST = "evidently.legacy.calculations.stattests."

@@ -7,10 +7,10 @@ from pathlib import Path
 import pytest
 
 from inferwatch.wire import EV_REQUEST
+from inferwatch_sidecar.components.registry import CATALOG
 from inferwatch_sidecar.config import load_config
 from inferwatch_sidecar.daemon import COMPONENT_METRICS, CORE_METRICS, Sidecar
 from inferwatch_sidecar.metrics import core, drift, gpu
-from inferwatch_sidecar.metrics.catalog import all_metrics
 from inferwatch_sidecar.metrics.core import PROCESS_METRICS
 from inferwatch_sidecar.metrics.entry import Metric
 from inferwatch_sidecar.metrics.families import CatalogCollector
@@ -25,7 +25,7 @@ def sidecar(tmp_path: Path) -> Sidecar:
 def test_the_daemons_collectors_describe_the_whole_catalog_once() -> None:
     described = [*CORE_METRICS, *COMPONENT_METRICS, *PROCESS_METRICS]
     assert len(set(described)) == len(described)
-    assert set(described) == set(all_metrics())
+    assert set(described) == set(CATALOG.all_metrics())
 
 
 @pytest.mark.parametrize(
@@ -45,7 +45,7 @@ def test_what_the_core_collectors_export_is_what_they_describe(tmp_path: Path) -
     with sc.aggregator.lock:
         sc.aggregator.process([(EV_REQUEST, ctx, 1, 5_000_000, 0, None, "r1", None, [("queue", 1_000_000, None)])],
                               [0] * 16)
-    by_family = {(m.name if m.type == "info" else m.family): m for m in all_metrics()}
+    by_family = {(m.name if m.type == "info" else m.family): m for m in CATALOG.all_metrics()}
     exported = {by_family[f.name] for f in sc.collect()}
     assert exported <= {*CORE_METRICS, *PROCESS_METRICS}
     assert set(CORE_METRICS) <= exported

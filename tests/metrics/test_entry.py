@@ -7,8 +7,10 @@ from types import ModuleType
 
 import pytest
 
+from inferwatch_sidecar.components import registry
+from inferwatch_sidecar.components.registry import CATALOG
 from inferwatch_sidecar.metrics import canary, capacity, core, drift, engines, gpu, saturation, skew, tail
-from inferwatch_sidecar.metrics.catalog import all_metrics
+from inferwatch_sidecar.metrics.catalog import Catalog
 from inferwatch_sidecar.metrics.entry import Metric
 
 
@@ -42,9 +44,11 @@ def test_only_histograms_have_buckets() -> None:
         Metric(name="inferwatch_x", type="histogram", help="Help.", component="core")
 
 
-def test_an_unknown_component_is_refused() -> None:
-    with pytest.raises(ValueError, match="component"):
-        Metric(name="inferwatch_x", type="gauge", help="Help.", component="disk")
+def test_a_component_name_that_is_not_an_identifier_is_refused() -> None:
+    # Which components exist is the registry's to say: its catalog refuses an entry filed under another
+    # component (test_the_catalog_refuses_a_foreign_entry_...); the entry itself checks the name's shape.
+    with pytest.raises(ValueError, match="component must match"):
+        Metric(name="inferwatch_x", type="gauge", help="Help.", component="Disk")
 
 
 @pytest.mark.parametrize("module", [core, gpu, drift, tail, canary, skew], ids=lambda m: m.__name__.rsplit(".", 1)[-1])
@@ -57,6 +61,27 @@ def test_every_entry_is_a_module_level_name_and_in_the_modules_tuple(module: Mod
         assert m.component == component
 
 
-def test_the_catalog_is_the_components_in_order() -> None:
-    assert all_metrics() == (*core.METRICS, *gpu.METRICS, *drift.METRICS, *tail.METRICS, *canary.METRICS,
-                             *skew.METRICS, *engines.METRICS, *saturation.METRICS, *capacity.METRICS)
+def test_the_catalog_is_the_core_then_the_registered_components_in_order() -> None:
+    assert CATALOG.components == ("core", *registry.names())
+    assert CATALOG.all_metrics() == (*core.METRICS, *(m for s in registry.REGISTRY for m in s.metrics))
+    # Every metric module of this package is one component's list, and every one is in the catalog.
+    assert {m.component for m in CATALOG.all_metrics()} == set(CATALOG.components)
+    for module in (canary, capacity, drift, engines, gpu, saturation, skew, tail):
+        assert registry.spec(module.__name__.rsplit(".", 1)[1]).metrics == module.METRICS
+
+
+def _entry(name: str, component: str) -> Metric:
+    return Metric(name=name, type="gauge", help="x", component=component)
+
+
+def test_the_catalog_refuses_a_foreign_entry_a_twice_defined_name_or_component() -> None:
+    a, b = _entry("inferwatch_a", "one"), _entry("inferwatch_b", "two")
+    assert Catalog([("one", [a]), ("two", [b])]).by_name() == {"inferwatch_a": a, "inferwatch_b": b}
+    with pytest.raises(ValueError, match="component 'one': catalog entries of another component: \\['inferwatch_b'\\]"):
+        Catalog([("one", [a, b])])
+    with pytest.raises(ValueError, match="metric 'inferwatch_a' is defined twice"):
+        Catalog([("one", [a]), ("two", [b, _entry("inferwatch_a", "two")])])
+    with pytest.raises(ValueError, match="a component is given twice"):
+        Catalog([("one", [a]), ("one", [])])
+    with pytest.raises(ValueError, match="component must match"):
+        _entry("inferwatch_c", "Not A Name")

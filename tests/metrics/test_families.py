@@ -5,12 +5,12 @@ from __future__ import annotations
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 
+from inferwatch_sidecar.components.registry import CATALOG
 from inferwatch_sidecar.metrics import core, families
-from inferwatch_sidecar.metrics.catalog import all_metrics
 from inferwatch_sidecar.metrics.entry import Metric
 
 
-@pytest.mark.parametrize("m", all_metrics(), ids=lambda m: m.name)
+@pytest.mark.parametrize("m", CATALOG.all_metrics(), ids=lambda m: m.name)
 def test_a_family_takes_name_help_type_and_unit_from_its_entry(m: Metric) -> None:
     fam = families.family(m)
     assert fam.name == (m.name if m.type == "info" else m.family)

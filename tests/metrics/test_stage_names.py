@@ -7,7 +7,7 @@ import re
 from pathlib import Path
 
 from inferwatch import InferwatchMiddleware
-from inferwatch_sidecar.metrics.catalog import all_metrics
+from inferwatch_sidecar.components.registry import CATALOG
 from inferwatch_sidecar.metrics.core import STAGE_DURATION_SECONDS
 
 REPO = Path(__file__).resolve().parents[2]
@@ -26,7 +26,7 @@ def _texts() -> dict[str, str]:
              *(REPO / "dashboards" / "src").glob("*.py"), *(REPO / "alerts").glob("*.yml"),
              *(REPO / "alerts").glob("*.py")]
     out = {str(f.relative_to(REPO)): f.read_text() for f in files}
-    out["metrics catalog"] = "\n".join(m.help for m in all_metrics())
+    out["metrics catalog"] = "\n".join(m.help for m in CATALOG.all_metrics())
     return out
 
 

@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import json
 import signal
-from pathlib import Path
 from typing import Any
 
+from tests.helpers.sidecar import SidecarProc, wait_until
 from tests.otlp.conftest import OtlpReceiver, attrs, metrics_by_name
-from tests.sidecar.conftest import SidecarProc, wait_until
 
 TRACE = "4bf92f3577b34da6a3ce929d0e0e4736"
 N_OK, N_ERR = 25, 5
@@ -37,7 +36,7 @@ def _events() -> list[dict[str, Any]]:
     ]
 
 
-def _run_sidecar(tmp_path: Path, receiver: OtlpReceiver, interval_ms: int) -> SidecarProc:
+def _run_sidecar(sidecar_factory: Any, receiver: OtlpReceiver, interval_ms: int) -> SidecarProc:
     env = {
         "OTEL_EXPORTER_OTLP_ENDPOINT": receiver.base_url,
         "OTEL_EXPORTER_OTLP_HEADERS": "x-tenant=team-a",
@@ -45,31 +44,22 @@ def _run_sidecar(tmp_path: Path, receiver: OtlpReceiver, interval_ms: int) -> Si
         "OTEL_SERVICE_NAME": "fraud-api",
         "OTEL_RESOURCE_ATTRIBUTES": "deployment.environment=test",
     }
-    sc = SidecarProc(tmp_path, env=env).start()
+    sc: SidecarProc = sidecar_factory(env=env)
     code, body = sc.post("/v1/events", json.dumps({"events": _events()}).encode())
     assert code in (200, 202), body
     return sc
 
 
-def _kill(sc: SidecarProc) -> None:
-    if sc.proc is not None and sc.proc.poll() is None:
-        sc.proc.kill()
-        sc.proc.wait()
-
-
-def test_sidecar_pushes_exact_counts_every_interval(tmp_path: Path, receiver: OtlpReceiver) -> None:
-    sc = _run_sidecar(tmp_path, receiver, interval_ms=200)
-    try:
-        wait_until(
-            lambda: receiver.received and _requests_total(receiver.received[-1]) == {"ok": N_OK, "error": N_ERR},
-            timeout=10, what="an OTLP push with every request counted",
-        )
-        st = sc.status()["otlp"]
-        assert st["state"] == "running" and st["pushes_ok"] >= 1 and st["pushes_failed"] == 0
-        assert st["endpoint"] == receiver.base_url + "/v1/metrics"
-        assert sc.stop(signal.SIGTERM) == 0, sc.log
-    finally:
-        _kill(sc)
+def test_sidecar_pushes_exact_counts_every_interval(sidecar_factory: Any, receiver: OtlpReceiver) -> None:
+    sc = _run_sidecar(sidecar_factory, receiver, interval_ms=200)
+    wait_until(
+        lambda: receiver.received and _requests_total(receiver.received[-1]) == {"ok": N_OK, "error": N_ERR},
+        timeout=10, what="an OTLP push with every request counted",
+    )
+    st = sc.status()["otlp"]
+    assert st["state"] == "running" and st["pushes_ok"] >= 1 and st["pushes_failed"] == 0
+    assert st["endpoint"] == receiver.base_url + "/v1/metrics"
+    assert sc.stop(signal.SIGTERM) == 0, sc.log
     last = receiver.received[-1]
     assert last.headers["x-tenant"] == "team-a"
     res = attrs(last.request.resource_metrics[0].resource.attributes)
@@ -92,13 +82,10 @@ def test_sidecar_pushes_exact_counts_every_interval(tmp_path: Path, receiver: Ot
     assert attrs(by_value[0.5].filtered_attributes) == {"request_id": f"e{N_ERR - 1}"}
 
 
-def test_sigterm_makes_a_final_push_with_every_counted_event(tmp_path: Path, receiver: OtlpReceiver) -> None:
-    sc = _run_sidecar(tmp_path, receiver, interval_ms=600_000)  # no periodic push during the test
-    try:
-        st = sc.status()["otlp"]
-        assert st["state"] == "running" and st["pushes_ok"] == 0
-        assert sc.stop(signal.SIGTERM) == 0, sc.log
-    finally:
-        _kill(sc)
+def test_sigterm_makes_a_final_push_with_every_counted_event(sidecar_factory: Any, receiver: OtlpReceiver) -> None:
+    sc = _run_sidecar(sidecar_factory, receiver, interval_ms=600_000)  # no periodic push during the test
+    st = sc.status()["otlp"]
+    assert st["state"] == "running" and st["pushes_ok"] == 0
+    assert sc.stop(signal.SIGTERM) == 0, sc.log
     (only,) = receiver.received
     assert _requests_total(only) == {"ok": N_OK, "error": N_ERR}

@@ -13,7 +13,7 @@ from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import (
 from prometheus_client import CollectorRegistry, Counter
 
 from inferwatch_sidecar.export.otlp import OtlpMetricsPusher
-from tests.conftest import free_port
+from tests.helpers.net import free_port
 from tests.otlp.conftest import Answer, OtlpReceiver, metrics_by_name
 
 

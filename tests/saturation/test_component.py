@@ -18,7 +18,7 @@ from inferwatch_sidecar.components.gpu.fake_nvml import FakeDevice
 from inferwatch_sidecar.components.gpu.gpm import GpmSampler
 from inferwatch_sidecar.components.saturation.component import SaturationComponent
 from inferwatch_sidecar.components.saturation.config import SaturationConfig
-from tests.sidecar.conftest import parse_metrics, total, wait_until
+from tests.helpers.sidecar import parse_metrics, total, wait_until
 
 BODY = """vllm:num_requests_running{{model_name="m"}} 8
 vllm:num_requests_waiting{{model_name="m"}} {waiting}

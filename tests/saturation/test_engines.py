@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import http.server
-import socket
 import threading
 import time
 from collections.abc import Iterator
@@ -18,6 +17,7 @@ from inferwatch_sidecar.components.engines import kinds, promtext
 from inferwatch_sidecar.components.engines.component import EnginesComponent
 from inferwatch_sidecar.components.engines.config import EnginesConfig
 from inferwatch_sidecar.components.engines.target import Target
+from tests.helpers.net import free_port
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 
@@ -124,10 +124,7 @@ def test_a_bad_engine_is_counted_by_reason(engine: tuple[type[Engine], str], set
 
 
 def test_refused_and_recovery() -> None:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    t = Target(f"http://127.0.0.1:{port}/metrics", "gone", timeout_s=0.5)
+    t = Target(f"http://127.0.0.1:{free_port()}/metrics", "gone", timeout_s=0.5)
     assert t.scrape() == "refused"
     assert t.status()["up"] is False
 

@@ -18,10 +18,10 @@ import numpy as np
 import pytest
 
 from inferwatch_sidecar.metrics.protobuf import CONTENT_TYPE
+from tests.helpers.sidecar import SidecarProc
 from tests.metrics.promproto import native_buckets, parse_delimited
 from tests.metrics.test_native import PROM_242_ACCEPT
 from tests.scale.promproc import Prom
-from tests.sidecar.conftest import SidecarProc
 
 pytestmark = pytest.mark.prometheus
 STAGE = "inferwatch_stage_duration_seconds"

@@ -20,7 +20,7 @@ httpx = pytest.importorskip("httpx")
 
 import inferwatch  # noqa: E402
 from inferwatch.wire import EV_RECORD, EV_REQUEST  # noqa: E402
-from tests.conftest import free_port  # noqa: E402
+from tests.helpers.net import free_port  # noqa: E402
 from tests.sdk.conftest import Receiver, wait_for  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))

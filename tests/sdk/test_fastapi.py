@@ -19,7 +19,7 @@ import inferwatch  # noqa: E402
 from inferwatch import _core  # noqa: E402
 from inferwatch._asgi import request_id_from_headers  # noqa: E402
 from inferwatch.wire import EV_REQUEST, EV_STAGE, OUTCOME_ERROR, OUTCOME_OK, OUTCOME_SHED  # noqa: E402
-from tests.conftest import free_port  # noqa: E402
+from tests.helpers.net import free_port  # noqa: E402
 from tests.sdk.conftest import Receiver, buffered, wait_for  # noqa: E402
 
 TRACE = "4bf92f3577b34da6a3ce929d0e0e4736"

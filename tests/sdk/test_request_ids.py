@@ -30,7 +30,7 @@ from inferwatch_sidecar.aggregate import aggregator  # noqa: E402
 from inferwatch_sidecar.aggregate.aggregator import TRACED_EXEMPLAR_HOLD_NS, Aggregator  # noqa: E402
 from inferwatch_sidecar.components.base import ComponentContext  # noqa: E402
 from inferwatch_sidecar.metrics.families import CatalogCollector  # noqa: E402
-from tests.conftest import free_port  # noqa: E402
+from tests.helpers.net import free_port  # noqa: E402
 from tests.sdk.conftest import Receiver, buffered, wait_for  # noqa: E402
 
 TRACE = "4bf92f3577b34da6a3ce929d0e0e4736"

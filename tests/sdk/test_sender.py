@@ -10,6 +10,7 @@ from typing import Any
 import inferwatch
 from inferwatch import _core
 from inferwatch.wire import EV_DROPS, EV_HELLO, EV_RECORD, EV_REQUEST, Decoder
+from tests.helpers.net import held_port
 from tests.sdk.conftest import Receiver, wait_for
 
 
@@ -111,19 +112,14 @@ def test_buffer_full_drops_are_counted_exactly(receiver: Receiver) -> None:
 
 
 def test_udp_transport(receiver: Receiver) -> None:
-    rx = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-    rx.bind(("127.0.0.1", 0))
-    port = rx.getsockname()[1]
-    rx.settimeout(2)
-    try:
+    with held_port(socket.SOCK_DGRAM) as (rx, port):
+        rx.settimeout(2)
         assert inferwatch.configure(service="svc", sidecar=f"udp://127.0.0.1:{port}", flush_interval_ms=10_000)
         _traffic(2, "udp")
         assert inferwatch.flush() is True
         frame = Decoder().decode(rx.recv(70000))
         assert [r[6] for r in frame.records if r[0] == EV_REQUEST] == ["udp-0", "udp-1"]
         assert frame.pid == os.getpid()
-    finally:
-        rx.close()
 
 
 def test_sidecar_down_never_raises_and_send_failures_are_counted(receiver: Receiver) -> None:

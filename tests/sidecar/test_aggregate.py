@@ -17,7 +17,7 @@ from inferwatch_sidecar.components.base import ComponentContext
 from inferwatch_sidecar.ingest.pipeline import Pipeline
 from inferwatch_sidecar.metrics import core as core_metrics
 from inferwatch_sidecar.metrics.families import CatalogCollector
-from tests.sidecar.conftest import parse_metrics, sample
+from tests.helpers.sidecar import parse_metrics, sample
 
 CTX = ("svc", "m", "v1")
 LAB = {"service": "svc", "model": "m", "model_version": "v1"}

@@ -11,7 +11,7 @@ import pytest
 
 from inferwatch_sidecar.config import load_config
 from inferwatch_sidecar.daemon import Sidecar
-from tests.sidecar.conftest import parse_metrics, sample
+from tests.helpers.sidecar import parse_metrics, sample
 
 
 @pytest.fixture

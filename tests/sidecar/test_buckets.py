@@ -18,7 +18,7 @@ from inferwatch_sidecar.config import MAX_BUCKET_BOUNDS, ConfigError, load_confi
 from inferwatch_sidecar.export.otlp.convert import families_to_request
 from inferwatch_sidecar.metrics import core as core_metrics
 from inferwatch_sidecar.metrics.families import CatalogCollector
-from tests.sidecar.conftest import parse_metrics, sample
+from tests.helpers.sidecar import parse_metrics, sample
 
 CTX = ("svc", "m", "v1")
 LAB = {"service": "svc", "model": "m", "model_version": "v1"}

@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 
 from inferwatch_sidecar.config import ConfigError, SidecarConfig, load_config, parse_set
-from tests.conftest import free_port
-from tests.sidecar.conftest import REPO
+from tests.helpers.net import free_port, held_port
+from tests.helpers.sidecar import REPO
 
 
 def write(tmp_path: Path, text: str) -> Path:
@@ -134,10 +134,7 @@ def test_startup_errors_exit_nonzero_with_a_message(tmp_path: Path) -> None:
     assert r.returncode == 1 and "exists and is not a socket" in r.stderr
     assert f.read_text() == "data"
     # The HTTP port is taken.
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        s.listen()
-        port = s.getsockname()[1]
+    with held_port(listen=True) as (_, port):
         r = cli("--socket", str(tmp_path / "s.sock"), "--http-port", str(port), "--no-gpu", "--no-drift")
     assert r.returncode == 1 and f"http.port: cannot listen on 127.0.0.1:{port}" in r.stderr
     assert not (tmp_path / "s.sock").exists()  # the ingest socket was cleaned up

@@ -20,7 +20,7 @@ from prometheus_client.metrics_core import GaugeMetricFamily
 from inferwatch.wire import EV_RECORD, EV_REQUEST, Encoder
 from inferwatch_sidecar.config import load_config
 from inferwatch_sidecar.daemon import HANDLED_SIGNALS, ComponentSlot, Sidecar
-from tests.sidecar.conftest import parse_metrics, sample, total, wait_until
+from tests.helpers.sidecar import parse_metrics, sample, total, wait_until
 
 TOKEN = "test-token-0123456789"
 

@@ -33,7 +33,7 @@ from inferwatch_sidecar.components.drift.config import DriftConfig
 from inferwatch_sidecar.config import IngestConfig
 from inferwatch_sidecar.ingest.pipeline import Pipeline
 from tests.drift.helpers import context, rec, schema
-from tests.sidecar.conftest import parse_metrics, sample, wait_until
+from tests.helpers.sidecar import parse_metrics, sample, wait_until
 
 REPO = Path(__file__).resolve().parents[2]
 CTX = ("svc", "m", "v1")

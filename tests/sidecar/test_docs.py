@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
+from inferwatch_sidecar.components.registry import CATALOG
 from inferwatch_sidecar.config import reference_yaml
-from inferwatch_sidecar.metrics.catalog import markdown
-from tests.sidecar.conftest import REPO
+from tests.helpers.sidecar import REPO
 
 
 def test_metrics_md_matches_the_catalog() -> None:
     doc = (REPO / "docs" / "metrics.md").read_text()
-    assert doc == markdown(), "docs/metrics.md is stale: python -m inferwatch_sidecar.metrics.catalog --markdown > docs/metrics.md"
+    assert doc == CATALOG.markdown(), "docs/metrics.md is stale: python scripts/gen_docs.py"
 
 
 def test_config_md_contains_the_generated_reference() -> None:

@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 from prometheus_client.openmetrics.parser import text_string_to_metric_families as om_families
 
-from tests.conftest import free_port
-from tests.sidecar.conftest import REPO, parse_metrics, sample, total, wait_until
+from tests.helpers.net import free_port
+from tests.helpers.sidecar import REPO, parse_metrics, sample, total, wait_until
 
 pytestmark = pytest.mark.slow
 
@@ -198,9 +198,10 @@ def test_promtool_check_metrics_on_live_scrape(sidecar_factory: Any, promtool: s
     r = subprocess.run([promtool, "check", "metrics"], input=text.encode(), capture_output=True, timeout=30)
     assert r.returncode == 0 and r.stdout == b"" and r.stderr == b"", (r.stdout + r.stderr).decode()
     # Every family exposed is in the catalog (and so in docs/metrics.md).
-    from inferwatch_sidecar.metrics.catalog import all_metrics, series_names
+    from inferwatch_sidecar.components.registry import CATALOG
+    from inferwatch_sidecar.metrics.catalog import series_names
 
-    known = {s for m in all_metrics() for s in series_names(m)}
+    known = {s for m in CATALOG.all_metrics() for s in series_names(m)}
     exposed = {k[0] for k in parse_metrics(text)}
     hist_suffixes = ("_bucket", "_sum", "_count")
     unknown = {

@@ -12,7 +12,7 @@ from inferwatch_sidecar.config import load_config
 from inferwatch_sidecar.daemon import Sidecar
 from inferwatch_sidecar.export.budget import ExpositionBudget
 from inferwatch_sidecar.export.priority import ScrapePriority
-from tests.sidecar.conftest import parse_metrics, sample
+from tests.helpers.sidecar import parse_metrics, sample
 
 
 class Wide:

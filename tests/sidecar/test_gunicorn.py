@@ -21,9 +21,10 @@ import pytest
 
 import inferwatch
 from inferwatch.wire import EV_BATCH, EV_HELLO
-from tests.conftest import IN_CI, free_port
+from tests.conftest import IN_CI
+from tests.helpers.net import free_port
+from tests.helpers.sidecar import REPO, parse_metrics, sample, wait_until
 from tests.sdk.conftest import Receiver
-from tests.sidecar.conftest import REPO, parse_metrics, sample, wait_until
 
 WORKERS = 3
 

@@ -22,7 +22,7 @@ from prometheus_client.openmetrics.parser import text_string_to_metric_families 
 
 from inferwatch.wire import EV_BATCH, Decoder, Encoder, WireError
 from inferwatch_sidecar.export.otlp.convert import families_to_request
-from tests.sidecar.conftest import parse_metrics, sample
+from tests.helpers.sidecar import parse_metrics, sample
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -15,8 +15,8 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import free_port
-from tests.sidecar.conftest import parse_metrics, sample, total, wait_until
+from tests.helpers.net import free_port
+from tests.helpers.sidecar import parse_metrics, sample, total, wait_until
 
 REPO = Path(__file__).resolve().parents[2]
 LAB = {"service": "shop", "model": "ranker", "model_version": "v3"}

@@ -16,9 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.sidecar.conftest import REPO, wait_until
+from tests.helpers.sidecar import REPO, wait_until
 
-#: What the SDK runs, in a process of its own, against an events URL taken from the ready line.
 _SEND = """
 import inferwatch
 inferwatch.configure(service="ready-line", model="m", model_version="v1")

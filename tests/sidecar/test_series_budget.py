@@ -10,7 +10,7 @@ from prometheus_client import generate_latest
 from inferwatch.wire import EV_REQUEST
 from inferwatch_sidecar.config import load_config
 from inferwatch_sidecar.daemon import Sidecar
-from tests.sidecar.conftest import parse_metrics, sample, total
+from tests.helpers.sidecar import parse_metrics, sample, total
 
 _FAMILIES = ("inferwatch_requests_total", "inferwatch_request_errors_total", "inferwatch_request_duration_seconds",
              "inferwatch_stage_duration_seconds", "inferwatch_time_to_first_token_seconds",

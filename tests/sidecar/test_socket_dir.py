@@ -24,8 +24,8 @@ import inferwatch
 from inferwatch._env import socket_dir_problem
 from inferwatch.wire import EV_DROPS
 from inferwatch_sidecar.ingest.sockets import IngestError, check_socket_path, open_unix_socket
+from tests.helpers.sidecar import REPO
 from tests.sdk.conftest import Receiver
-from tests.sidecar.conftest import REPO
 
 NOBODY = 65534
 

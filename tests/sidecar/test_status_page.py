@@ -31,8 +31,9 @@ from inferwatch.wire import EV_REQUEST
 from inferwatch_sidecar.aggregate.aggregator import Aggregator, LatencyStatus, histogram_quantile
 from inferwatch_sidecar.components.base import ComponentContext
 from inferwatch_sidecar.metrics.core import STAGE_DURATION_SECONDS
-from tests.conftest import IN_CI, free_port
-from tests.sidecar.conftest import REPO, wait_until
+from tests.conftest import IN_CI
+from tests.helpers.net import free_port
+from tests.helpers.sidecar import REPO, wait_until
 
 BOUNDS = STAGE_DURATION_SECONDS.buckets
 assert BOUNDS is not None

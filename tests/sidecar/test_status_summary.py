@@ -16,8 +16,8 @@ from inferwatch.wire import EV_REQUEST, OUTCOMES
 from inferwatch_sidecar.aggregate.aggregator import Aggregator, LatencyStatus
 from inferwatch_sidecar.components.base import ComponentContext
 from inferwatch_sidecar.export import summary
+from tests.helpers.sidecar import REPO, wait_until
 from tests.sidecar import status_fixture
-from tests.sidecar.conftest import REPO, wait_until
 
 
 def test_thresholds_and_runbooks_are_those_of_the_alerts() -> None:

@@ -31,8 +31,8 @@ from inferwatch_sidecar.components.base import ComponentContext
 from inferwatch_sidecar.ingest.http_json import BadEvent, JsonDecoder
 from inferwatch_sidecar.ingest.pipeline import Pipeline
 from inferwatch_sidecar.metrics.families import CatalogCollector
-from tests.conftest import free_port
-from tests.sidecar.conftest import parse_metrics, sample
+from tests.helpers.net import free_port
+from tests.helpers.sidecar import parse_metrics, sample
 
 CTX = ("svc", "m", "v1")
 LAB = {"service": "svc", "model": "m", "model_version": "v1"}

@@ -228,7 +228,7 @@ def test_daemon_joins_sdk_records_with_record_offline_and_writes_the_sample(tmp_
 
 
 def test_record_offline_never_raises_when_the_sidecar_is_away() -> None:
-    from tests.conftest import free_port
+    from tests.helpers.net import free_port
 
     totals = inferwatch.record_offline([("a", {"x": 1.0}), {"request_id": "b", "features": {"x": float("nan")}},
                                         object()], url=f"http://127.0.0.1:{free_port()}", timeout=2)

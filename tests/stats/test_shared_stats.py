@@ -13,7 +13,6 @@ from scipy import stats as sps
 
 from inferwatch_sidecar.components.canary.window import LATENCY_EDGES, latency_bins
 from inferwatch_sidecar.components.gpu import detector
-from inferwatch_sidecar.stats import hypothesis
 from inferwatch_sidecar.stats.quantiles import binned_quantile, norm_ppf
 from inferwatch_sidecar.stats.trend import mann_kendall, theil_sen
 
@@ -73,14 +72,3 @@ def test_mann_kendall_without_continuity_is_kendalls_tau_test_against_time() -> 
             continue
         assert mk.p_value == pytest.approx(float(ref.pvalue), rel=1e-9)
     assert mann_kendall(np.ones(10)).z == 0.0
-
-
-def test_the_drift_package_still_exports_the_moved_statistics() -> None:
-    import inspect
-
-    from inferwatch_sidecar.components.drift import stats as old
-
-    defined = {n for n, f in inspect.getmembers(hypothesis, inspect.isfunction) if f.__module__ == hypothesis.__name__}
-    defined |= {n for n in vars(hypothesis) if n.isupper()}
-    assert set(old.__all__) == defined
-    assert all(getattr(old, n) is getattr(hypothesis, n) for n in defined)

@@ -25,8 +25,8 @@ from typing import Any
 from google.protobuf import json_format
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
-from tests.conftest import free_port
-from tests.sidecar.conftest import REPO
+from tests.helpers.net import free_port
+from tests.helpers.sidecar import REPO
 from tests.traces import vllm_engine as engine
 
 FIXTURES = Path(REPO) / "tests" / "fixtures"

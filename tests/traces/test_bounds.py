@@ -19,7 +19,7 @@ from inferwatch_sidecar.config import load_config
 from inferwatch_sidecar.daemon import Sidecar
 from inferwatch_sidecar.ingest.otlp_traces import decode as decode_mod
 from inferwatch_sidecar.ingest.otlp_traces import receiver as receiver_mod
-from tests.sidecar.conftest import parse_metrics, sample
+from tests.helpers.sidecar import parse_metrics, sample
 from tests.traces.spans import export, span, triton_trace
 
 PB = "application/x-protobuf"

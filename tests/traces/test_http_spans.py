@@ -8,7 +8,7 @@ from prometheus_client import generate_latest
 
 from inferwatch_sidecar.config import load_config
 from inferwatch_sidecar.daemon import Sidecar
-from tests.sidecar.conftest import parse_metrics, sample, total
+from tests.helpers.sidecar import parse_metrics, sample, total
 from tests.traces.spans import export, span
 
 PB = "application/x-protobuf"

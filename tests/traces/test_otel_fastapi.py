@@ -17,8 +17,8 @@ from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
-from tests.conftest import free_port
-from tests.sidecar.conftest import parse_metrics, sample, total, wait_until
+from tests.helpers.net import free_port
+from tests.helpers.sidecar import parse_metrics, sample, total, wait_until
 
 N_OK = 15
 N_FAIL = 5

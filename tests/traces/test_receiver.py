@@ -17,7 +17,7 @@ from inferwatch_sidecar.config import TRACE_PRESETS, ConfigError, load_config
 from inferwatch_sidecar.daemon import Sidecar
 from inferwatch_sidecar.ingest.otlp_traces.mapping import OUTCOMES
 from inferwatch_sidecar.ingest.otlp_traces.presets import PRESETS
-from tests.sidecar.conftest import parse_metrics, sample, total
+from tests.helpers.sidecar import parse_metrics, sample, total
 from tests.traces.spans import MS, T0, export, span, to_json, triton_trace
 
 PB = "application/x-protobuf"

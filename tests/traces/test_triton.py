@@ -22,8 +22,8 @@ import pytest
 
 from inferwatch_sidecar.components.engines.target import Target
 from tests.capacity.helpers import loadtest_json
-from tests.conftest import free_port
-from tests.sidecar.conftest import REPO, parse_metrics, sample, wait_until
+from tests.helpers.net import free_port
+from tests.helpers.sidecar import REPO, parse_metrics, sample, wait_until
 
 N = 24
 

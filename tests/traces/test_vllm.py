@@ -20,7 +20,7 @@ import pytest
 
 from inferwatch_sidecar.components.engines.target import Target
 from tests.capacity.helpers import loadtest_json
-from tests.sidecar.conftest import REPO, parse_metrics, sample, total, wait_until
+from tests.helpers.sidecar import REPO, parse_metrics, sample, total, wait_until
 from tests.traces import vllm_engine as engine
 
 FIXTURES = Path(REPO) / "tests" / "fixtures"

@@ -20,8 +20,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from tests.conftest import free_port
-from tests.sidecar.conftest import REPO, wait_until
+from tests.helpers.net import free_port
+from tests.helpers.sidecar import REPO, wait_until
 
 VLLM_PYTHON = Path(REPO) / ".venv-vllm" / "bin" / "python"
 MODEL_NAME = "tiny-llama"

@@ -67,23 +67,10 @@ def _checks_and_effects(rt: RecordType, f: Field, n: int, careful: bool) -> tupl
     before it, instead of by ``pack`` after it.
     """
     k, v = f.kind, _var(f)
-    if k is CTX:  # consecutive events usually share the very same tuple: an `is` test skips hashing it
-        return [], [
-            f"if {v} is fb.ctx_obj:",
-            f"    {v}0, {v}1, {v}2 = fb.ctx_refs",
-            "else:",
-            f"    {v}0, {v}1, {v}2 = fb.ctx_refs = fb.ctx({v})",
-            f"    fb.ctx_obj = {v}",
-        ]
+    if k is CTX:
+        return [], _ctx_effects(v)
     if k is STR:
-        return [], [
-            f"if {v} is None:",
-            f"    {v}_r = {NONE_REF}",
-            "else:",
-            f"    {v}_r = strings.get({v})",
-            f"    if {v}_r is None:",
-            f"        {v}_r = fb.ref({v})",
-        ]
+        return [], _str_effects(v)
     if k in _RAW:
         lo, hi = _RAW[k]
         return ([f"if type({v}) is not int or not {lo} <= {v} <= {hi}:", "    return None"] if careful else []), []
@@ -92,65 +79,102 @@ def _checks_and_effects(rt: RecordType, f: Field, n: int, careful: bool) -> tupl
     if k is TRACE:
         return [f"{v}_b = trace_bytes({v})", f"{v}_n = len({v}_b)"], []
     if k is VALUE:  # classify() has no effects; a value it rejects the general path counts
-        return [
-            f"if {v} is None:",
-            f"    {v}_t = 0",
-            f"    {v}_p = b''",
-            f"elif type({v}) is float and {v} - {v} == 0.0:",
-            f"    {v}_t = 1",
-            f"    {v}_p = {v}",
-            f"elif type({v}) is str:",
-            f"    {v}_t = 2",
-            "else:",
-            f"    c = classify({v})",
-            "    if c is None:",
-            "        return None",
-            f"    if c[0] == {KIND_CATEGORICAL}:",
-            f"        {v}_t = 2",
-            f"        {v} = c[1]",
-            "    elif c[1] != c[1]:",  # NaN: a missing value
-            f"        {v}_t = 0",
-            f"        {v}_p = b''",
-            "    else:",
-            f"        {v}_t = 1",
-            f"        {v}_p = c[1]",
-        ], [f"if {v}_t == 2:", f"    {v}_p = fb.ref({v})"]
+        return _value_checks(v), [f"if {v}_t == 2:", f"    {v}_p = fb.ref({v})"]
     if k is CONF:
-        return [
-            f"if {v} is None:",
-            f"    {v} = NAN",
-            f"elif type({v}) is not float or {v} - {v} != 0.0:",
-            f"    c = classify({v})",
-            f"    if c is None or c[0] != {KIND_NUMERIC}:",
-            "        return None",
-            f"    {v} = c[1]",
-        ], []
+        return _conf_checks(v), []
     if k is SCHEMA_ID:  # the features, and their SCHEMA record if it is due
-        feats = _var(next(x for x in rt.fields if x.kind is FEATURES))
-        return [], [
-            f"if {feats}:",
-            f"    {v}, {feats}_b = enc._features(fb, {feats}, now, pending)",
-            "else:",
-            f"    {v}, {feats}_b = 0, b''",
-            f"{feats}_n = len({feats}_b)",
-        ]
+        return [], _schema_effects(v, _var(next(x for x in rt.fields if x.kind is FEATURES)))
     if k is STAGES or k is STAGE:
-        count = n if k is STAGES else 1
-        if not count:
-            return ["streamed = False"], []
-        stages = [_stage_vars(i) for i in range(count)]
-        target = "".join(f"({a}, {b}, {c}), " for a, b, c in stages)
-        test = " or ".join(f"{c} is not None" for _, _, c in stages)
-        checks = [f"{target}= {v}" if k is STAGES else f"{target}= ({v},)"]
-        if k is STAGE:  # a streamed STAGE event: the general path
-            checks += [f"if {test}:", "    return None"]
-        else:  # a streamed stage: the general stage packer writes the stages (below)
-            checks.append(f"streamed = {test}")
-        # Names are nearly always in the table already; otherwise ref() adds them in stage order.
-        refs = ["try:", *(f"    {a}_r = strings[{a}]" for a, _, _ in stages), "except KeyError:",
-                *(f"    {a}_r = fb.ref({a})" for a, _, _ in stages)]
-        return checks, (["if not streamed:", *("    " + x for x in refs)] if k is STAGES else refs)
+        return _stages_source(v, n if k is STAGES else 1, k is STAGES)
     return [], []  # bools, counts and features (which the schema ID's effect packs)
+
+
+def _ctx_effects(v: str) -> list[str]:
+    # Consecutive events usually share the very same tuple: an `is` test skips hashing it.
+    return [
+        f"if {v} is fb.ctx_obj:",
+        f"    {v}0, {v}1, {v}2 = fb.ctx_refs",
+        "else:",
+        f"    {v}0, {v}1, {v}2 = fb.ctx_refs = fb.ctx({v})",
+        f"    fb.ctx_obj = {v}",
+    ]
+
+
+def _str_effects(v: str) -> list[str]:
+    return [
+        f"if {v} is None:",
+        f"    {v}_r = {NONE_REF}",
+        "else:",
+        f"    {v}_r = strings.get({v})",
+        f"    if {v}_r is None:",
+        f"        {v}_r = fb.ref({v})",
+    ]
+
+
+def _value_checks(v: str) -> list[str]:
+    return [
+        f"if {v} is None:",
+        f"    {v}_t = 0",
+        f"    {v}_p = b''",
+        f"elif type({v}) is float and {v} - {v} == 0.0:",
+        f"    {v}_t = 1",
+        f"    {v}_p = {v}",
+        f"elif type({v}) is str:",
+        f"    {v}_t = 2",
+        "else:",
+        f"    c = classify({v})",
+        "    if c is None:",
+        "        return None",
+        f"    if c[0] == {KIND_CATEGORICAL}:",
+        f"        {v}_t = 2",
+        f"        {v} = c[1]",
+        "    elif c[1] != c[1]:",  # NaN: a missing value
+        f"        {v}_t = 0",
+        f"        {v}_p = b''",
+        "    else:",
+        f"        {v}_t = 1",
+        f"        {v}_p = c[1]",
+    ]
+
+
+def _conf_checks(v: str) -> list[str]:
+    return [
+        f"if {v} is None:",
+        f"    {v} = NAN",
+        f"elif type({v}) is not float or {v} - {v} != 0.0:",
+        f"    c = classify({v})",
+        f"    if c is None or c[0] != {KIND_NUMERIC}:",
+        "        return None",
+        f"    {v} = c[1]",
+    ]
+
+
+def _schema_effects(v: str, feats: str) -> list[str]:
+    return [
+        f"if {feats}:",
+        f"    {v}, {feats}_b = enc._features(fb, {feats}, now, pending)",
+        "else:",
+        f"    {v}, {feats}_b = 0, b''",
+        f"{feats}_n = len({feats}_b)",
+    ]
+
+
+def _stages_source(v: str, count: int, many: bool) -> tuple[list[str], list[str]]:
+    """A REQUEST's ``count`` stages (``many``), or a STAGE event's one."""
+    if not count:
+        return ["streamed = False"], []
+    stages = [_stage_vars(i) for i in range(count)]
+    target = "".join(f"({a}, {b}, {c}), " for a, b, c in stages)
+    test = " or ".join(f"{c} is not None" for _, _, c in stages)
+    checks = [f"{target}= {v}" if many else f"{target}= ({v},)"]
+    if not many:  # a streamed STAGE event: the general path
+        checks += [f"if {test}:", "    return None"]
+    else:  # a streamed stage: the general stage packer writes the stages (below)
+        checks.append(f"streamed = {test}")
+    # Names are nearly always in the table already; otherwise ref() adds them in stage order.
+    refs = ["try:", *(f"    {a}_r = strings[{a}]" for a, _, _ in stages), "except KeyError:",
+            *(f"    {a}_r = fb.ref({a})" for a, _, _ in stages)]
+    return checks, (["if not streamed:", *("    " + x for x in refs)] if many else refs)
 
 
 #: Kinds whose effects can only raise TooLarge once their checks passed: they may follow the features.

@@ -1,6 +1,6 @@
 """The ``inferwatch`` command-line interface.
 
-One module per command (``sidecar``, ``gpu``, ``drift``, ``canary``, ``demo``, ``top``, ``loadtest``) registers itself here
+One module per command (``sidecar``, ``gpu``, ``drift``, ``skew``, ``canary``, ``demo``, ``top``, ``loadtest``) registers itself here
 through a ``register(subparsers)`` function. Registering must stay cheap:
 heavy imports happen inside each command's handler, so ``inferwatch --help``
 is fast.

@@ -125,7 +125,7 @@ def _err(msg: str) -> int:
 
 def _cmd_reference_build(args: argparse.Namespace) -> int:
     from inferwatch_sidecar.components.drift import profile as prof
-    from inferwatch_sidecar.components.drift.dataio import DataError, read_table
+    from inferwatch_sidecar.offline.drift.dataio import DataError, read_table
 
     if args.label and not (args.prediction and args.confidence):
         return _err("--label needs --prediction and --confidence: the calibration relates them to the label")
@@ -189,7 +189,7 @@ def _fit_performance(t: Any, args: argparse.Namespace, labels: list[Any]) -> Any
 def _cmd_compare(args: argparse.Namespace) -> int:
     from inferwatch_sidecar.components.drift import engine
     from inferwatch_sidecar.components.drift import profile as prof
-    from inferwatch_sidecar.components.drift.dataio import DataError, read_table
+    from inferwatch_sidecar.offline.drift.dataio import DataError, read_table
 
     if not args.reference and not args.profile:
         return _err("give --reference FILE or --profile PROFILE")
@@ -253,8 +253,8 @@ def _performance(p: Any, ct: Any, path: str, required: bool) -> dict[str, Any] |
     import numpy as np
 
     from inferwatch_sidecar.components.drift import performance
-    from inferwatch_sidecar.components.drift.columns import to_float
-    from inferwatch_sidecar.components.drift.dataio import DataError
+    from inferwatch_sidecar.offline.drift.dataio import DataError
+    from inferwatch_sidecar.stats.columns import to_float
 
     conf_col, pred_col = p.confidence, p.prediction
     if conf_col is None:
@@ -354,8 +354,8 @@ def _print_table(ev: Any, absent: list[str], alpha: float) -> None:
 
 
 def _cmd_report(args: argparse.Namespace) -> int:
-    from inferwatch_sidecar.components.drift import report
     from inferwatch_sidecar.export.htmlsafe import UnsafeHTML, harden
+    from inferwatch_sidecar.offline.drift import report
 
     try:
         if args.sidecar:

@@ -107,6 +107,9 @@ class PeriodicComponent(ABC):
         self._snapshot = Samples()
         self._worker: PeriodicWorker | None = None
         self._stopped = False
+        #: Worker passes ended with :meth:`publish_pass`, and the thread CPU seconds they took.
+        self.passes = 0
+        self.cpu_s = 0.0
 
     # -- lifecycle ------------------------------------------------------------------------------------------------
 
@@ -162,6 +165,13 @@ class PeriodicComponent(ABC):
         """Make ``samples`` what ``collect`` exports until the next publication."""
         with self._lock:
             self._snapshot = samples
+
+    def publish_pass(self, samples: Samples, cpu_start: float) -> None:
+        """End a worker pass: :meth:`publish` ``samples``, count the pass in :attr:`passes` and its thread CPU
+        time since ``cpu_start`` (``time.thread_time()`` when the pass began) in :attr:`cpu_s`."""
+        self.publish(samples)
+        self.passes += 1
+        self.cpu_s += time.thread_time() - cpu_start
 
     def live_samples(self) -> Samples | None:
         """Samples computed at scrape time, which replace the snapshot's for their entries.

@@ -2,24 +2,29 @@
 
 Every place that enumerates components derives from :data:`REGISTRY`: the
 daemon's build and start order (and the reverse stop order), the config
-sections the daemon reads, the catalog entries the daemon reserves for
-components (running or not), the config reference's skip list (components
-document their own sections) and the conformance checks
-(``tests/components/test_conformance.py``).
+sections (``config/root.py`` adds one per component, so the config reference
+documents them too), the metric catalog (:data:`CATALOG`: the core's entries
+and each component's, in this order, which ``docs/metrics.md`` follows), the
+catalog entries the daemon reserves for components (running or not) and the
+conformance checks (``tests/components/test_conformance.py``).
 
 This module imports only the components' config models and catalog entries
 (light: pydantic and the catalog), never their implementation, which the
-daemon imports only when the section is enabled (numpy, pyarrow).
+daemon imports only when the section is enabled (numpy, pyarrow). The metric
+package sits below the components, so it cannot import this list: the registry
+hands it down (:class:`~inferwatch_sidecar.metrics.catalog.Catalog`).
 
 To add a component: a config model (``components/<name>/config.py``, with
-``enabled``), its catalog entries (``metrics/<name>.py``, joined in
-``metrics/catalog.py``), a ``build(config, ctx)`` in ``components/<name>/component.py``,
-the section in ``config.SidecarConfig`` and one :class:`ComponentSpec` below.
+``enabled`` and every field documented under ``Attributes:``), its catalog
+entries (``metrics/<name>.py``, each with ``component="<name>"``), a
+``build(config, ctx)`` in ``components/<name>/component.py`` and one
+:class:`ComponentSpec` below.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TypeVar
 
 from pydantic import BaseModel
 
@@ -33,15 +38,19 @@ from inferwatch_sidecar.components.skew.config import SkewConfig
 from inferwatch_sidecar.components.tail.config import TailConfig
 from inferwatch_sidecar.metrics import canary as canary_metrics
 from inferwatch_sidecar.metrics import capacity as capacity_metrics
+from inferwatch_sidecar.metrics import core as core_metrics
 from inferwatch_sidecar.metrics import drift as drift_metrics
 from inferwatch_sidecar.metrics import engines as engines_metrics
 from inferwatch_sidecar.metrics import gpu as gpu_metrics
 from inferwatch_sidecar.metrics import saturation as saturation_metrics
 from inferwatch_sidecar.metrics import skew as skew_metrics
 from inferwatch_sidecar.metrics import tail as tail_metrics
+from inferwatch_sidecar.metrics.catalog import Catalog
 from inferwatch_sidecar.metrics.entry import Metric
 
-__all__ = ["REGISTRY", "ComponentSpec", "check_sections", "component_metrics", "names", "section", "spec"]
+__all__ = ["CATALOG", "REGISTRY", "ComponentSpec", "component_metrics", "config_of", "names", "section", "spec"]
+
+M = TypeVar("M", bound=BaseModel)
 
 
 @dataclass(frozen=True)
@@ -61,9 +70,8 @@ class ComponentSpec:
     metrics: tuple[Metric, ...]
 
     def __post_init__(self) -> None:
-        foreign = [m.name for m in self.metrics if m.component != self.name]
-        if foreign:
-            raise ValueError(f"component {self.name!r}: catalog entries of another component: {foreign}")
+        if self.name == "core":
+            raise ValueError("'core' names the daemon's own catalog entries, not a component")
         if "enabled" not in self.config.model_fields:
             raise ValueError(f"component {self.name!r}: its config section needs an 'enabled' field")
 
@@ -85,6 +93,11 @@ REGISTRY: tuple[ComponentSpec, ...] = (
 )
 
 
+#: The whole metric catalog: the daemon's own entries, then every component's, in start order. Building it
+#: checks that each component's entries name it and that no name is defined twice.
+CATALOG = Catalog((("core", core_metrics.METRICS), *((s.name, s.metrics) for s in REGISTRY)))
+
+
 def names() -> tuple[str, ...]:
     """Every component's name, in start order."""
     return tuple(s.name for s in REGISTRY)
@@ -103,17 +116,18 @@ def component_metrics() -> tuple[Metric, ...]:
     return tuple(m for s in REGISTRY for m in s.metrics)
 
 
-def check_sections(root: type[BaseModel]) -> None:
-    """Raise TypeError unless ``root`` (the whole config) has each component's section, of its config model."""
-    for s in REGISTRY:
-        f = root.model_fields.get(s.name)
-        if f is None or f.annotation is not s.config:
-            raise TypeError(f"{root.__name__} needs a field {s.name}: {s.config.__name__} (components/registry.py "
-                            "lists it)")
-
-
 def section(cfg: BaseModel, name: str) -> BaseModel:
     """The section of the registered component ``name`` in the whole config ``cfg``."""
     out = getattr(cfg, spec(name).name)
     assert isinstance(out, BaseModel)
     return out
+
+
+def config_of(cfg: BaseModel, model: type[M]) -> M:
+    """The section of the whole config ``cfg`` whose model is ``model`` (typed: ``config_of(cfg, CanaryConfig)``)."""
+    for s in REGISTRY:
+        if s.config is model:
+            out = getattr(cfg, s.name)
+            assert isinstance(out, model)
+            return out
+    raise KeyError(f"no registered component is configured by {model.__name__}")

@@ -39,7 +39,9 @@ from prometheus_client.process_collector import ProcessCollector
 from inferwatch_sidecar import __version__
 from inferwatch_sidecar.aggregate.aggregator import Aggregator, LatencyStatus
 from inferwatch_sidecar.aggregate.labels import LabelLimiter
+from inferwatch_sidecar.components import registry
 from inferwatch_sidecar.components.base import ComponentContext
+from inferwatch_sidecar.components.canary.config import CanaryConfig
 from inferwatch_sidecar.config import SidecarConfig
 from inferwatch_sidecar.daemon.status import StatusReport
 from inferwatch_sidecar.daemon.wiring import COMPONENT_METRICS, CORE_METRICS, ComponentSlot, StartupError, Wiring
@@ -90,7 +92,7 @@ class Sidecar(Wiring, StatusReport):
         self._force_signal = 0
         self.ready = False
         self.ctx = ComponentContext(default_label_budget=cfg.labels.default_max_values,
-                                    baselines=dict(cfg.canary.baselines))
+                                    baselines=dict(registry.config_of(cfg, CanaryConfig).baselines))
         for label, budget in cfg.labels.max_values.items():
             self.ctx.limiters[label] = LabelLimiter(label, budget, cfg.labels.max_length)
         self.aggregator = Aggregator(self.ctx, frozenset(cfg.ingest.queue_stages), cfg.labels.max_label_sets,

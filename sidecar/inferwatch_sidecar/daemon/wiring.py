@@ -243,7 +243,8 @@ class Wiring:
             raise
         try:
             pusher = otlp_mod.OtlpMetricsPusher.from_env(
-                self.collect, self._resource(), environ=self.environ, start_time_s=self.started_at
+                self.collect, self._resource(), environ=self.environ, start_time_s=self.started_at,
+                units=registry.CATALOG.units(),
             )
         except Exception as e:
             raise StartupError(f"OTLP exporter: {e}") from e

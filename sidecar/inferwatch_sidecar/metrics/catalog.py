@@ -1,57 +1,97 @@
 """The one metric catalog: the single source for every exported metric.
 
-The Prometheus exporter registers from it, ``docs/metrics.md`` is generated
-from it (``python -m inferwatch_sidecar.metrics.catalog --markdown``), and the
-dashboards and alert rules are checked against it.
+The Prometheus exporter registers from it, ``docs/metrics.md`` is generated from it
+(``python scripts/gen_docs.py``), and the dashboards and alert rules are checked against it.
 
-Each component owns its own list (``core.py``, ``gpu.py``, ``drift.py``, ``tail.py``, ``canary.py`` in
-this package); this module joins the lists, so components never edit each
-other's files.
+Each component owns its own list of entries (``core.py`` for the daemon's own, and ``gpu.py``,
+``drift.py``, ... in this package, one per component), so components never edit each other's files. Which
+components there are, and in which order, is the component registry's to say
+(:data:`inferwatch_sidecar.components.registry.CATALOG` is the whole catalog): this package sits below the
+components, so the registry hands the lists down to a :class:`Catalog` rather than this module naming them.
 """
 
 from __future__ import annotations
 
-import sys
+from collections.abc import Sequence
 
-from inferwatch_sidecar.metrics import canary as canary_metrics
-from inferwatch_sidecar.metrics import capacity as capacity_metrics
-from inferwatch_sidecar.metrics import core as core_metrics
-from inferwatch_sidecar.metrics import drift as drift_metrics
-from inferwatch_sidecar.metrics import engines as engines_metrics
-from inferwatch_sidecar.metrics import gpu as gpu_metrics
-from inferwatch_sidecar.metrics import saturation as saturation_metrics
-from inferwatch_sidecar.metrics import skew as skew_metrics
-from inferwatch_sidecar.metrics import tail as tail_metrics
-from inferwatch_sidecar.metrics.entry import COMPONENTS, Metric
+from inferwatch_sidecar.metrics import core
+from inferwatch_sidecar.metrics.entry import Metric
 
-__all__ = ["Metric", "all_metrics", "by_name", "markdown", "series_names", "units"]
+__all__ = ["Catalog", "Metric", "core_units", "series_names"]
 
 
-def all_metrics() -> tuple[Metric, ...]:
-    """Every metric of every component, in a stable order."""
-    out = (*core_metrics.METRICS, *gpu_metrics.METRICS, *drift_metrics.METRICS, *tail_metrics.METRICS,
-           *canary_metrics.METRICS, *skew_metrics.METRICS, *engines_metrics.METRICS, *saturation_metrics.METRICS,
-           *capacity_metrics.METRICS)
-    seen: set[str] = set()
-    for m in out:
-        if m.name in seen:
-            raise ValueError(f"metric {m.name!r} is defined twice")
-        seen.add(m.name)
-    return out
+class Catalog:
+    """Every exported family: the core's entries, then each component's, in the order given.
 
+    Args:
+        groups: ``(component, entries)`` pairs; each entry's ``component`` must be its group's name.
 
-def by_name() -> dict[str, Metric]:
-    """The catalog keyed by metric name."""
-    return {m.name: m for m in all_metrics()}
-
-
-def units() -> dict[str, str]:
-    """Units by prometheus_client family name (no ``_total``), for families built without one.
-
-    prometheus_client's ``ProcessCollector`` builds its own families, so an exporter that needs
-    every family's unit (OTLP) looks them up here.
+    Raises:
+        ValueError: an entry in another component's group, a component given twice, or a name defined twice.
     """
-    return {m.family: m.unit for m in all_metrics() if m.unit}
+
+    def __init__(self, groups: Sequence[tuple[str, Sequence[Metric]]]) -> None:
+        seen: set[str] = set()
+        names = [g for g, _ in groups]
+        if len(set(names)) != len(names):
+            raise ValueError(f"a component is given twice: {names}")
+        for group, entries in groups:
+            foreign = [m.name for m in entries if m.component != group]
+            if foreign:
+                raise ValueError(f"component {group!r}: catalog entries of another component: {foreign}")
+            for m in entries:
+                if m.name in seen:
+                    raise ValueError(f"metric {m.name!r} is defined twice")
+                seen.add(m.name)
+        #: The components that own entries, in the order the docs list them.
+        self.components: tuple[str, ...] = tuple(names)
+        self._all = tuple(m for _, entries in groups for m in entries)
+
+    def all_metrics(self) -> tuple[Metric, ...]:
+        """Every metric of every component, in a stable order."""
+        return self._all
+
+    def by_name(self) -> dict[str, Metric]:
+        """The catalog keyed by metric name."""
+        return {m.name: m for m in self._all}
+
+    def units(self) -> dict[str, str]:
+        """Units by prometheus_client family name (no ``_total``), for families built without one.
+
+        prometheus_client's ``ProcessCollector`` builds its own families, so an exporter that needs
+        every family's unit (OTLP) looks them up here.
+        """
+        return _units(self._all)
+
+    def markdown(self) -> str:
+        """Render docs/metrics.md."""
+        lines = [
+            "# Metrics reference",
+            "",
+            "Generated from the metric catalog (`inferwatch_sidecar/metrics/`, joined in the components' order by",
+            "`inferwatch_sidecar/components/registry.py`) by `python scripts/gen_docs.py`. Do not edit by hand:",
+            "a test fails when this file and the catalog differ.",
+            "",
+        ]
+        for comp in self.components:
+            ms = [m for m in self._all if m.component == comp]
+            if not ms:
+                continue
+            lines += [f"## {comp}", "", "| name | type | unit | labels | help |", "| --- | --- | --- | --- | --- |"]
+            for m in ms:
+                labels = ", ".join(f"`{x}`" for x in m.labels) or "-"
+                lines.append(f"| `{m.name}` | {m.type} | {m.unit or '-'} | {labels} | {m.help} |")
+            lines.append("")
+        return "\n".join(lines)
+
+
+def _units(entries: Sequence[Metric]) -> dict[str, str]:
+    return {m.family: m.unit for m in entries if m.unit}
+
+
+def core_units() -> dict[str, str]:
+    """:meth:`Catalog.units` of the daemon's own entries (those of ``ProcessCollector`` among them)."""
+    return _units(core.METRICS)
 
 
 def series_names(m: Metric) -> tuple[str, ...]:
@@ -62,33 +102,3 @@ def series_names(m: Metric) -> tuple[str, ...]:
     if m.type == "info":
         return (f"{m.name}_info",)
     return (m.name,)
-
-
-def markdown() -> str:
-    """Render docs/metrics.md."""
-    lines = [
-        "# Metrics reference",
-        "",
-        "Generated from `inferwatch_sidecar/metrics/catalog.py` by",
-        "`python -m inferwatch_sidecar.metrics.catalog --markdown > docs/metrics.md`. Do not edit by hand:",
-        "a test fails when this file and the catalog differ.",
-        "",
-    ]
-    for comp in COMPONENTS:
-        ms = [m for m in all_metrics() if m.component == comp]
-        if not ms:
-            continue
-        lines += [f"## {comp}", "", "| name | type | unit | labels | help |", "| --- | --- | --- | --- | --- |"]
-        for m in ms:
-            labels = ", ".join(f"`{x}`" for x in m.labels) or "-"
-            lines.append(f"| `{m.name}` | {m.type} | {m.unit or '-'} | {labels} | {m.help} |")
-        lines.append("")
-    return "\n".join(lines)
-
-
-if __name__ == "__main__":  # pragma: no cover
-    if sys.argv[1:] == ["--markdown"]:
-        sys.stdout.write(markdown())
-    else:
-        print("usage: python -m inferwatch_sidecar.metrics.catalog --markdown", file=sys.stderr)
-        sys.exit(2)

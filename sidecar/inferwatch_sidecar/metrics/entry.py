@@ -9,8 +9,9 @@ from itertools import pairwise
 
 _NAME = re.compile(r"^inferwatch_[a-z][a-z0-9_]*$")
 _TYPES = ("counter", "gauge", "histogram", "info")
-#: The components that own catalog entries, in the order the docs list them.
-COMPONENTS = ("core", "gpu", "drift", "tail", "canary", "skew", "engines", "saturation", "capacity")
+#: A component's name: ``core`` (the daemon's own entries) or a registered component's (components/registry.py
+#: checks that each component's entries name it).
+_COMPONENT = re.compile(r"^[a-z][a-z0-9_]*$")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -23,7 +24,7 @@ class Metric:
         unit: a base unit (seconds, bytes, ratio, ...) or "" when unitless.
         help: one sentence for HELP and the docs.
         labels: label names, in order. Every value is capped by the exporter.
-        component: which component exports it (core, gpu, drift, tail, canary).
+        component: which component exports it: ``core`` or a registered component's name.
         buckets: histogram bucket upper bounds, in the unit: finite and strictly
             increasing, because aggregation finds an observation's bucket with ``bisect``.
     """
@@ -47,8 +48,8 @@ class Metric:
             raise ValueError(f"metric {self.name!r}: only counters end in _total")
         if self.unit and self.type != "info" and not self.name.removesuffix("_total").endswith("_" + self.unit):
             raise ValueError(f"metric {self.name!r}: name must end in its unit {self.unit!r}")
-        if self.component not in COMPONENTS:
-            raise ValueError(f"metric {self.name!r}: component must be one of {COMPONENTS}")
+        if not _COMPONENT.match(self.component):
+            raise ValueError(f"metric {self.name!r}: component must match {_COMPONENT.pattern}")
         if (self.type == "histogram") != (self.buckets is not None):
             raise ValueError(f"metric {self.name!r}: histograms (and only they) have buckets")
         if self.buckets is not None:

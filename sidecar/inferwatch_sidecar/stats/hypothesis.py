@@ -1,7 +1,7 @@
 """Two-sample tests and distances: pure functions on samples, bin counts and p-values.
 
-The drift engine, the canary judge and tail attribution share them (moved here
-from ``components/drift/stats.py``, which still re-exports them).
+The drift engine, the canary judge and tail attribution share them (through
+:mod:`.compare` for the per-column tests).
 Every function here is deterministic and side-effect free. Where a statistic is
 defined the same way as in scipy or Evidently the tests in ``tests/drift``
 check agreement to 1e-9; where we compute it from bins instead of raw samples

@@ -32,7 +32,6 @@ from inferwatch_sidecar.components.base import ComponentContext, EstimatesAccura
 from inferwatch_sidecar.components.canary.config import CanaryConfig
 from inferwatch_sidecar.components.canary.judge import VERDICTS, Judgement, judge
 from inferwatch_sidecar.components.canary.window import N_OUTCOMES, VersionWindow
-from inferwatch_sidecar.components.drift.columns import canon
 from inferwatch_sidecar.components.identity import Key, VersionKeys, baseline, bounded_entry
 from inferwatch_sidecar.components.periodic import StagedComponent
 from inferwatch_sidecar.metrics.canary import (
@@ -47,6 +46,7 @@ from inferwatch_sidecar.metrics.canary import (
     METRICS,
 )
 from inferwatch_sidecar.metrics.samples import Samples
+from inferwatch_sidecar.stats.columns import canon
 
 log = logging.getLogger("inferwatch.sidecar.canary")
 

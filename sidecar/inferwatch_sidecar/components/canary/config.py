@@ -96,7 +96,14 @@ class Slo(BaseModel):
 
 
 class Weights(BaseModel):
-    """Weight of each metric group in the score (groups without data are left out and the rest rescaled)."""
+    """Weight of each metric group in the score (groups without data are left out and the rest rescaled).
+
+    Attributes:
+        errors: error, cancelled and shed rates.
+        latency: latency, its P99, time to first token, inter-token latency and goodput.
+        stages: each stage's latency and P99.
+        outputs: prediction mix, confidence and estimated accuracy.
+    """
 
     model_config = ConfigDict(extra="forbid")
 

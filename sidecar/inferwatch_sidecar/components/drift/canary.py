@@ -17,10 +17,10 @@ from collections.abc import Iterable, Mapping
 import numpy as np
 
 from inferwatch_sidecar.components.drift import engine
-from inferwatch_sidecar.components.drift.columns import CategoricalColumn, Column, NumericColumn
 from inferwatch_sidecar.components.drift.monitor import Monitor
 from inferwatch_sidecar.components.drift.window import ColumnWindow
 from inferwatch_sidecar.components.identity import baseline
+from inferwatch_sidecar.stats.columns import CategoricalColumn, Column, NumericColumn
 
 
 def pseudo_reference(cw: ColumnWindow) -> Column:

@@ -15,8 +15,8 @@ from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from inferwatch_sidecar.components.drift.columns import canon
 from inferwatch_sidecar.components.drift.monitor import Monitor
+from inferwatch_sidecar.stats.columns import canon
 
 
 class LabelJoiner:

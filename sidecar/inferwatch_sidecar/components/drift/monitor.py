@@ -16,7 +16,6 @@ from typing import Any
 import numpy as np
 
 from inferwatch_sidecar.components.drift import engine
-from inferwatch_sidecar.components.drift.columns import to_float
 from inferwatch_sidecar.components.drift.config import DriftConfig
 from inferwatch_sidecar.components.drift.multivariate_window import JointWindow
 from inferwatch_sidecar.components.drift.performance import PerformanceWindow
@@ -25,6 +24,7 @@ from inferwatch_sidecar.components.drift.rolling import History
 from inferwatch_sidecar.components.drift.state import state_array
 from inferwatch_sidecar.components.drift.warmup import Warmup
 from inferwatch_sidecar.components.drift.window import ColumnWindow
+from inferwatch_sidecar.stats.columns import to_float
 
 #: How a label reached its prediction (the ``result`` label of ``inferwatch_drift_labels_total``).
 LABEL_RESULTS = ("joined", "inline", "unmatched", "expired")

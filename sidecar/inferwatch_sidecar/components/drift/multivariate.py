@@ -57,7 +57,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from scipy import special
 
-from inferwatch_sidecar.components.drift.columns import (
+from inferwatch_sidecar.stats import hypothesis as stats
+from inferwatch_sidecar.stats.columns import (
     NumericColumn,
     ProfileError,
     canon,
@@ -65,7 +66,6 @@ from inferwatch_sidecar.components.drift.columns import (
     numeric_column,
     to_float,
 )
-from inferwatch_sidecar.stats import hypothesis as stats
 
 if TYPE_CHECKING:
     from inferwatch_sidecar.components.drift.engine import Settings, Summary

@@ -19,9 +19,9 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from inferwatch_sidecar.components.drift import engine, multivariate
-from inferwatch_sidecar.components.drift.columns import NumericColumn
 from inferwatch_sidecar.components.drift.multivariate import JointModel
 from inferwatch_sidecar.components.drift.window import ColumnWindow
+from inferwatch_sidecar.stats.columns import NumericColumn
 
 if TYPE_CHECKING:
     from typing_extensions import Self  # typing.Self is 3.11+; annotations only

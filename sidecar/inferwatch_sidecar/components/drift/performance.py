@@ -55,10 +55,10 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from inferwatch_sidecar.components.drift.columns import ProfileError, canon
 from inferwatch_sidecar.components.drift.state import state_array
 from inferwatch_sidecar.metrics import drift as dm
 from inferwatch_sidecar.metrics.samples import Samples
+from inferwatch_sidecar.stats.columns import ProfileError, canon
 
 if TYPE_CHECKING:
     from typing_extensions import Self  # typing.Self is 3.11+; annotations only

@@ -32,7 +32,11 @@ from typing import Any
 
 import numpy as np
 
-from inferwatch_sidecar.components.drift.columns import (
+from inferwatch_sidecar.components.drift.multivariate import JointModel
+from inferwatch_sidecar.components.drift.multivariate import fit as fit_joint
+from inferwatch_sidecar.components.drift.multivariate import from_json as joint_from_json
+from inferwatch_sidecar.components.drift.performance import Performance
+from inferwatch_sidecar.stats.columns import (
     DEFAULT_BINS,
     DEFAULT_PSI_BINS,
     DEFAULT_TOP_K,
@@ -42,13 +46,9 @@ from inferwatch_sidecar.components.drift.columns import (
     need_key,
     numeric_column,
 )
-from inferwatch_sidecar.components.drift.columns import (
+from inferwatch_sidecar.stats.columns import (
     ProfileError as ProfileError,  # re-exported: callers catch prof.ProfileError
 )
-from inferwatch_sidecar.components.drift.multivariate import JointModel
-from inferwatch_sidecar.components.drift.multivariate import fit as fit_joint
-from inferwatch_sidecar.components.drift.multivariate import from_json as joint_from_json
-from inferwatch_sidecar.components.drift.performance import Performance
 
 FORMAT = "inferwatch-drift-profile"
 VERSION = 1

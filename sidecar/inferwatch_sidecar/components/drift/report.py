@@ -3,9 +3,11 @@
 Two sources:
 
 - two data files (``inferwatch report --reference A --current B``): the raw
-  columns, sampled to ``max_rows`` rows each;
+  columns, sampled to ``max_rows`` rows each (read offline, by
+  :mod:`inferwatch_sidecar.offline.drift.report`, which renders them here);
 - a running sidecar window (``GET /admin/drift/report?model=M&model_version=V``
-  with the admin token, or ``inferwatch report --sidecar URL``). The sidecar
+  with the admin token, or ``inferwatch report --sidecar URL``), served by the
+  daemon's drift component, which is why this module is the component's. The sidecar
   keeps bins, not raw values, so both the reference and the window are
   *reconstructed from their bins*: each numeric bin becomes its count of
   values at the bin's mean, each category its count of that category, scaled
@@ -30,9 +32,6 @@ from __future__ import annotations
 import html
 import os
 import tempfile
-import urllib.error
-import urllib.parse
-import urllib.request
 import warnings
 from collections.abc import Callable, Iterable
 from typing import Any
@@ -40,11 +39,9 @@ from typing import Any
 import numpy as np
 
 from inferwatch_sidecar.components.drift import engine, explain
-from inferwatch_sidecar.components.drift import profile as prof
-from inferwatch_sidecar.components.drift.columns import CategoricalColumn, NumericColumn, to_float
-from inferwatch_sidecar.components.drift.dataio import DataError, read_table
 from inferwatch_sidecar.components.drift.monitor import Monitor
 from inferwatch_sidecar.export.htmlsafe import ScriptSafeJson, UnsafeHTML, harden
+from inferwatch_sidecar.stats.columns import CategoricalColumn, NumericColumn
 
 INSTALL = 'the drift report needs Evidently: pip install "inferwatch[report]"'
 RECON_ROWS = 5000
@@ -161,45 +158,6 @@ def render(reference: dict[str, Any], current: dict[str, Any], categorical: list
         raise ReportError(f"the report cannot be written safely: {e}") from None
 
 
-def report_for_files(reference: str, current: str, *, categorical: list[str] | None = None,
-                     numeric: list[str] | None = None, max_rows: int = 50000) -> bytes:
-    """HTML report for two data files (types inferred as in ``drift compare``)."""
-    try:
-        rt = read_table(reference, categorical=categorical, numeric=numeric)
-        ct = read_table(current, categorical=[c for c in categorical or [] if c], numeric=numeric)
-    except DataError as e:
-        raise ReportError(str(e)) from None
-    cols = [c for c in rt.order if c in ct.order]
-    if not cols:
-        raise ReportError("the two files have no column in common")
-    cats = [c for c in cols if c in rt.categorical]
-
-    def pick(t: Any) -> dict[str, Any]:
-        idx = np.arange(t.rows)
-        if t.rows > max_rows:
-            idx = np.sort(np.random.default_rng(0).choice(t.rows, max_rows, replace=False))
-        out: dict[str, Any] = {}
-        for c in cols:
-            if c in cats:
-                src = t.categorical.get(c)
-                vals = src if src is not None else [None if not np.isfinite(v) else str(v) for v in t.numeric[c]]
-                out[c] = [vals[i] for i in idx]
-            else:
-                src = t.numeric.get(c)
-                if src is None:
-                    src = np.array([to_float(v) for v in t.categorical[c]])
-                out[c] = src[idx]
-        return out
-
-    ref_cols, cur_cols = pick(rt), pick(ct)
-    # Our verdicts on exactly the rows Evidently sees.
-    p = prof.build({c: np.asarray(v, dtype=np.float64) for c, v in ref_cols.items() if c not in cats},
-                   {c: ref_cols[c] for c in cats}, order=cols)
-    ours = engine.compare_columns(p, {c: np.asarray(v, dtype=np.float64) for c, v in cur_cols.items() if c not in cats},
-                                  {c: cur_cols[c] for c in cats}, engine.Settings())
-    return render(ref_cols, cur_cols, cats, ours)
-
-
 def _reconstruct(ref: Any, counts: np.ndarray, sums: np.ndarray | None, rows: int) -> list[Any]:
     total = counts.sum()
     if total <= 0:
@@ -257,20 +215,3 @@ def admin_report(query: dict[str, str], window: Callable[[str | None, str | None
         code = 501 if INSTALL in str(e) else 404
         return code, "text/plain; charset=utf-8", (str(e) + "\n").encode()
     return 200, "text/html; charset=utf-8", body
-
-
-def fetch_from_sidecar(url: str, token: str | None, model: str | None, version: str | None) -> bytes:
-    """GET the report from a running sidecar's admin endpoint."""
-    token = token or os.environ.get("INFERWATCH_ADMIN_TOKEN")
-    if not token:
-        raise ReportError("the admin endpoint needs a token: pass --token or set INFERWATCH_ADMIN_TOKEN")
-    q = {k: v for k, v in (("model", model), ("model_version", version)) if v}
-    full = url.rstrip("/") + "/admin/drift/report" + ("?" + urllib.parse.urlencode(q) if q else "")
-    req = urllib.request.Request(full, headers={"Authorization": f"Bearer {token}"})
-    try:
-        with urllib.request.urlopen(req, timeout=120) as resp:
-            return bytes(resp.read())
-    except urllib.error.HTTPError as e:
-        raise ReportError(f"{full}: HTTP {e.code}: {e.read(500).decode(errors='replace').strip()}") from None
-    except (urllib.error.URLError, OSError) as e:
-        raise ReportError(f"{full}: {getattr(e, 'reason', e)}") from None

@@ -38,9 +38,9 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from inferwatch_sidecar.components.drift import engine, multivariate
-from inferwatch_sidecar.components.drift.columns import CategoricalColumn, Column, NumericColumn, column_from_json
 from inferwatch_sidecar.components.drift.state import state_array
 from inferwatch_sidecar.components.drift.window import ColumnWindow
+from inferwatch_sidecar.stats.columns import CategoricalColumn, Column, NumericColumn, column_from_json
 
 if TYPE_CHECKING:
     from typing_extensions import Self  # typing.Self is 3.11+; annotations only

@@ -19,8 +19,8 @@ from typing import Any
 import numpy as np
 
 from inferwatch_sidecar.components.drift import profile as prof
-from inferwatch_sidecar.components.drift.columns import canon, to_float
 from inferwatch_sidecar.components.drift.config import DriftConfig
+from inferwatch_sidecar.stats.columns import canon, to_float
 
 #: Column names of the prediction and the confidence in a warm-up profile.
 PRED = "__prediction__"

@@ -23,8 +23,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from inferwatch_sidecar.components.drift import engine
-from inferwatch_sidecar.components.drift.columns import Column, NumericColumn, canon, column_from_json, to_float
 from inferwatch_sidecar.components.drift.state import state_array
+from inferwatch_sidecar.stats.columns import Column, NumericColumn, canon, column_from_json, to_float
 
 if TYPE_CHECKING:
     from typing_extensions import Self  # typing.Self is 3.11+; annotations only

@@ -127,7 +127,15 @@ class DuplicatesConfig(BaseModel):
 
 
 class FakeProcess(BaseModel):
-    """One scripted process on every fake device."""
+    """One scripted process on every fake device.
+
+    Attributes:
+        pid: the process ID the fake NVML reports.
+        base_gib: device memory the process holds from the start.
+        leak_mib_per_s: growth of that memory per second once the leak starts (0: no leak).
+        leak_start_s: seconds after start-up when the leak starts.
+        noise_mib: standard deviation of the Gaussian noise added to every sample.
+    """
 
     model_config = ConfigDict(extra="forbid")
 
@@ -139,7 +147,15 @@ class FakeProcess(BaseModel):
 
 
 class FakeConfig(BaseModel):
-    """A scripted fake NVML for demos and end-to-end tests (never for production)."""
+    """A scripted fake NVML for demos and end-to-end tests (never for production).
+
+    Attributes:
+        devices: fake GPUs, each running every process of ``processes``.
+        total_gib: device memory of each fake GPU.
+        processes: the scripted processes.
+        leak_mib_per_s / leak_start_s / base_gib: of the shortcut process given by ``pid`` (see ``FakeProcess``).
+        seed: seed of the samples' noise, so a run is reproducible.
+    """
 
     model_config = ConfigDict(extra="forbid")
 
@@ -167,7 +183,11 @@ class FakeConfig(BaseModel):
 
 
 class ReplayConfig(BaseModel):
-    """Replay recorded nvidia-smi CSV logs as if they were live."""
+    """Replay recorded nvidia-smi CSV logs as if they were live.
+
+    Attributes:
+        files: the nvidia-smi CSV logs (device and per-process queries), replayed at their own timestamps.
+    """
 
     model_config = ConfigDict(extra="forbid")
 
@@ -177,7 +197,20 @@ class ReplayConfig(BaseModel):
 
 
 class GpuConfig(BaseModel):
-    """GPU monitor settings. Extra keys are rejected so typos fail start-up."""
+    """GPU monitor settings. Extra keys are rejected so typos fail start-up.
+
+    Attributes:
+        enabled: build the GPU component.
+        backend: ``auto`` samples NVML when nvidia-ml-py and a driver are there and reports the GPU absent
+            otherwise; ``nvml`` makes a missing NVML a reported fault; ``fake`` runs the scripted ``fake``
+            devices; ``replay`` replays the ``replay`` logs.
+        interval_s: seconds between NVML samples.
+        detector: the leak detector.
+        fake: the scripted fake NVML (``backend: fake``).
+        replay: the recorded logs (``backend: replay``).
+        duplicates: duplicated model copies across processes.
+        proc_root: where ``/proc`` is read from, for each PID's container hint (a mounted host ``/proc``).
+    """
 
     model_config = ConfigDict(extra="forbid")
 

@@ -18,7 +18,13 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 
 class FakePhase(BaseModel):
-    """One phase of the fake GPU's workload (demo, tests): until ``until_s``, this busy share and prefill share."""
+    """One phase of the fake GPU's workload (demo, tests): until ``until_s``, this busy share and prefill share.
+
+    Attributes:
+        until_s: the phase lasts until this many seconds after the start of the cycle.
+        busy: share of the time kernels run.
+        prefill: share of that kernel time spent in prefill (the rest is decode).
+    """
 
     model_config = ConfigDict(extra="forbid")
 

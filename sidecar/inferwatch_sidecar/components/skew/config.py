@@ -28,13 +28,17 @@ class SkewConfig(BaseModel):
             model version.
         evaluate_seconds: how often the joined rows are diagnosed and the gauges refreshed.
         rtol / atol: float tolerance of a match (``|served - offline| <= atol + rtol * max(|served|, |offline|)``).
-        max_models: model versions tracked at once; max_features: features compared per model version.
+        max_models: model versions tracked at once.
+        max_features: features compared per model version.
         max_staged: events waiting for the component's thread; beyond it events are dropped and counted.
         max_offline_rows_per_post: rows one ``POST /v1/skew`` may carry.
         served_dir: folder for the sample of served rows (rotating Parquet files); None keeps none.
         sample_ratio: share of request IDs whose served rows are written (chosen by a hash of the ID, so
             every replica keeps the same IDs); 0 writes none, at most ``max_sample_ratio``.
-        file_max_bytes: a file is closed and a new one started past this size; rotate_seconds: or this age.
+        max_sample_ratio: the most ``sample_ratio`` may be: the served sample is a bounded share, raised
+            knowingly.
+        file_max_bytes: a file is closed and a new one started past this size.
+        rotate_seconds: or past this age.
         max_bytes: size cap of ``served_dir``; the oldest files are deleted to stay under it (their rows counted).
     """
 

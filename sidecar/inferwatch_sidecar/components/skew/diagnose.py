@@ -47,6 +47,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from inferwatch_sidecar.components.skew.distance import distance
 from inferwatch_sidecar.components.skew.tables import SkewInputError
 
 #: Kinds in order of preference: on a near tie the earlier one wins.
@@ -58,8 +59,6 @@ _SAMPLE = 2000
 _CANDIDATES = 48
 #: Numeric features with at most this many distinct offline values are also tried as codes (``mapping``).
 _MAX_CODES = 64
-#: Histogram bins of the Jensen-Shannon divergence.
-_BINS = 32
 #: Examples of unexplained rows in a report.
 _EXAMPLES = 5
 
@@ -408,35 +407,6 @@ def _mode(x: np.ndarray) -> Any:
     return vals[int(np.argmax(counts))] if len(vals) else None
 
 
-def _distance(f: _Feature) -> dict[str, float | None]:
-    if f.kind == "categorical":
-        s, o = f.s, f.o
-        k = int(max(s.max(initial=-1), o.max(initial=-1))) + 2
-        ps = np.bincount(s + 1, minlength=k) / max(len(s), 1)
-        po = np.bincount(o + 1, minlength=k) / max(len(o), 1)
-        return {"l_infinity": float(np.abs(ps - po).max()) if len(s) else None}
-    s, o = f.s[np.isfinite(f.s)], f.o[np.isfinite(f.o)]
-    if len(s) == 0 or len(o) == 0:
-        return {"jensen_shannon_divergence": None}
-    edges = np.unique(np.quantile(o, np.linspace(0, 1, _BINS + 1)))
-    if len(edges) < 2:
-        edges = np.array([o[0] - 0.5, o[0] + 0.5])
-    inner = edges[1:-1]
-    p = np.bincount(np.searchsorted(inner, o, side="right"), minlength=len(edges) - 1) / len(o)
-    q = np.bincount(np.searchsorted(inner, s, side="right"), minlength=len(edges) - 1) / len(s)
-    # Served values outside the offline range fall in the outer bins; add bins for them so they count.
-    lo, hi = np.count_nonzero(s < edges[0]) / len(s), np.count_nonzero(s > edges[-1]) / len(s)
-    q[0] -= lo
-    q[-1] -= hi
-    p = np.concatenate([[0.0], p, [0.0]])
-    q = np.concatenate([[lo], q, [hi]])
-    m = (p + q) / 2
-    with np.errstate(divide="ignore", invalid="ignore"):
-        kl_p = np.where(p > 0, p * np.log2(p / m), 0.0).sum()
-        kl_q = np.where(q > 0, q * np.log2(q / m), 0.0).sum()
-    return {"jensen_shannon_divergence": float(max(0.0, (kl_p + kl_q) / 2))}
-
-
 def _value(f: _Feature, v: Any) -> Any:
     if f.kind == "numeric":
         return _py(v)
@@ -450,7 +420,7 @@ def _diagnose_feature(f: _Feature, others: list[_Feature], join: _Join, keys: pa
     s, o = f.s, f.o
     agree = _agree(f, s, o, opt)
     n_match = int(np.count_nonzero(agree))
-    detail: dict[str, Any] = {"type": f.kind, "distance": _distance(f)}
+    detail: dict[str, Any] = {"type": f.kind, "distance": distance(f.kind, f.s, f.o)}
     if f.served_type != f.offline_type:
         detail["types"] = {"served": f.served_type, "offline": f.offline_type}
     if n_match == n:
@@ -462,35 +432,76 @@ def _diagnose_feature(f: _Feature, others: list[_Feature], join: _Join, keys: pa
     present = ~missing_s & ~missing_o
     rng = np.random.default_rng(opt.seed)
     cand = _Candidates(margin=max(1, int(0.002 * n_mis)))
-    # Rows whose disagreement a relation between two present values could explain, and a sample of them.
-    rel = np.flatnonzero(mis & present)
-    sample = rel if len(rel) <= _SAMPLE else rng.choice(rel, _SAMPLE, replace=False)
-    if f.kind == "numeric" and len(sample) >= 2:
-        ss, so = s[sample], o[sample]
-        families = _affine_candidates(ss, so, rng)
-        for kind in ("offset", "scale", "affine"):
-            fit = _fit_affine(kind, families[kind], ss, so, opt)
-            if fit is None:
-                continue
-            a, b = fit
-            count = int(np.count_nonzero(mis & _close(s, a * o + b, opt)))
-            d = {"offset": {"offset": b}, "scale": {"scale": a}, "affine": {"scale": a, "offset": b}}[kind]
-            cand.offer(kind, count, d)
+    # The candidates are offered in this order, and the random draws happen in it: results stay deterministic.
+    _offer_affine(cand, f, mis, present, rng, opt)
     sample_all = np.flatnonzero(mis)
     if len(sample_all) > _SAMPLE:
         sample_all = rng.choice(sample_all, _SAMPLE, replace=False)
-    if join.neighbours:
-        best_lag, best_k = 0, 0
-        for lag, nb in join.neighbours.items():
-            nbs = nb[sample_all]
-            k = int(np.count_nonzero((nbs >= 0) & _agree(f, s[sample_all], f.o_all[np.maximum(nbs, 0)], opt)))
-            if k > best_k:
-                best_lag, best_k = lag, k
-        if best_k:
-            nb = join.neighbours[best_lag]
-            hit = mis & (nb >= 0) & _agree(f, s, f.o_all[np.maximum(nb, 0)], opt)
-            if _varied(s, hit):
-                cand.offer("lag", int(np.count_nonzero(hit)), {"lag": best_lag})
+    _offer_lag(cand, f, mis, join, sample_all, opt)
+    _offer_swap(cand, f, others, mis, missing_s, missing_o, sample_all, opt)
+    mp = _mapping(f, mis, present)
+    if mp is not None:
+        cand.offer("mapping", mp[0], {"mapping": {str(k): v for k, v in mp[1].items()}})
+    filled = mis & ~missing_s & ~missing_o
+    if np.any(filled):
+        d = _mode(s[filled])
+        count = int(np.count_nonzero(filled & (_agree(f, s, np.full_like(s, d), opt))))
+        if count >= 2 or n_mis == 1:
+            cand.offer("default_filled", count, {"default": _value(f, d)})
+    cand.offer("missing_in_served", int(np.count_nonzero(mis & missing_s & ~missing_o)), {})
+    kind, explained = _verdict(cand, detail, n, n_mis, opt)
+    ex = np.flatnonzero(mis)[:_EXAMPLES]
+    detail["examples"] = [
+        {"key": keys[int(join.served_rows[i])].as_py(), "served": _value(f, s[i]), "offline": _value(f, o[i])}
+        for i in ex
+    ]
+    return {"match_ratio": n_match / n, "kind": kind, "explained_ratio": explained / n, "detail": detail}
+
+
+def _offer_affine(cand: _Candidates, f: _Feature, mis: np.ndarray, present: np.ndarray, rng: np.random.Generator,
+                  opt: Options) -> None:
+    """Offset, scale and affine relations fitted on a sample of the rows where both values are present."""
+    s, o = f.s, f.o
+    # Rows whose disagreement a relation between two present values could explain, and a sample of them.
+    rel = np.flatnonzero(mis & present)
+    sample = rel if len(rel) <= _SAMPLE else rng.choice(rel, _SAMPLE, replace=False)
+    if f.kind != "numeric" or len(sample) < 2:
+        return
+    ss, so = s[sample], o[sample]
+    families = _affine_candidates(ss, so, rng)
+    for kind in ("offset", "scale", "affine"):
+        fit = _fit_affine(kind, families[kind], ss, so, opt)
+        if fit is None:
+            continue
+        a, b = fit
+        count = int(np.count_nonzero(mis & _close(s, a * o + b, opt)))
+        d = {"offset": {"offset": b}, "scale": {"scale": a}, "affine": {"scale": a, "offset": b}}[kind]
+        cand.offer(kind, count, d)
+
+
+def _offer_lag(cand: _Candidates, f: _Feature, mis: np.ndarray, join: _Join, sample_all: np.ndarray,
+               opt: Options) -> None:
+    """The served value is the offline value of a neighbouring row of the series (the best lag on the sample)."""
+    if not join.neighbours:
+        return
+    s = f.s
+    best_lag, best_k = 0, 0
+    for lag, nb in join.neighbours.items():
+        nbs = nb[sample_all]
+        k = int(np.count_nonzero((nbs >= 0) & _agree(f, s[sample_all], f.o_all[np.maximum(nbs, 0)], opt)))
+        if k > best_k:
+            best_lag, best_k = lag, k
+    if best_k:
+        nb = join.neighbours[best_lag]
+        hit = mis & (nb >= 0) & _agree(f, s, f.o_all[np.maximum(nb, 0)], opt)
+        if _varied(s, hit):
+            cand.offer("lag", int(np.count_nonzero(hit)), {"lag": best_lag})
+
+
+def _offer_swap(cand: _Candidates, f: _Feature, others: list[_Feature], mis: np.ndarray, missing_s: np.ndarray,
+                missing_o: np.ndarray, sample_all: np.ndarray, opt: Options) -> None:
+    """The served value is another feature's offline value (the best one on the sample), swapped both ways or not."""
+    s, o = f.s, f.o
     best_g, best_k = None, 0
     for g in others:
         if g is f or g.kind != f.kind:
@@ -504,16 +515,10 @@ def _diagnose_feature(f: _Feature, others: list[_Feature], join: _Join, keys: pa
         symmetric = bool(np.count_nonzero(back) >= 0.5 * max(1, int(np.count_nonzero(~missing_o))))
         if _varied(s, hit):
             cand.offer("swapped", int(np.count_nonzero(hit)), {"with": best_g.name, "symmetric": symmetric})
-    mp = _mapping(f, mis, present)
-    if mp is not None:
-        cand.offer("mapping", mp[0], {"mapping": {str(k): v for k, v in mp[1].items()}})
-    filled = mis & ~missing_s & ~missing_o
-    if np.any(filled):
-        d = _mode(s[filled])
-        count = int(np.count_nonzero(filled & (_agree(f, s, np.full_like(s, d), opt))))
-        if count >= 2 or n_mis == 1:
-            cand.offer("default_filled", count, {"default": _value(f, d)})
-    cand.offer("missing_in_served", int(np.count_nonzero(mis & missing_s & ~missing_o)), {})
+
+
+def _verdict(cand: _Candidates, detail: dict[str, Any], n: int, n_mis: int, opt: Options) -> tuple[str, int]:
+    """The kind named (the best candidate when it explains enough, else ``mismatch``) and the rows it explains."""
     best = cand.best
     if best is None or best[1] < opt.min_explained * n_mis:
         kind, explained = "mismatch", n_mis
@@ -524,12 +529,7 @@ def _diagnose_feature(f: _Feature, others: list[_Feature], join: _Join, keys: pa
         explained = count
         detail.update(extra)
     detail["unexplained_ratio"] = (n_mis - (explained if kind != "mismatch" else 0)) / n
-    ex = np.flatnonzero(mis)[:_EXAMPLES]
-    detail["examples"] = [
-        {"key": keys[int(join.served_rows[i])].as_py(), "served": _value(f, s[i]), "offline": _value(f, o[i])}
-        for i in ex
-    ]
-    return {"match_ratio": n_match / n, "kind": kind, "explained_ratio": explained / n, "detail": detail}
+    return kind, explained
 
 
 def diagnose(served: pa.Table, offline: pa.Table, key: str, *, entity: str | None = None, order: str | None = None,

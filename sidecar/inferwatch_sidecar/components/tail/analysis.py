@@ -12,9 +12,10 @@ slowest 0.1%) with at least ``min_tail_requests`` requests:
   largest excess share is the *culprit*;
 - **features**: each recorded feature (joined to its request by request ID)
   of the tail against the rest of the window (the sample's requests faster
-  than the tail), scored with the drift engine's own tests and decision: the
+  than the tail), scored with the drift engine's own tests and decision
+  (:mod:`inferwatch_sidecar.stats.compare`): the
   rest becomes the reference column (percentile bins or top-K categories),
-  the tail the current summary, and ``engine.decide`` applies
+  the tail the current summary, and ``compare.judge`` applies
   Benjamini-Hochberg across the features and the effect floors. Numeric
   features also get ``ratio``: the tail's median over the rest's.
 """
@@ -26,15 +27,15 @@ from typing import Any
 
 import numpy as np
 
-from inferwatch_sidecar.components.drift import engine
-from inferwatch_sidecar.components.drift.columns import (
+from inferwatch_sidecar.components.tail.config import TailConfig
+from inferwatch_sidecar.components.tail.window import Row, TailWindow
+from inferwatch_sidecar.stats import compare
+from inferwatch_sidecar.stats.columns import (
     CategoricalColumn,
     canon,
     categorical_column,
     numeric_column,
 )
-from inferwatch_sidecar.components.tail.config import TailConfig
-from inferwatch_sidecar.components.tail.window import Row, TailWindow
 
 #: The tails analysed: name and the share of the window's requests they hold.
 TAILS = (("p99", 0.01), ("p999", 0.001))
@@ -42,9 +43,9 @@ TAILS = (("p99", 0.01), ("p999", 0.001))
 MEDIAN_BAND = (0.4, 0.6)
 
 
-def settings(cfg: TailConfig) -> engine.Settings:
+def settings(cfg: TailConfig) -> compare.Settings:
     """The drift engine's decision settings for tail-vs-rest comparisons."""
-    return engine.Settings(alpha=cfg.alpha, numeric_effect_floor=cfg.numeric_effect_floor,
+    return compare.Settings(alpha=cfg.alpha, numeric_effect_floor=cfg.numeric_effect_floor,
                            categorical_effect_floor=cfg.categorical_effect_floor,
                            min_samples=cfg.min_tail_requests, correction="bh")
 
@@ -94,13 +95,13 @@ def _values(rows: list[Row], name: str, numeric: bool) -> list[Any]:
     return out
 
 
-def _features(tail: list[Row], rest: list[Row], cfg: TailConfig, st: engine.Settings) -> list[dict[str, Any]]:
+def _features(tail: list[Row], rest: list[Row], cfg: TailConfig, st: compare.Settings) -> list[dict[str, Any]]:
     tail = [r for r in tail if r.feats is not None]
     rest = [r for r in rest if r.feats is not None]
     if not tail or not rest:
         return []
     numeric, categorical = _columns(tail + rest, cfg.max_features)
-    results: list[engine.Result] = []
+    results: list[compare.Result] = []
     extra: list[dict[str, Any]] = []
     for name in numeric:
         rv = np.asarray(_values(rest, name, True), dtype=np.float64)
@@ -108,7 +109,7 @@ def _features(tail: list[Row], rest: list[Row], cfg: TailConfig, st: engine.Sett
         num = numeric_column(name, rv, bins=cfg.bins)
         if num.count == 0:
             continue
-        results.append(engine.score(num, engine.summarize_numeric(num, tv), st))
+        results.append(compare.score(num, compare.summarize_numeric(num, tv), st))
         tm, rm = _median(tv), _median(rv)
         extra.append({"tail_median": tm, "rest_median": rm,
                       "ratio": tm / rm if tm is not None and rm not in (None, 0.0) else None})
@@ -118,11 +119,11 @@ def _features(tail: list[Row], rest: list[Row], cfg: TailConfig, st: engine.Sett
         ref = categorical_column(name, rvals, top_k=cfg.top_k)
         if ref.count == 0:
             continue
-        results.append(engine.score(ref, engine.summarize_categorical(ref, tvals), st))
+        results.append(compare.score(ref, compare.summarize_categorical(ref, tvals), st))
         extra.append(_top_category(ref, tvals))
-    ev = engine.decide(results, st)
+    compare.judge(results, st)
     out = []
-    for r, x in zip(ev.results, extra, strict=True):
+    for r, x in zip(results, extra, strict=True):
         out.append({"feature": r.feature, "kind": r.kind, "test": r.test, "statistic": r.statistic,
                     "p_value": r.p_value, "p_adjusted": r.p_adjusted, "effect_name": r.effect_name,
                     "effect": r.effect, "effect_floor": r.effect_floor, "n_tail": r.n_current,

@@ -144,7 +144,8 @@ class OtlpMetricsPusher:
         start_time_s: start of cumulative series without ``_created``
             (default: when the pusher was built; pass the daemon's start time).
         units: Prometheus unit by family name, for families without a unit
-            (default: from the metric catalog).
+            (default: the core catalog entries', ``ProcessCollector``'s among them; the daemon passes the
+            whole catalog's).
         exponential_histograms: send native-histogram families as OTLP base-2 exponential histograms
             (``OTEL_EXPORTER_OTLP_METRICS_DEFAULT_HISTOGRAM_AGGREGATION``).
         clock: wall-clock seconds (injectable for tests).
@@ -195,7 +196,7 @@ class OtlpMetricsPusher:
         self._clock = clock
         self._mono = monotonic
         self.start_time_s = clock() if start_time_s is None else float(start_time_s)
-        self._units = dict(units) if units is not None else catalog.units()
+        self._units = dict(units) if units is not None else catalog.core_units()
         #: Native-histogram families go as base-2 exponential histograms (the OTel env var above).
         self.exponential_histograms = exponential_histograms
         handlers: list[Any] = [urllib.request.HTTPSHandler(context=ssl_context)] if ssl_context else []

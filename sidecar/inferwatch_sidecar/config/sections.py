@@ -1,60 +1,34 @@
-"""The sidecar's configuration: one validated object, built once at start-up.
+"""The daemon's own config sections: ingest, HTTP, labels, OTLP traces and aggregation.
 
-Sources, lowest precedence first:
-
-1. built-in defaults (the field defaults below);
-2. a YAML file (``--config``), read with ``yaml.safe_load``;
-3. environment variables ``INFERWATCH_<SECTION>__<FIELD>`` (a double
-   underscore separates nesting levels, e.g. ``INFERWATCH_HTTP__PORT=9464``,
-   ``INFERWATCH_GPU__ENABLED=false``), plus ``INFERWATCH_ADMIN_TOKEN`` for
-   ``http.admin_token``. Values are parsed as YAML scalars/lists. Variables
-   without a double underscore belong to the SDK and are ignored here;
-4. command-line flags (``--set section.field=value`` and the named flags).
-
-Validation happens once, in :func:`load_config`; every error names the
-field, what is wrong and where the value came from, and start-up stops.
+Each field carries its description (``Field(description=...)``), from which the reference in
+docs/config.md is generated (:mod:`.reference`). The components' sections are their own models
+(``components/<name>/config.py``), joined under the root by :mod:`.root`.
 """
 
 from __future__ import annotations
 
-import json
 import math
-import os
-import sys
-from collections.abc import Mapping
 from itertools import pairwise
-from pathlib import Path
 from typing import Any
 
-import yaml
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
 
 # The SDK defines the default socket and the stage-name rules, so both sides agree on them.
 from inferwatch._core import check_stage_name
 from inferwatch._env import DEFAULT_SOCKET
 from inferwatch_sidecar.aggregate.aggregator import CONFIGURABLE_HISTOGRAMS
-from inferwatch_sidecar.components import registry
-from inferwatch_sidecar.components.canary.config import CanaryConfig
-from inferwatch_sidecar.components.capacity.config import CapacityConfig
-from inferwatch_sidecar.components.drift.config import DriftConfig
-from inferwatch_sidecar.components.engines.config import EnginesConfig
-from inferwatch_sidecar.components.gpu.config import GpuConfig
-from inferwatch_sidecar.components.saturation.config import SaturationConfig
-from inferwatch_sidecar.components.skew.config import SkewConfig
-from inferwatch_sidecar.components.tail.config import TailConfig
 
-ENV_PREFIX = "INFERWATCH_"
+__all__ = ["DEFAULT_LABEL_BUDGETS", "MAX_BUCKET_BOUNDS", "TRACE_PRESETS", "AggregateConfig", "BucketsConfig",
+           "HttpConfig", "IngestConfig", "LabelsConfig", "NativeConfig", "Section", "TracesConfig"]
 
 
-class ConfigError(Exception):
-    """A configuration that cannot be used; the message says what to fix."""
+class Section(BaseModel):
+    """A config section: unknown keys are rejected (a typo stops start-up), defaults are validated too."""
 
-
-class _Section(BaseModel):
     model_config = ConfigDict(extra="forbid", validate_default=True)
 
 
-class IngestConfig(_Section):
+class IngestConfig(Section):
     """Where and how events arrive."""
 
     socket: str | None = Field(
@@ -119,7 +93,7 @@ class IngestConfig(_Section):
     )
 
 
-class HttpConfig(_Section):
+class HttpConfig(Section):
     """The HTTP server: /metrics, health, status, JSON ingest, admin."""
 
     host: str = Field("127.0.0.1", description="Bind address; use 0.0.0.0 so Prometheus can scrape a pod.")
@@ -166,7 +140,7 @@ class HttpConfig(_Section):
 DEFAULT_LABEL_BUDGETS = {"service": 20, "model": 50, "model_version": 50, "stage": 50, "error_type": 50}
 
 
-class LabelsConfig(_Section):
+class LabelsConfig(Section):
     """Cardinality budgets: distinct values admitted per label before __overflow__."""
 
     default_max_values: int = Field(100, ge=1, description="Budget for labels not listed in max_values.")
@@ -210,7 +184,7 @@ class LabelsConfig(_Section):
 TRACE_PRESETS = ("triton", "vllm", "generic")
 
 
-class TracesConfig(_Section):
+class TracesConfig(Section):
     """POST /v1/traces: OTLP spans from Triton, vLLM or any instrumented server (docs/otlp-traces.md)."""
 
     enabled: bool = Field(True, description="Serve POST /v1/traces on the HTTP port.")
@@ -310,7 +284,7 @@ def _check_bounds(where: str, bounds: list[float]) -> list[float]:
     return bounds
 
 
-class BucketsConfig(_Section):
+class BucketsConfig(Section):
     """Histogram bucket bounds that replace the catalog's defaults (docs/sidecar.md, "Buckets")."""
 
     families: dict[str, list[float]] = Field(
@@ -346,7 +320,7 @@ class BucketsConfig(_Section):
         return v
 
 
-class NativeConfig(_Section):
+class NativeConfig(Section):
     """Native (sparse exponential) histograms, served on the protobuf exposition (docs/scale.md)."""
 
     protobuf: bool = Field(
@@ -374,233 +348,8 @@ class NativeConfig(_Section):
         return v
 
 
-class AggregateConfig(_Section):
+class AggregateConfig(Section):
     """How the aggregator buckets what it receives."""
 
     buckets: BucketsConfig = Field(default_factory=BucketsConfig)
     native: NativeConfig = Field(default_factory=NativeConfig)
-
-
-class SidecarConfig(_Section):
-    """The whole sidecar configuration (the YAML file's root)."""
-
-    ingest: IngestConfig = Field(default_factory=IngestConfig)
-    http: HttpConfig = Field(default_factory=HttpConfig)
-    labels: LabelsConfig = Field(default_factory=LabelsConfig)
-    aggregate: AggregateConfig = Field(default_factory=AggregateConfig)
-    traces: TracesConfig = Field(default_factory=TracesConfig)
-    resource: dict[str, str] = Field(
-        default_factory=dict,
-        description="Extra OpenTelemetry resource attributes for the OTLP push (service.name, ...).",
-    )
-    shutdown_timeout_s: float = Field(10.0, gt=0, le=300, description="Longest a graceful shutdown may take.")
-    gpu: GpuConfig = Field(default_factory=GpuConfig)
-    drift: DriftConfig = Field(default_factory=DriftConfig)
-    tail: TailConfig = Field(default_factory=TailConfig)
-    capacity: CapacityConfig = Field(default_factory=CapacityConfig)
-    canary: CanaryConfig = Field(default_factory=CanaryConfig)
-    skew: SkewConfig = Field(default_factory=SkewConfig)
-    engines: EnginesConfig = Field(default_factory=EnginesConfig)
-    saturation: SaturationConfig = Field(default_factory=SaturationConfig)
-
-
-registry.check_sections(SidecarConfig)  # every registered component has its section (the registry is the one list)
-
-# ---------------------------------------------------------------------------
-# loading
-
-
-def _set_path(tree: dict[str, Any], path: list[str], value: Any) -> None:
-    node = tree
-    for k in path[:-1]:
-        nxt = node.get(k)
-        if not isinstance(nxt, dict):
-            nxt = node[k] = {}
-        node = nxt
-    node[path[-1]] = value
-
-
-def _parse_scalar(text: str) -> Any:
-    try:
-        return yaml.safe_load(text) if text != "" else ""
-    except yaml.YAMLError:
-        return text
-
-
-def read_yaml(path: str | os.PathLike[str]) -> dict[str, Any]:
-    """Read a YAML config file into a dict.
-
-    Raises:
-        ConfigError: the file is missing, unreadable, not YAML, or not a mapping.
-    """
-    p = Path(path)
-    try:
-        text = p.read_text(encoding="utf-8")
-    except OSError as e:
-        raise ConfigError(f"config file {p}: cannot read it ({e.strerror or e})") from None
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
-        raise ConfigError(f"config file {p}: not valid YAML{where}: {getattr(e, 'problem', e)}") from None
-    if data is None:
-        return {}
-    if not isinstance(data, dict):
-        raise ConfigError(f"config file {p}: the top level must be a mapping of sections, got {type(data).__name__}")
-    return data
-
-
-def env_overrides(environ: Mapping[str, str]) -> tuple[dict[str, Any], dict[str, str]]:
-    """The config tree set by ``INFERWATCH_*`` variables, and each key's source."""
-    tree: dict[str, Any] = {}
-    sources: dict[str, str] = {}
-    for name in sorted(environ):
-        if not name.startswith(ENV_PREFIX):
-            continue
-        rest = name[len(ENV_PREFIX):]
-        if rest == "ADMIN_TOKEN":
-            path = ["http", "admin_token"]
-            value: Any = environ[name]
-        elif "__" in rest:
-            path = [p.lower() for p in rest.split("__")]
-            if any(not p for p in path):
-                raise ConfigError(f"environment variable {name}: empty name part between '__'")
-            value = _parse_scalar(environ[name])
-            if path[-1] == "admin_token":
-                value = environ[name]
-        else:
-            continue  # an SDK variable such as INFERWATCH_SIDECAR or INFERWATCH_SERVICE
-        _set_path(tree, path, value)
-        sources[".".join(path)] = f"environment variable {name}"
-    return tree, sources
-
-
-def parse_set(items: list[str]) -> tuple[dict[str, Any], dict[str, str]]:
-    """The config tree set by ``--set a.b=value`` flags."""
-    tree: dict[str, Any] = {}
-    sources: dict[str, str] = {}
-    for item in items:
-        key, sep, text = item.partition("=")
-        if not sep or not key or any(not p for p in key.split(".")):
-            raise ConfigError(f"--set {item!r}: expected SECTION.FIELD=VALUE, e.g. --set http.port=9464")
-        path = key.split(".")
-        _set_path(tree, path, text if path[-1] == "admin_token" else _parse_scalar(text))
-        sources[key] = f"--set {key}"
-    return tree, sources
-
-
-def merge(base: dict[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
-    """``base`` with ``over`` laid on top, nested mappings merged key by key (neither is modified)."""
-    out = dict(base)
-    for k, v in over.items():
-        if isinstance(v, Mapping) and isinstance(out.get(k), dict):
-            out[k] = merge(out[k], v)
-        else:
-            out[k] = v
-    return out
-
-
-def _flatten_keys(tree: Mapping[str, Any], prefix: str = "") -> list[str]:
-    keys = []
-    for k, v in tree.items():
-        p = f"{prefix}{k}"
-        keys.append(p)
-        if isinstance(v, Mapping):
-            keys += _flatten_keys(v, p + ".")
-    return keys
-
-
-def _format_errors(err: ValidationError, sources: dict[str, str]) -> str:
-    lines = [f"invalid configuration ({err.error_count()} error{'s' if err.error_count() != 1 else ''}):"]
-    for e in err.errors():
-        loc = ".".join(str(x) for x in e["loc"]) or "(root)"
-        msg = e["msg"]
-        if e["type"] == "extra_forbidden":
-            msg = "unknown field (check the spelling; see docs/config.md)"
-        src = None
-        parts = loc.split(".")
-        for i in range(len(parts), 0, -1):
-            src = sources.get(".".join(parts[:i]))
-            if src:
-                break
-        got = ""
-        if "input" in e and e["type"] != "extra_forbidden" and not isinstance(e["input"], (dict, list)):
-            shown = "***" if "token" in loc else repr(e["input"])
-            got = f" (got {shown})"
-        lines.append(f"  {loc}: {msg}{got}" + (f" [from {src}]" if src else ""))
-    return "\n".join(lines)
-
-
-def load_config(
-    path: str | os.PathLike[str] | None = None,
-    environ: Mapping[str, str] | None = None,
-    overrides: Mapping[str, Any] | None = None,
-    override_sources: dict[str, str] | None = None,
-) -> SidecarConfig:
-    """Build and validate the configuration from all sources.
-
-    Args:
-        path: YAML file, or None for defaults only.
-        environ: environment to read ``INFERWATCH_*`` from (``os.environ`` by default).
-        overrides: a config tree from command-line flags (highest precedence).
-        override_sources: where each overridden key came from, for error messages.
-
-    Raises:
-        ConfigError: with one line per problem, naming field, issue and source.
-    """
-    sources: dict[str, str] = {}
-    tree: dict[str, Any] = {}
-    if path is not None:
-        tree = read_yaml(path)
-        for k in _flatten_keys(tree):
-            sources[k] = f"config file {path}"
-    env_tree, env_src = env_overrides(os.environ if environ is None else environ)
-    tree = merge(tree, env_tree)
-    sources.update(env_src)
-    if overrides:
-        tree = merge(tree, overrides)
-        for k in _flatten_keys(overrides):
-            sources[k] = (override_sources or {}).get(k, "command line")
-    try:
-        return SidecarConfig.model_validate(tree)
-    except ValidationError as e:
-        raise ConfigError(_format_errors(e, sources)) from None
-
-
-def reference_yaml(skip: tuple[str, ...] | None = None) -> str:
-    """Every field with its default and description, as commented YAML (docs/config.md).
-
-    Args:
-        skip: top-level sections left out; default: every registered component's (they document their own).
-    """
-    skip = registry.names() if skip is None else skip
-    lines: list[str] = []
-
-    def walk(model: type[BaseModel], indent: str) -> None:
-        for name, f in model.model_fields.items():
-            if not indent and name in skip:
-                continue
-            ann = f.annotation
-            if isinstance(ann, type) and issubclass(ann, BaseModel):
-                lines.append(f"{indent}{name}:")
-                walk(ann, indent + "  ")
-                continue
-            if f.description:
-                lines.append(f"{indent}# {f.description}")
-            default = f.get_default(call_default_factory=True)
-            if isinstance(default, SecretStr):
-                default = "***"
-            shown = f'"{default:04o}"' if name == "socket_mode" else json.dumps(default)
-            lines.append(f"{indent}{name}: {shown}")
-
-    walk(SidecarConfig, "")
-    return "\n".join(lines) + "\n"
-
-
-if __name__ == "__main__":  # pragma: no cover
-    if sys.argv[1:] == ["--reference"]:
-        sys.stdout.write(reference_yaml())
-    else:
-        print("usage: python -m inferwatch_sidecar.config --reference", file=sys.stderr)
-        sys.exit(2)

@@ -34,7 +34,7 @@ from typing import Any
 
 import numpy as np
 
-from inferwatch_sidecar.components.drift.columns import canon
+from inferwatch_sidecar.stats.columns import canon
 
 MISSING_TOKENS = frozenset({"", "na", "nan", "n/a", "null", "none"})
 BOOL_TOKENS = frozenset({"true", "false"})

@@ -5,9 +5,12 @@ at the minimum and one just above the maximum), their ``counts`` and
 ``bin_means``, coarser ``psi_edges`` for PSI and Jensen-Shannon, and the
 moments; a categorical column keeps its top-K ``categories`` with their counts
 and one "other" count. Both keep ``count`` and ``missing``. Everything is
-bounded by ``bins`` and ``top_k``, not by the reference size. The profile
-(:mod:`.profile`) and the models built on the columns (:mod:`.multivariate`,
-:mod:`.performance`) import this module, never the other way round.
+bounded by ``bins`` and ``top_k``, not by the reference size. The drift
+profile (:mod:`inferwatch_sidecar.components.drift.profile`), the models built on
+the columns (the drift package's ``multivariate`` and ``performance``), the
+per-column comparison (:mod:`.compare`), tail attribution and the canary judge
+(:func:`canon`, one category spelling everywhere) import this module, never the
+other way round.
 """
 
 from __future__ import annotations

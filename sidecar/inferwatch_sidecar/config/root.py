@@ -1,0 +1,59 @@
+"""The whole configuration: the daemon's own sections, then one section per registered component.
+
+The component sections are not written here: :data:`SidecarConfig` is :class:`CoreConfig` plus one field
+per :data:`~inferwatch_sidecar.components.registry.REGISTRY` entry, named after the component and typed
+by its config model, in the registry's order. Adding a component to the registry adds its section, its
+``INFERWATCH_<NAME>__...`` variables and its part of docs/config.md.
+
+Code reaches a component's section through the registry (:func:`~inferwatch_sidecar.components.registry.section`,
+or :func:`~inferwatch_sidecar.components.registry.config_of` for its typed model): the type checker knows
+:data:`SidecarConfig` as :class:`CoreConfig`, which it is a subclass of.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from pydantic import Field, create_model
+
+from inferwatch_sidecar.components import registry
+from inferwatch_sidecar.config.sections import (
+    AggregateConfig,
+    HttpConfig,
+    IngestConfig,
+    LabelsConfig,
+    Section,
+    TracesConfig,
+)
+
+__all__ = ["CoreConfig", "SidecarConfig"]
+
+
+class CoreConfig(Section):
+    """The whole sidecar configuration (the YAML file's root)."""
+
+    ingest: IngestConfig = Field(default_factory=IngestConfig)
+    http: HttpConfig = Field(default_factory=HttpConfig)
+    labels: LabelsConfig = Field(default_factory=LabelsConfig)
+    aggregate: AggregateConfig = Field(default_factory=AggregateConfig)
+    traces: TracesConfig = Field(default_factory=TracesConfig)
+    resource: dict[str, str] = Field(
+        default_factory=dict,
+        description="Extra OpenTelemetry resource attributes for the OTLP push (service.name, ...).",
+    )
+    shutdown_timeout_s: float = Field(10.0, gt=0, le=300, description="Longest a graceful shutdown may take.")
+
+
+def _with_components(core: type[CoreConfig]) -> type[CoreConfig]:
+    """``core`` with a section per registered component, in the registry's order."""
+    taken = sorted(set(registry.names()) & set(core.model_fields))
+    if taken:
+        raise TypeError(f"components {taken} are named like sections of the daemon's own config")
+    sections: dict[str, Any] = {s.name: (s.config, Field(default_factory=s.config)) for s in registry.REGISTRY}
+    return create_model("SidecarConfig", __base__=core, __module__=__name__, __doc__=core.__doc__, **sections)
+
+
+if TYPE_CHECKING:
+    SidecarConfig = CoreConfig
+else:
+    SidecarConfig = _with_components(CoreConfig)

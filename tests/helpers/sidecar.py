@@ -1,0 +1,151 @@
+"""A real ``inferwatch sidecar`` in a subprocess, on loopback and a temp socket, and reading what it exports.
+
+Every test package uses these (the ``sidecar_factory`` fixture of tests/conftest.py builds
+:class:`SidecarProc` and kills what a test left running).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+from tests.helpers.net import free_port
+
+__all__ = ["REPO", "SidecarProc", "parse_metrics", "sample", "total", "wait_until"]
+
+#: The checkout's root.
+REPO = Path(__file__).resolve().parents[2]
+
+
+def wait_until(pred: Any, timeout: float = 10.0, interval: float = 0.02, what: str = "condition") -> Any:
+    """Poll ``pred`` until it returns a truthy value or the deadline passes."""
+    deadline = time.monotonic() + timeout
+    last = None
+    while time.monotonic() < deadline:
+        last = pred()
+        if last:
+            return last
+        time.sleep(interval)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what} (last value {last!r})")
+
+
+class SidecarProc:
+    """A running ``inferwatch sidecar`` subprocess."""
+
+    def __init__(self, tmp: Path, extra_args: list[str] | None = None, env: dict[str, str] | None = None,
+                 port: int | None = None, sock: str | None = None) -> None:
+        self.port = port or free_port()
+        self.sock = sock or str(tmp / "iw" / "ingest.sock")
+        self.log_path = tmp / f"sidecar-{self.port}-{time.monotonic_ns()}.log"
+        self.args = [
+            sys.executable, "-m", "inferwatch_sidecar.cli", "sidecar", "--socket", self.sock,
+            "--http-port", str(self.port), "--no-gpu", "--no-drift", *(extra_args or []),
+        ]
+        self.env = {k: v for k, v in os.environ.items() if not k.startswith(("INFERWATCH_", "OTEL_"))}
+        self.env.update(env or {})
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self, wait: bool = True) -> SidecarProc:
+        self._log = open(self.log_path, "ab")  # noqa: SIM115 - closed in stop()
+        self.started_at = time.monotonic()
+        self.proc = subprocess.Popen(self.args, stdout=self._log, stderr=subprocess.STDOUT, env=self.env, cwd=REPO)
+        if wait:
+            wait_until(self.ready, timeout=15, what=f"sidecar ready (log: {self.log})")
+            self.ready_after = time.monotonic() - self.started_at
+        return self
+
+    def ready(self) -> bool:
+        assert self.proc is not None
+        if self.proc.poll() is not None:
+            raise AssertionError(f"sidecar exited with {self.proc.returncode}:\n{self.log}")
+        try:
+            with urllib.request.urlopen(self.url + "/readyz", timeout=1) as r:
+                return bool(r.status == 200)
+        except (urllib.error.URLError, ConnectionError, OSError):
+            return False
+
+    @property
+    def log(self) -> str:
+        try:
+            return self.log_path.read_text(errors="replace")
+        except OSError:
+            return ""
+
+    def get(self, path: str, headers: dict[str, str] | None = None) -> tuple[int, dict[str, str], bytes]:
+        req = urllib.request.Request(self.url + path, headers=headers or {})
+        try:
+            with urllib.request.urlopen(req, timeout=10) as r:
+                return r.status, dict(r.headers), r.read()
+        except urllib.error.HTTPError as e:
+            return e.code, dict(e.headers), e.read()
+
+    def post(self, path: str, body: bytes, headers: dict[str, str] | None = None) -> tuple[int, Any]:
+        req = urllib.request.Request(self.url + path, data=body, method="POST",
+                                     headers={"Content-Type": "application/json", **(headers or {})})
+        try:
+            with urllib.request.urlopen(req, timeout=10) as r:
+                data = r.read()
+                code = r.status
+        except urllib.error.HTTPError as e:
+            data = e.read()
+            code = e.code
+        try:
+            return code, json.loads(data)
+        except ValueError:
+            return code, data
+
+    def status(self) -> dict[str, Any]:
+        code, _, body = self.get("/v1/status")
+        assert code == 200
+        return json.loads(body)  # type: ignore[no-any-return]
+
+    def metrics(self) -> str:
+        code, _, body = self.get("/metrics")
+        assert code == 200, body
+        return body.decode()
+
+    def stop(self, sig: int = signal.SIGTERM, timeout: float = 15) -> int:
+        assert self.proc is not None
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig)
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+                raise AssertionError(f"sidecar did not stop within {timeout}s:\n{self.log}") from None
+        self._log.close()
+        return int(self.proc.returncode)
+
+
+def parse_metrics(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    """Samples of a Prometheus text exposition keyed by (name, sorted labels)."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    out: dict[tuple[str, tuple[tuple[str, str], ...]], float] = {}
+    for fam in text_string_to_metric_families(text):
+        for s in fam.samples:
+            out[(s.name, tuple(sorted(s.labels.items())))] = s.value
+    return out
+
+
+def sample(samples: dict[Any, float], name: str, **labels: str) -> float:
+    """The value of one sample, 0 when absent."""
+    return samples.get((name, tuple(sorted(labels.items()))), 0.0)
+
+
+def total(samples: dict[Any, float], name: str, **match: str) -> float:
+    """Sum of every sample of ``name`` whose labels include ``match``."""
+    return sum(v for (n, labs), v in samples.items() if n == name and all((k, v2) in labs for k, v2 in match.items()))
