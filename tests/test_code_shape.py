@@ -35,7 +35,6 @@ LONG_FUNCTIONS: dict[str, str] = {
     "sidecar/inferwatch_sidecar/components/skew/diagnose.py::_diagnose_feature": "to split",
     "dashboards/src/drift.py::build": "to split: one function per row of panels",
     "dashboards/src/gpu.py::build": "to split: one function per row of panels",
-    "dashboards/src/overview.py::build": "to split: one function per row of panels",
     "dashboards/src/saturation.py::build": "to split: one function per row of panels (came with #25)",
     "sdk/inferwatch/wire/_codegen_encode.py::_checks_and_effects": "to split",
     "bench/leak_detection.py::main": "benchmark driver, to split",

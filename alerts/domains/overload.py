@@ -34,10 +34,15 @@ def _overload_alerts() -> list[Alert]:
         ),
         Alert(
             name="InferwatchTimeoutMismatch", group="inferwatch-serving", severity="warning", for_s=600,
+            # The server's median from the classic buckets where a replica exports them, else from its native
+            # histogram (Prometheus with native histograms on; docs/scale.md). The give-up wait is classic on
+            # every exposition (the aggregator keeps no native layout for it).
             expr="histogram_quantile(0.5, sum by (" + SERVING + ", le) "
                  "(rate(inferwatch_client_giveup_wait_seconds_bucket[{window:15m}])))\n<\n"
-                 "{wait_share} * histogram_quantile(0.5, sum by (" + SERVING + ", le) "
-                 "(rate(inferwatch_request_duration_seconds_bucket[{window:15m}])))\n"
+                 "{wait_share} * (\n  histogram_quantile(0.5, sum by (" + SERVING + ", le) "
+                 "(rate(inferwatch_request_duration_seconds_bucket[{window:15m}])))\n  or\n"
+                 "  histogram_quantile(0.5, sum by (" + SERVING + ") "
+                 "(rate(inferwatch_request_duration_seconds[{window:15m}])))\n)\n"
                  "and\n(\n  " + _rate("inferwatch_client_giveups_total", "15m") + f"\n  /\n  {att15}\n"
                  ") > {giveup_ratio}",
             summary="Clients of {labels.model} {labels.model_version} give up before the server typically "
