@@ -1,4 +1,5 @@
-"""Overload: retry storms and client timeouts (docs/overload.md). promtool: tests/alerts/overload.test.yml."""
+"""Overload: retry storms, load shedding and client timeouts (docs/overload.md). promtool:
+tests/alerts/overload.test.yml."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ def _rate(metric: str, window: str) -> str:
 
 
 def _overload_alerts() -> list[Alert]:
-    """Issue 27: retries and client give-ups that feed an overload (docs/overload.md)."""
+    """Issue 27: retries, shed requests and client give-ups that feed an overload (docs/overload.md)."""
     att5, ret5 = _rate("inferwatch_request_attempts_total", "5m"), _rate("inferwatch_request_retries_total", "5m")
     att15 = _rate("inferwatch_request_attempts_total", "15m")
     return [
@@ -31,6 +32,18 @@ def _overload_alerts() -> list[Alert]:
                 Threshold(name="giveup_ratio", value=0.05,
                           doc="share of requests whose client disconnected before the response was complete"),
             ),
+        ),
+        Alert(
+            name="InferwatchLoadShedding", group="inferwatch-serving", severity="warning", for_s=300,
+            expr="sum by (" + SERVING + ') (rate(inferwatch_requests_total{{outcome="shed"}}[{window:5m}]))\n/\n'
+                 "sum by (" + SERVING + ") (rate(inferwatch_requests_total[{window:5m}]))\n> {shed_ratio}",
+            summary="{labels.model} {labels.model_version} sheds requests: the server turns work away.",
+            description="{value:humanizePercentage} of the requests to " + _WHERE + " over the last {window:5m} "
+                        "were shed (429 or 503 the server itself returned; threshold {shed_ratio}): it refuses work "
+                        "it has no room for. Find what binds it and add capacity, and make sure clients back off "
+                        "instead of retrying at once (see the runbook).",
+            thresholds=(Threshold(name="shed_ratio", value=0.05,
+                                  doc='share of requests ending in outcome="shed" (429/503 the server returned)'),),
         ),
         Alert(
             name="InferwatchTimeoutMismatch", group="inferwatch-serving", severity="warning", for_s=600,

@@ -4,29 +4,38 @@ Every place that enumerates components derives from :data:`REGISTRY`: the
 daemon's build and start order (and the reverse stop order), the config
 sections the daemon reads, the catalog entries the daemon reserves for
 components (running or not), the config reference's skip list (components
-document their own sections) and the conformance checks
+document their own sections), the readers of each section into the status
+summary's bad-now rows (:func:`verdict_readers`) and the conformance checks
 (``tests/components/test_conformance.py``).
 
-This module imports only the components' config models and catalog entries
-(light: pydantic and the catalog), never their implementation, which the
-daemon imports only when the section is enabled (numpy, pyarrow).
+This module imports only the components' config models, catalog entries and
+status readers (light: pydantic, the catalog, plain functions over the status
+document), never their implementation, which the daemon imports only when the
+section is enabled (numpy, pyarrow).
 
 To add a component: a config model (``components/<name>/config.py``, with
 ``enabled``), its catalog entries (``metrics/<name>.py``, joined in
 ``metrics/catalog.py``), a ``build(config, ctx)`` in ``components/<name>/component.py``,
-the section in ``config.SidecarConfig`` and one :class:`ComponentSpec` below.
+the section in ``config.SidecarConfig`` and one :class:`ComponentSpec` below; for
+its bad-now verdicts on the status page and in ``inferwatch top``, either list
+them as ``verdicts`` rows in its status or give the spec a reader.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from pydantic import BaseModel
 
+from inferwatch_sidecar.components.canary import verdicts as canary_verdicts
 from inferwatch_sidecar.components.canary.config import CanaryConfig
 from inferwatch_sidecar.components.capacity.config import CapacityConfig
+from inferwatch_sidecar.components.drift import verdicts as drift_verdicts
 from inferwatch_sidecar.components.drift.config import DriftConfig
 from inferwatch_sidecar.components.engines.config import EnginesConfig
+from inferwatch_sidecar.components.gpu import verdicts as gpu_verdicts
 from inferwatch_sidecar.components.gpu.config import GpuConfig
 from inferwatch_sidecar.components.saturation.config import SaturationConfig
 from inferwatch_sidecar.components.skew.config import SkewConfig
@@ -41,7 +50,12 @@ from inferwatch_sidecar.metrics import skew as skew_metrics
 from inferwatch_sidecar.metrics import tail as tail_metrics
 from inferwatch_sidecar.metrics.entry import Metric
 
-__all__ = ["REGISTRY", "ComponentSpec", "check_sections", "component_metrics", "names", "section", "spec"]
+__all__ = ["REGISTRY", "ComponentSpec", "check_sections", "component_metrics", "names", "section", "spec",
+           "verdict_readers"]
+
+#: A status reader: the component's ``/v1/status`` section and the status's time -> bad-now rows
+#: (``export/summary.py``'s ``Reader``).
+VerdictReader = Callable[[Mapping[str, Any], float], Iterable[dict[str, Any]]]
 
 
 @dataclass(frozen=True)
@@ -53,12 +67,15 @@ class ComponentSpec:
         module: the module whose ``build(config_section, ctx)`` builds it.
         config: the model of its config section.
         metrics: every catalog entry it may export (reserved even when it is off).
+        verdicts: reads its ``/v1/status`` section into the status summary's bad-now rows (what is wrong,
+            since when, which runbook); None: the rows it lists as ``verdicts`` in its status stand alone.
     """
 
     name: str
     module: str
     config: type[BaseModel]
     metrics: tuple[Metric, ...]
+    verdicts: VerdictReader | None = None
 
     def __post_init__(self) -> None:
         foreign = [m.name for m in self.metrics if m.component != self.name]
@@ -68,16 +85,17 @@ class ComponentSpec:
             raise ValueError(f"component {self.name!r}: its config section needs an 'enabled' field")
 
 
-def _spec(name: str, config: type[BaseModel], metrics: tuple[Metric, ...]) -> ComponentSpec:
-    return ComponentSpec(name, f"inferwatch_sidecar.components.{name}.component", config, metrics)
+def _spec(name: str, config: type[BaseModel], metrics: tuple[Metric, ...],
+          verdicts: VerdictReader | None = None) -> ComponentSpec:
+    return ComponentSpec(name, f"inferwatch_sidecar.components.{name}.component", config, metrics, verdicts)
 
 
 #: Every component, in start order (stopped in the reverse order).
 REGISTRY: tuple[ComponentSpec, ...] = (
-    _spec("gpu", GpuConfig, gpu_metrics.METRICS),
-    _spec("drift", DriftConfig, drift_metrics.METRICS),
+    _spec("gpu", GpuConfig, gpu_metrics.METRICS, gpu_verdicts.verdicts),
+    _spec("drift", DriftConfig, drift_metrics.METRICS, drift_verdicts.verdicts),
     _spec("tail", TailConfig, tail_metrics.METRICS),
-    _spec("canary", CanaryConfig, canary_metrics.METRICS),
+    _spec("canary", CanaryConfig, canary_metrics.METRICS, canary_verdicts.verdicts),
     _spec("skew", SkewConfig, skew_metrics.METRICS),
     _spec("engines", EnginesConfig, engines_metrics.METRICS),
     _spec("saturation", SaturationConfig, saturation_metrics.METRICS),
@@ -96,6 +114,11 @@ def spec(name: str) -> ComponentSpec:
         if s.name == name:
             return s
     raise KeyError(f"no component {name!r}; known: {', '.join(names())}")
+
+
+def verdict_readers() -> dict[str, VerdictReader]:
+    """Component name -> the reader of its status section into bad-now rows, for those that declare one."""
+    return {s.name: s.verdicts for s in REGISTRY if s.verdicts is not None}
 
 
 def component_metrics() -> tuple[Metric, ...]:
