@@ -91,7 +91,7 @@ def test_canary_and_tail_through_the_daemon(capsys) -> None:
         assert "latency_p99 *" in out and "why: latency_p99: ratio " in out
         rows = {ln.split()[0]: ln for ln in out.splitlines()[2:] if ln.startswith("  ") and not ln.strip().startswith(
             ("why:", "warning:"))}
-        assert "z, share above stable P99" in rows["latency_p99"] and "s (P99)" in rows["latency_p99"]
+        assert "Fisher exact, share above P99" in rows["latency_p99"] and "s (P99)" in rows["latency_p99"]
         assert "Fisher exact" in rows["error_rate"] and "Mann-Whitney U" in rows["latency"]
         assert "warning:" not in out  # one producer sent both versions: one replica each, the same load
     finally:

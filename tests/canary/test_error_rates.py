@@ -105,3 +105,28 @@ def test_the_component_holds_a_real_fail_back_then_reports_it_and_its_metrics_fo
     fail = [v for (name, labels), v in samples.items() if name == "inferwatch_canary_verdict" and
             ("verdict", "fail") in labels]
     assert fail == [1.0]
+
+
+def test_the_p99_test_is_calibrated_on_identical_latencies_where_the_stable_threshold_was_not() -> None:
+    """4,000 identical pairs (3,000 stable and 800 canary requests, random log-normal medians and spreads): the
+    share above the P99 of both versions together (Fisher) says p <= alpha at most alpha of the time; the share
+    above the stable version's own P99 (the judge before) said it more than twice as often at alpha = 1%."""
+    from inferwatch_sidecar.components.canary.judge import _p99
+    from inferwatch_sidecar.components.canary.window import N_LATENCY, latency_bins
+    from inferwatch_sidecar.stats.hypothesis import two_proportion_z
+
+    cfg = CanaryConfig()
+    rng = np.random.default_rng(1)
+    new, old = [], []
+    for _ in range(4000):
+        sigma, median = rng.uniform(0.3, 1.0), rng.uniform(0.005, 0.2)
+        b = np.bincount(latency_bins(rng.lognormal(np.log(median), sigma, 3000)), minlength=N_LATENCY)
+        c = np.bincount(latency_bins(rng.lognormal(np.log(median), sigma, 800)), minlength=N_LATENCY)
+        new.append(_p99("latency_p99", None, b, c, cfg).p_value)
+        j = int(np.searchsorted(np.cumsum(b), 0.99 * 3000, side="left"))
+        z, p2 = two_proportion_z(b[j + 1:].sum(), 3000, c[j + 1:].sum(), 800)
+        old.append(p2 / 2 if z > 0 else 1 - p2 / 2)
+    pn, po = np.array(new), np.array(old)
+    for alpha in (0.05, 0.01, 0.001):
+        assert np.mean(pn <= alpha) <= alpha, alpha
+    assert (np.mean(pn <= 0.01), np.mean(po <= 0.01)) == (0.007, 0.01675)

@@ -106,6 +106,8 @@ def test_one_frame_of_the_recorded_poll_cuts_nothing(width: int) -> None:
         assert reason.replace(" ", "") in why, reason
     for st in stages:
         assert f"stage_latency[{st}]" in why
+    for w in j.get("warnings") or []:  # why the verdict may mislead, below the reasons
+        assert f"warning:{w}".replace(" ", "") in why, w
     # Both versions' estimates with their interval, and why v2's estimate and its labels differ.
     drift = column_text(text, "drift of credit-risk")
     for i, v in enumerate(("v1", "v2")):

@@ -37,6 +37,9 @@ HTTP = {
 SATURATED_FOR_S = 1500.0
 CANARY_FAILING_FOR_S = 240.0
 DRIFT_WINDOW_S = 3600.0
+#: The canary judgement's warning (the stable version's replicas are the busier ones here).
+CANARY_WARNING = ("load per replica differs 2.50x (stable 500 requests on 2 replica(s), canary 200 on 1): the stable "
+                  "version's replicas carry more load each, which alone can make it slower; compare latency with care")
 
 
 def _latency_row(model: str, version: str, p99: float) -> dict[str, Any]:
@@ -53,9 +56,13 @@ def _latency_row(model: str, version: str, p99: float) -> dict[str, Any]:
 
 def _metric(name: str, stage: str | None, result: str, base: float, can: float, effect: float, tol: float,
             p: float | None) -> dict[str, Any]:
+    from inferwatch_sidecar.components.canary.judge import STATISTICS
+
+    statistic, unit = STATISTICS[name]
     return {"name": name, "stage": stage, "direction": "increase", "baseline": base, "canary": can,
             "effect_name": "auc_shift" if "latency" in name else "psi", "effect": effect, "tolerance": tol,
-            "p_value": p, "p_adjusted": p, "critical": name == "error_rate", "result": result}
+            "p_value": p, "p_adjusted": p, "critical": name == "error_rate", "result": result, "statistic": statistic,
+            "unit": unit}
 
 
 def status() -> dict[str, Any]:
@@ -136,7 +143,8 @@ def status() -> dict[str, Any]:
             "canary": {"state": "running", "min_requests": 100, "judgements": [
                 {"service": "svc", "model": "ranker", "canary_version": "v2", "baseline_version": "v1",
                  "canary_requests": 200, "baseline_requests": 1000, "score": 35.0, "verdict": "fail",
-                 "verdict_since_unix": NOW - CANARY_FAILING_FOR_S, "reasons": reasons, "metrics": metrics}]},
+                 "verdict_since_unix": NOW - CANARY_FAILING_FOR_S, "reasons": reasons, "metrics": metrics,
+                 "warnings": [CANARY_WARNING]}]},
             # Components that list their own bad-now rows (saturation with its own onset; headroom without one).
             "saturation": {"state": "running", "models": [
                 {"service": "svc", "model": "ranker", "model_version": "v1", "bound": "kv_cache",

@@ -639,6 +639,9 @@ def test_first_screen_shows_what_is_bad_since_when_with_runbooks_and_nothing_is_
     assert acc["ranker v1"]["labelled_accuracy"][1] == "36.3% of 400"
     assert acc["ranker v2"]["labelled_accuracy"][1] == "no labels yet"
     assert "cannot see that version's own errors" in out.stdout
+    assert f"warning: {status_fixture.CANARY_WARNING}" in html.unescape(out.stdout)
+    assert {r["metric"][1]: (r["statistic"][1], r["unit"][1]) for r in dom.tables["canary-metrics"]}["latency"] == (
+        "Mann-Whitney U", "s (median)")
     metrics = [r["metric"][1] for r in dom.tables["canary-metrics"]]
     assert "stage_latency [queue]" in metrics and "stage_latency [inference]" in metrics
     assert {r["metric"][1]: r["result"][1] for r in dom.tables["canary-metrics"]}["error_rate"] == "pass"

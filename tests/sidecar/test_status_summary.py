@@ -76,7 +76,7 @@ def test_verdicts_name_every_bad_component_and_only_what_is_bad() -> None:
     assert "225.0 GiB/h" in leak["detail"]  # 64 MiB/s
     canary = found[("canary", "ranker v2 vs v1", "fail")]
     assert canary["detail"] == "score 35/100; failing: latency, stage_latency[queue], stage_latency[inference], " \
-                               "prediction_mix"
+                               "prediction_mix; " + status_fixture.CANARY_WARNING
     err = found[("requests", "svc ranker v1", "high error rate")]
     assert err["detail"].startswith("6.0% of 1000 requests failed")  # 60 errors; 4xx and shed are not errors
     # The bad first, then by component.

@@ -391,6 +391,9 @@ def canary_table(view: SidecarView, title: str = "canary judge") -> Table:
         why = "\n".join(j.get("reasons") or []) or "-"
         if failed and not j.get("reasons"):
             why = ", ".join(m["name"] + (f"[{m['stage']}]" if m.get("stage") else "") for m in failed)
+        # Why the verdict may mislead (unequal load per replica) or is held back (a fail not yet confirmed).
+        why = "\n".join([*([] if why == "-" and j.get("warnings") else [why]),
+                         *(f"warning: {w}" for w in j.get("warnings") or [])])
         rows.append([f"{j.get('model', '')} {j.get('canary_version')} vs {j.get('baseline_version')}",
                      Text(str(v).upper(), style=style), f"{j.get('score', 0):.0f}/100",
                      f"{j.get('canary_requests')} vs {j.get('baseline_requests')}", Text(why)])

@@ -26,9 +26,9 @@ Metrics (docs/canary.md has the table):
 - ``latency`` and ``stage_latency`` per stage (higher is worse): Mann-Whitney
   on the binned latencies, ties handled (``stats.mann_whitney_binned``);
   effect ``AUC - 0.5``;
-- ``latency_p99`` and ``stage_p99`` (higher is worse): the share of each
-  version's requests above the stable version's P99 bin, two-proportion
-  z-test, one-sided; effect: ratio of the two P99s. The rank test alone cannot
+- ``latency_p99`` and ``stage_p99`` (higher is worse): each version's share
+  of the requests above the P99 bin of both versions together, Fisher's exact
+  test, one-sided; effect: ratio of the two P99s. The rank test alone cannot
   see a tail that moves while the body stays put;
 - ``prediction_mix`` (any change is worse): chi-square homogeneity, effect PSI;
 - ``confidence`` (lower is worse): Mann-Whitney on binned confidences, effect:
@@ -83,7 +83,8 @@ STATISTICS = {
     "shed_rate": ("Fisher exact", "share"), "goodput": ("Fisher exact", "share"),
     "latency": ("Mann-Whitney U", "s (median)"), "stage_latency": ("Mann-Whitney U", "s (median)"),
     "ttft": ("Mann-Whitney U", "s (median)"), "itl": ("Mann-Whitney U", "s (median)"),
-    "latency_p99": ("z, share above stable P99", "s (P99)"), "stage_p99": ("z, share above stable P99", "s (P99)"),
+    "latency_p99": ("Fisher exact, share above P99", "s (P99)"),
+    "stage_p99": ("Fisher exact, share above P99", "s (P99)"),
     "prediction_mix": ("chi-square", "-"), "confidence": ("Mann-Whitney U", "mean confidence"),
     "estimated_accuracy": ("none (tolerance only)", "accuracy"),
 }
@@ -203,11 +204,6 @@ def _fmt(v: float | None) -> str:
     return "-" if v is None else f"{v:.4g}"
 
 
-def _one_sided_greater(z: float, p_two: float) -> float:
-    """Upper-tail p-value from a two-sided z-test."""
-    return p_two / 2.0 if z > 0 else 1.0 - p_two / 2.0
-
-
 def exact_greater(kb: int, nb: int, kc: int, nc: int) -> float:
     """Fisher's exact one-sided p-value that the canary's share ``kc / nc`` exceeds the stable one's ``kb / nb``.
 
@@ -232,16 +228,18 @@ def _latency(name: str, stage: str | None, b: np.ndarray, c: np.ndarray, cfg: Ca
 
 
 def _p99(name: str, stage: str | None, b: np.ndarray, c: np.ndarray, cfg: CanaryConfig) -> MetricResult:
-    nb, nc = float(b.sum()), float(c.sum())
-    # The stable version's P99 bin: the share of each version above it is compared (1% or less for the stable one).
-    j = int(np.searchsorted(np.cumsum(b), 0.99 * nb, side="left"))
-    kb, kc = float(b[j + 1:].sum()), float(c[j + 1:].sum())
-    z, p = stats.two_proportion_z(kb, nb, kc, nc)
+    nb, nc = int(b.sum()), int(c.sum())
+    # Each version's requests above the P99 bin of both together: a threshold that treats the two alike, so
+    # with equal latencies the split of those requests between them is hypergeometric and Fisher's test is
+    # exact. (The stable version's own P99 would not be: its share above it is at most 1% by construction,
+    # the canary's is not, and identical canaries fail on the difference.)
+    j = int(np.searchsorted(np.cumsum(b + c), 0.99 * (nb + nc), side="left"))
+    kb, kc = int(b[j + 1:].sum()), int(c[j + 1:].sum())
     qb, qc = quantile(b, 0.99), quantile(c, 0.99)
     ratio = qc / qb if qb and qc is not None else None
     m = MetricResult(name, stage, "increase", qb, qc, "ratio", ratio, cfg.tolerances.latency_p99_ratio,
-                     _one_sided_greater(z, p), is_critical(cfg.critical, name, stage))
-    if j >= LATENCY_EDGES.size:  # the stable P99 is in the overflow bin: nothing above it to count
+                     exact_greater(kb, nb, kc, nc), is_critical(cfg.critical, name, stage))
+    if j >= LATENCY_EDGES.size:  # the P99 is in the overflow bin: nothing above it to count
         m.p_value = None
     return m
 

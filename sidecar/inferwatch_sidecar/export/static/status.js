@@ -79,7 +79,8 @@ function fmt(key, v) {
 function verdictPill(v) {
   const cls = { ok: "ok", leak: "bad", drifted: "bad", running: "ok", watch: "warn", suspect: "warn",
                 warming_up: "warn", starting: "warn", degraded: "warn", failing: "bad", failed: "bad",
-                pass: "ok", marginal: "warn", fail: "bad", bad: "bad", warn: "warn", absent: "warn" }[v] || "";
+                pass: "ok", marginal: "warn", fail: "bad", bad: "bad", warn: "warn", absent: "warn",
+                inconclusive: "warn" }[v] || "";
   return el("span", { cls: "pill " + cls, data: { verdict: String(v) } }, plain(v));
 }
 
@@ -329,10 +330,15 @@ function renderCanary(st) {
       ` score ${isNum(j.score) ? j.score.toFixed(0) : "—"}/100, ${plain(j.canary_requests)} against ${plain(j.baseline_requests)} requests`);
     parts.push(h);
     if (j.reasons && j.reasons.length) parts.push(el("ul", { cls: "reasons" }, ...j.reasons.map(r => el("li", null, r))));
+    // Why the verdict may mislead (unequal load per replica), or is held back (a fail not yet confirmed).
+    if (j.warnings && j.warnings.length) {
+      parts.push(el("ul", { cls: "reasons warnings" }, ...j.warnings.map(w => el("li", { data: { warning: "canary" } },
+                                                                               "warning: " + w))));
+    }
     const rows = (j.metrics || []).map(m => ({ ...m, metric: m.stage ? `${m.name} [${m.stage}]` : m.name }));
     parts.push(table("canary-metrics", [["metric", "metric"], ["result", "result", r => verdictPill(r.result)],
-      ["baseline", "stable"], ["canary", "canary"], ["effect", "effect"], ["effect_name", "measure"],
-      ["tolerance", "tolerance"], ["p_adjusted", "adjusted p"]], rows));
+      ["baseline", "stable"], ["canary", "canary"], ["unit", "unit"], ["effect", "effect"], ["effect_name", "measure"],
+      ["tolerance", "tolerance"], ["statistic", "test"], ["p_adjusted", "adjusted p (Holm)"]], rows));
   }
   if (c && !judgements.length) {
     parts.push(componentUnavailable(c, "The canary judge") ||
