@@ -34,7 +34,6 @@ LONG_FUNCTIONS: dict[str, str] = {
     "sidecar/inferwatch_sidecar/components/gpu/component.py::GpuComponent.status": "to split (i23a)",
     "sidecar/inferwatch_sidecar/aggregate/aggregator.py::Aggregator.collect": "to split (i23c)",
     "dashboards/src/gpu.py::build": "to split: one function per row of panels",
-    "dashboards/src/overview.py::build": "to split: one function per row of panels",
     "dashboards/src/saturation.py::build": "to split: one function per row of panels (came with #25)",
     "bench/leak_detection.py::main": "benchmark driver, to split",
     "bench/ingest.py::in_process": "benchmark driver, to split",

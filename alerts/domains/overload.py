@@ -1,4 +1,5 @@
-"""Overload: retry storms and client timeouts (docs/overload.md). promtool: tests/alerts/overload.test.yml."""
+"""Overload: retry storms, load shedding and client timeouts (docs/overload.md). promtool:
+tests/alerts/overload.test.yml."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ def _rate(metric: str, window: str) -> str:
 
 
 def _overload_alerts() -> list[Alert]:
-    """Issue 27: retries and client give-ups that feed an overload (docs/overload.md)."""
+    """Issue 27: retries, shed requests and client give-ups that feed an overload (docs/overload.md)."""
     att5, ret5 = _rate("inferwatch_request_attempts_total", "5m"), _rate("inferwatch_request_retries_total", "5m")
     att15 = _rate("inferwatch_request_attempts_total", "15m")
     return [
@@ -33,11 +34,28 @@ def _overload_alerts() -> list[Alert]:
             ),
         ),
         Alert(
+            name="InferwatchLoadShedding", group="inferwatch-serving", severity="warning", for_s=300,
+            expr="sum by (" + SERVING + ') (rate(inferwatch_requests_total{{outcome="shed"}}[{window:5m}]))\n/\n'
+                 "sum by (" + SERVING + ") (rate(inferwatch_requests_total[{window:5m}]))\n> {shed_ratio}",
+            summary="{labels.model} {labels.model_version} sheds requests: the server turns work away.",
+            description="{value:humanizePercentage} of the requests to " + _WHERE + " over the last {window:5m} "
+                        "were shed (429 or 503 the server itself returned; threshold {shed_ratio}): it refuses work "
+                        "it has no room for. Find what binds it and add capacity, and make sure clients back off "
+                        "instead of retrying at once (see the runbook).",
+            thresholds=(Threshold(name="shed_ratio", value=0.05,
+                                  doc='share of requests ending in outcome="shed" (429/503 the server returned)'),),
+        ),
+        Alert(
             name="InferwatchTimeoutMismatch", group="inferwatch-serving", severity="warning", for_s=600,
+            # The server's median from the classic buckets where a replica exports them, else from its native
+            # histogram (Prometheus with native histograms on; docs/scale.md). The give-up wait is classic on
+            # every exposition (the aggregator keeps no native layout for it).
             expr="histogram_quantile(0.5, sum by (" + SERVING + ", le) "
                  "(rate(inferwatch_client_giveup_wait_seconds_bucket[{window:15m}])))\n<\n"
-                 "{wait_share} * histogram_quantile(0.5, sum by (" + SERVING + ", le) "
-                 "(rate(inferwatch_request_duration_seconds_bucket[{window:15m}])))\n"
+                 "{wait_share} * (\n  histogram_quantile(0.5, sum by (" + SERVING + ", le) "
+                 "(rate(inferwatch_request_duration_seconds_bucket[{window:15m}])))\n  or\n"
+                 "  histogram_quantile(0.5, sum by (" + SERVING + ") "
+                 "(rate(inferwatch_request_duration_seconds[{window:15m}])))\n)\n"
                  "and\n(\n  " + _rate("inferwatch_client_giveups_total", "15m") + f"\n  /\n  {att15}\n"
                  ") > {giveup_ratio}",
             summary="Clients of {labels.model} {labels.model_version} give up before the server typically "

@@ -92,6 +92,22 @@ def quantiles(metric: str, sel: str, by: str, *, exemplar: bool = False,
                    f"{prefix}{name}", exemplar=exemplar) for q, name in qs]
 
 
+def hist_rate(metric: str, part: str, sel: str, by: str = "") -> str:
+    """``sum by (by) (rate(<metric>_<part>{sel}[...]))`` for ``part`` ``sum`` or ``count``.
+
+    From the classic series where a sidecar exports them, else from its native histogram: a Prometheus that
+    ingests native histograms keeps no ``_sum`` or ``_count`` series of them (docs/scale.md).
+    """
+    agg = f"sum by ({by}) " if by else "sum "
+    return (f"({agg}(rate({metric}_{part}{{{sel}}}[{RATE}]))\n or "
+            f"{agg}(histogram_{part}(rate({metric}{{{sel}}}[{RATE}]))))")
+
+
+def hist_buckets(metric: str, sel: str) -> str:
+    """A heatmap's buckets per second: the classic ``le`` buckets, else the native histogram itself."""
+    return f"sum by (le) (rate({metric}_bucket{{{sel}}}[{RATE}]))\nor sum(rate({metric}{{{sel}}}[{RATE}]))"
+
+
 # ---------------------------------------------------------------------------------------------------------------
 # panels
 # ---------------------------------------------------------------------------------------------------------------

@@ -10,6 +10,7 @@ from dashboards.src.common import (
     Row,
     core_vars,
     dashboard,
+    hist_rate,
     quantiles,
     query_var,
     target,
@@ -56,9 +57,10 @@ def build() -> Dashboard:
                        description="Tokens divided by streaming time (first-token wait plus inter-token gaps): the "
                                    "speed one user sees.",
                        targets=[target(
-                           f"sum by (stage) (rate(inferwatch_generation_length_tokens_sum{{{sel}}}[{RATE}]))\n/\n"
-                           f"sum by (stage) (rate(inferwatch_time_to_first_token_seconds_sum{{{sel}}}[{RATE}])\n"
-                           f"  + rate(inferwatch_inter_token_latency_seconds_sum{{{sel}}}[{RATE}]))", "{{stage}}")]),
+                           f"{hist_rate('inferwatch_generation_length_tokens', 'sum', sel, 'stage')}\n/\n("
+                           f"{hist_rate('inferwatch_time_to_first_token_seconds', 'sum', sel, 'stage')}\n"
+                           f"  + {hist_rate('inferwatch_inter_token_latency_seconds', 'sum', sel, 'stage')})",
+                           "{{stage}}")]),
             Row("Cancelled streams"),
             timeseries(title="Cancelled requests and streams per second", w=8, minimum=0, unit="reqps",
                        description="Requests that ended cancelled (the client left before the response was complete, "

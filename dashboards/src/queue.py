@@ -6,11 +6,12 @@ from grafana_foundation_sdk.models.dashboard import Dashboard
 
 from dashboards.src.common import (
     CORE,
-    RATE,
     Row,
     core_vars,
     dashboard,
     heatmap,
+    hist_buckets,
+    hist_rate,
     quantiles,
     target,
     threshold,
@@ -39,14 +40,14 @@ def build() -> Dashboard:
                                        "{{model}} {{model_version}}")]),
             Row("Dynamic batching"),
             heatmap(title="Batch size distribution", description="Batches per second by batch size bucket.",
-                    targets=[target(f"sum by (le) (rate(inferwatch_batch_size_bucket{{{CORE}}}[{RATE}]))", "{{le}}",
+                    targets=[target(hist_buckets("inferwatch_batch_size", CORE), "{{le}}",
                                     heatmap=True)]),
             timeseries(title="Mean batch size and batches per second", minimum=0,
                        description="Average items per batch, and batches formed per second.",
                        targets=[
-                           target(f"sum(rate(inferwatch_batch_size_sum{{{CORE}}}[{RATE}]))\n/\n"
-                                  f"sum(rate(inferwatch_batch_size_count{{{CORE}}}[{RATE}]))", "mean batch size"),
-                           target(f"sum(rate(inferwatch_batch_size_count{{{CORE}}}[{RATE}]))", "batches/s"),
+                           target(f"{hist_rate('inferwatch_batch_size', 'sum', CORE)}\n/\n"
+                                  f"{hist_rate('inferwatch_batch_size', 'count', CORE)}", "mean batch size"),
+                           target(hist_rate("inferwatch_batch_size", "count", CORE), "batches/s"),
                        ]),
             timeseries(title="Batch size P50 / P99", w=24, minimum=0, description="Batch size quantiles.",
                        targets=quantiles("inferwatch_batch_size", CORE, "", qs=((0.5, "P50"), (0.99, "P99")))),

@@ -11,6 +11,8 @@ from dashboards.src.common import (
     core_vars,
     dashboard,
     heatmap,
+    hist_buckets,
+    hist_rate,
     quantiles,
     query_var,
     target,
@@ -26,8 +28,9 @@ def build() -> Dashboard:
     p99_target = threshold("InferwatchStageLatencyP99BudgetBurn", "target_seconds")
     p999_target = threshold("InferwatchStageLatencyP999BudgetBurn", "target_seconds")
     sel = f'{CORE}, stage=~"$stage"'
-    stage_var = query_var("stage", "Stage", "label_values(inferwatch_stage_duration_seconds_count"
-                                            '{service=~"$service", model=~"$model"}, stage)')
+    # The classic _count or the native histogram, whichever the sidecars export (docs/scale.md).
+    stage_var = query_var("stage", "Stage", 'label_values({__name__=~"inferwatch_stage_duration_seconds(_count)?", '
+                                            'service=~"$service", model=~"$model"}, stage)')
     return dashboard(
         uid=UID, title="inferwatch / Stage breakdown",
         description="Per-stage P50/P99/P999 with exemplars, and where each request's time goes.",
@@ -47,22 +50,21 @@ def build() -> Dashboard:
                        description="Seconds each stage adds to the average request; the stack is the mean request "
                                    "time.",
                        targets=[target(
-                           f"sum by (stage) (rate(inferwatch_stage_duration_seconds_sum{{{sel}}}[{RATE}]))\n"
+                           f"{hist_rate(STAGE_DURATION, 'sum', sel, 'stage')}\n"
                            f"/ ignoring (stage) group_left\nsum(rate(inferwatch_requests_total{{{CORE}}}[{RATE}]))",
                            "{{stage}}")]),
             timeseries(title="Share of stage time", unit="percentunit", stack=True, minimum=0, maximum=1,
                        description="Fraction of all stage time spent in each stage.",
                        targets=[target(
-                           f"sum by (stage) (rate(inferwatch_stage_duration_seconds_sum{{{sel}}}[{RATE}]))\n"
-                           "/ ignoring (stage) group_left\n"
-                           f"sum(rate(inferwatch_stage_duration_seconds_sum{{{sel}}}[{RATE}]))", "{{stage}}")]),
+                           f"{hist_rate(STAGE_DURATION, 'sum', sel, 'stage')}\n"
+                           "/ ignoring (stage) group_left()\n"
+                           f"{hist_rate(STAGE_DURATION, 'sum', sel)}", "{{stage}}")]),
             heatmap(title="Stage latency distribution", unit="s", w=24,
                     description="Calls per second in each latency bucket of the selected stages, over time.",
-                    targets=[target(f"sum by (le) (rate(inferwatch_stage_duration_seconds_bucket{{{sel}}}[{RATE}]))",
+                    targets=[target(hist_buckets(STAGE_DURATION, sel),
                                     "{{le}}", exemplar=True, heatmap=True)]),
             timeseries(title="Stage calls per second", unit="ops", w=24, minimum=0,
                        description="Calls per second of each stage.",
-                       targets=[target(f"sum by (stage) (rate(inferwatch_stage_duration_seconds_count{{{sel}}}"
-                                       f"[{RATE}]))", "{{stage}}")]),
+                       targets=[target(hist_rate(STAGE_DURATION, "count", sel, "stage"), "{{stage}}")]),
         ],
     )

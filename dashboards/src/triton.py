@@ -13,6 +13,7 @@ from dashboards.src.common import (
     Row,
     dashboard,
     datasource_var,
+    hist_rate,
     query_var,
     target,
     threshold,
@@ -25,6 +26,9 @@ TRITON = 'model=~"$model", version=~"$version"'
 #: inferwatch's series of the same models and versions (from Triton's spans).
 OURS = 'model=~"$model", model_version=~"$version"'
 BY = "model, version"
+#: inferwatch's stage histogram, and the span stage Triton's queue time becomes.
+STAGE = "inferwatch_stage_duration_seconds"
+QUEUE = '"queue"'
 LEGEND = "{{model}} {{version}}"
 #: Triton's per-request phases, as its cumulative microsecond counters.
 PHASES = (("queue", "queue"), ("compute_input", "compute input"), ("compute_infer", "compute infer"),
@@ -103,9 +107,8 @@ def build() -> Dashboard:
                        targets=[
                            target(f"{_rate('nv_inference_queue_duration_us')}\n/ {_requests()}\n/ 1e6",
                                   f"{LEGEND} counters"),
-                           target(f'sum by (model, model_version) (rate(inferwatch_stage_duration_seconds_sum{{{OURS}, '
-                                  f'stage="queue"}}[{RATE}]))\n/\nsum by (model, model_version) ('
-                                  f'rate(inferwatch_stage_duration_seconds_count{{{OURS}, stage="queue"}}[{RATE}]))',
+                           target(f"{hist_rate(STAGE, 'sum', OURS + ', stage=' + QUEUE, 'model, model_version')}"
+                                  f"\n/\n{hist_rate(STAGE, 'count', OURS + ', stage=' + QUEUE, 'model, model_version')}",
                                   "{{model}} {{model_version}} spans"),
                        ]),
             timeseries(title="Traced share of Triton's requests", unit="percentunit", minimum=0,

@@ -41,8 +41,13 @@ def traffic(rng: np.random.Generator, version: str, n: int, *, tail_factor: floa
 
 
 def judged(events: list[tuple[Any, ...]], cfg: CanaryConfig | None = None, now: float = 1000.0) -> list[Judgement]:
-    """Run a fresh canary component over ``events`` and return its judgements."""
-    c = CanaryComponent(cfg or CanaryConfig(), ComponentContext(clock=lambda: now, monotonic=lambda: now))
+    """Run a fresh canary component over ``events`` and return its judgements.
+
+    One judgement of one window: a fail is reported at once (``fail_after_s`` 0), so the verdict is the
+    judge's own; tests/canary/test_error_rates.py holds the persistence over re-judgements.
+    """
+    cfg = (cfg or CanaryConfig()).model_copy(update={"fail_after_s": 0.0})
+    c = CanaryComponent(cfg, ComponentContext(clock=lambda: now, monotonic=lambda: now))
     c.handle(0, 0, events)
     c.drain(now)
     return c.evaluate(now)

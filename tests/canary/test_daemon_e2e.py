@@ -35,7 +35,8 @@ def test_canary_and_tail_through_the_daemon(capsys) -> None:
         # A window that does not end during the test: the test closes it once every event is in
         # (a 2 s window, cut on the wall clock, could split the traffic between two windows).
         "tail": {"window_seconds": 86400.0},
-        "canary": {"evaluate_interval_s": 0.2, "min_requests": 200},
+        # A fail is reported after 0.5 s of failing re-judgements (the production hold is a minute).
+        "canary": {"evaluate_interval_s": 0.2, "min_requests": 200, "fail_after_s": 0.5},
     })
     sc = Sidecar(cfg)
     sc.startup()
@@ -81,12 +82,18 @@ def test_canary_and_tail_through_the_daemon(capsys) -> None:
             comps = json.load(r)["components"]
         (j,) = comps["canary"]["judgements"]
         assert (j["verdict"], j["canary_version"], j["baseline_version"]) == ("fail", "v2", "v1")
+        assert j["failing_since_unix"] <= j["verdict_since_unix"] - 0.5
         tail = {m["version"]: m for m in comps["tail"]["models"]}
         assert tail["v1"]["tails"]["p99"]["status"] == "ok" and tail["v1"]["joined_ratio"] == 1.0
         assert main(["canary", "--sidecar", base]) == 1
         out = capsys.readouterr().out
         assert out.startswith("m (svc): v2 against stable v1: FAIL, score ")
         assert "latency_p99 *" in out and "why: latency_p99: ratio " in out
+        rows = {ln.split()[0]: ln for ln in out.splitlines()[2:] if ln.startswith("  ") and not ln.strip().startswith(
+            ("why:", "warning:"))}
+        assert "Fisher exact, share above P99" in rows["latency_p99"] and "s (P99)" in rows["latency_p99"]
+        assert "Fisher exact" in rows["error_rate"] and "Mann-Whitney U" in rows["latency"]
+        assert "warning:" not in out  # one producer sent both versions: one replica each, the same load
     finally:
         sc.shutdown()
     assert main(["canary", "--sidecar", base, "--timeout", "1"]) == 2

@@ -18,7 +18,8 @@ from inferwatch_sidecar.components.canary.component import CanaryComponent
 from inferwatch_sidecar.components.canary.config import CanaryConfig
 from inferwatch_sidecar.components.canary.judge import Judgement
 
-CFG = CanaryConfig(min_requests=500, slo={"ttft_s": 0.5, "itl_s": 0.1})
+#: One judgement per run: a fail is reported at once (the judge's own verdict, no persistence over re-judgements).
+CFG = CanaryConfig(min_requests=500, slo={"ttft_s": 0.5, "itl_s": 0.1}, fail_after_s=0)
 
 
 def llm_traffic(rng: np.random.Generator, version: str, n: int, *, ttft_factor: float = 1.0,
@@ -104,3 +105,58 @@ def test_more_cancels_and_sheds_fail_their_rates() -> None:
     rng = np.random.default_rng(6)
     j = run([(1, llm_traffic(rng, "v1", 1600)), (2, llm_traffic(rng, "v2", 1000, cancel=0.15, shed=0.10))])
     assert {"cancel_rate", "shed_rate"} <= {m.name for m in j.failed}
+
+
+def loaded_traffic(rng: np.random.Generator, version: str, n: int, rho: float, *,
+                   errors: float = 0.0) -> list[tuple[Any, ...]]:
+    """Generations on replicas at utilization ``rho``: M/M/1 queueing before the same service time.
+
+    A request waits with probability ``rho``, then an exponential time of mean ``S / (1 - rho)`` (``S`` the
+    mean service time): the same code is slower on a busier replica, in its queue stage, its time to first
+    token and its end-to-end latency.
+    """
+    ctx = ("chat", "llm", version)
+    service_ttft = rng.lognormal(np.log(0.2), 0.4, n)
+    mean_s = float(np.exp(np.log(0.2) + 0.4**2 / 2))
+    wait = np.where(rng.random(n) < rho, rng.exponential(mean_s / (1 - rho), n), 0.0)
+    gaps = rng.lognormal(np.log(0.03), 0.3, (n, 16))
+    u = rng.random(n)
+    out: list[tuple[Any, ...]] = []
+    for i in range(n):
+        outcome = OUTCOME_CANCELLED if u[i] < 0.02 else 1 if u[i] < 0.02 + errors else OUTCOME_OK
+        ttft = wait[i] + service_ttft[i]
+        gen_ns = int((ttft + gaps[i].sum()) * 1e9)
+        stages = (("queue", int(wait[i] * 1e9), None),
+                  ("generate", gen_ns, (int(ttft * 1e9), 17, [int(x * 1e6) for x in gaps[i]])))
+        out.append((EV_REQUEST, ctx, 0, gen_ns, outcome, None, f"{version}-{i}", None, stages))
+    return out
+
+
+def test_a_canary_slower_only_because_its_replica_is_busier_is_inconclusive_and_says_why() -> None:
+    """1:2 replicas, the real way: the canary's one replica carries 1500 requests while each stable one carries
+    800 (1.9x the load), so its queue is longer and the same code is slower. Latency, TTFT and the queue stage
+    fail on their own numbers; the judge reports marginal (never fail), names them and why, in 20 of 20 runs."""
+    for seed in range(20):
+        rng = np.random.default_rng(500 + seed)
+        b = loaded_traffic(rng, "v1", 1600, rho=0.4)
+        j = run([(1, b[:800]), (2, b[800:]), (3, loaded_traffic(rng, "v2", 1500, rho=0.75))])
+        assert j.verdict == "marginal" and j.judged_verdict == "marginal", (seed, j.reasons(), j.warnings)
+        assert j.failed == [], seed
+        inconclusive = {m.label for m in j.inconclusive}
+        assert {"ttft", "latency", "stage_latency[queue]"} <= inconclusive, (seed, inconclusive)
+        assert len(j.warnings) == 2 and "load per replica differs 1.88x" in j.warnings[0]
+        assert "the canary version's replicas carry more load each" in j.warnings[0]
+        assert j.warnings[1].startswith("inconclusive: ") and "the canary, whose replicas are the busier ones" in \
+            j.warnings[1] and "ttft" in j.warnings[1], j.warnings
+    # What load does not explain still fails: 3x the errors on the same busier canary ...
+    rng = np.random.default_rng(99)
+    b = loaded_traffic(rng, "v1", 1600, rho=0.4, errors=0.02)
+    j = run([(1, b[:800]), (2, b[800:]), (3, loaded_traffic(rng, "v2", 1500, rho=0.75, errors=0.06))])
+    assert j.verdict == "fail" and [m.name for m in j.failed] == ["error_rate"]
+    # ... and a slower canary whose replicas are the *less* busy ones is no load effect: it fails on latency.
+    rng = np.random.default_rng(98)
+    b = loaded_traffic(rng, "v1", 1600, rho=0.4)
+    j = run([(1, b), (3, llm_traffic(rng, "v2", 800, ttft_factor=3.0)), (4, llm_traffic(rng, "v2", 800,
+                                                                                        ttft_factor=3.0))])
+    assert j.verdict == "fail" and "ttft" in {m.name for m in j.failed} and not j.inconclusive
+    assert "the stable version's replicas carry more load each" in j.warnings[0]

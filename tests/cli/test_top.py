@@ -105,6 +105,8 @@ def test_one_frame_of_the_recorded_poll_cuts_nothing(width: int) -> None:
         assert reason.replace(" ", "") in why, reason
     for st in stages:
         assert f"stage_latency[{st}]" in why
+    for w in j.get("warnings") or []:  # why the verdict may mislead, below the reasons
+        assert f"warning:{w}".replace(" ", "") in why, w
     # Both versions' estimates with their interval, and why v2's estimate and its labels differ.
     drift = column_text(text, "drift of credit-risk")
     for i, v in enumerate(("v1", "v2")):
@@ -152,6 +154,58 @@ def test_top_once_in_a_pipe_against_a_live_sidecar(sidecar_factory: Any) -> None
     assert frames == 3
 
 
+def test_top_once_draws_every_sidecar_given_each_with_its_own_verdicts(sidecar_factory: Any) -> None:  # noqa: F811
+    """``--sidecar`` twice: one frame per sidecar, in the order given, each with its own numbers and verdicts; a
+    third that is down costs its frame an error line and the exit status 1, not the other two frames."""
+    import shutil
+    import tempfile
+
+    from tests.conftest import free_port
+
+    dirs = [tempfile.mkdtemp(prefix="iwtop", dir="/tmp") for _ in range(2)]  # Unix socket paths stop at ~108 bytes
+    try:
+        failing = sidecar_factory("--no-gpu", sock=os.path.join(dirs[0], "s.sock"))
+        healthy = sidecar_factory("--no-gpu", sock=os.path.join(dirs[1], "s.sock"))
+        ok = {"type": "request", "duration_s": 0.03, "outcome": "ok", "stages": {"inference": 0.02}}
+        bad = {"type": "request", "duration_s": 0.5, "outcome": "error", "error_type": "Timeout",
+               "stages": {"inference": 0.4}}
+        for sc, model, events in ((failing, "ranker", [ok] * 30 + [bad] * 10), (healthy, "scorer", [ok] * 25)):
+            code, answer = sc.post("/v1/events", json.dumps({"service": "svc", "model": model, "model_version": "v1",
+                                                             "events": events}).encode())
+            assert code == 200 and answer["accepted"] == len(events), answer
+        down = f"127.0.0.1:{free_port()}"
+        env = {**os.environ, "COLUMNS": "100"}
+        urls = [failing.url, healthy.url.removeprefix("http://")]
+        p = subprocess.run([*CMD, "top", *[a for u in urls for a in ("--sidecar", u)], "--once"], capture_output=True,
+                           text=True, timeout=60, env=env)
+        assert p.returncode == 0, p.stdout + p.stderr
+        out = p.stdout
+        assert "\x1b[" not in out and max(len(ln) for ln in out.splitlines()) <= 100 and "…" not in out
+        heads = [i for i, ln in enumerate(out.splitlines()) if ln.startswith("inferwatch top")]
+        assert len(heads) == 2, out
+        lines = out.splitlines()
+        first, second = "\n".join(lines[heads[0]:heads[1]]), "\n".join(lines[heads[1]:])
+        assert failing.url in lines[heads[0]] and healthy.url in lines[heads[1]]
+        # Each frame has its own sidecar's traffic and verdicts, not the other's.
+        assert "higherrorrate" in column_text(first, "what is wrong now")[2]
+        assert "25.0%of40requestsfailed" in column_text(first, "what is wrong now")[3]
+        assert re.search(r"│ svc ranker v1\s*│\s*40\s*│", first) and "scorer" not in first, first
+        assert "nothing is bad now" in second and re.search(r"│ svc scorer v1\s*│\s*25\s*│", second), second
+        assert "ranker" not in second
+        # A sidecar that is down: its frame says so, the others are drawn, and --once exits 1.
+        p = subprocess.run([*CMD, "top", "--sidecar", failing.url, "--sidecar", down, "--sidecar", healthy.url,
+                            "--once"], capture_output=True, text=True, timeout=60, env=env)
+        assert p.returncode == 1, p.stdout + p.stderr
+        lines = p.stdout.splitlines()
+        heads = [ln for ln in lines if ln.startswith("inferwatch top")]
+        assert [failing.url in heads[0], down in heads[1], healthy.url in heads[2]] == [True] * 3, heads
+        assert "Connection refused" in p.stdout.replace("\n", "")
+        assert re.search(r"│ svc ranker v1\s*│\s*40\s*│", p.stdout) and re.search(r"│ svc scorer v1\s*│\s*25\s*│", p.stdout)
+    finally:
+        for d in dirs:
+            shutil.rmtree(d, ignore_errors=True)
+
+
 def test_top_says_what_is_wrong_with_its_arguments_and_fails_on_a_sidecar_that_is_down() -> None:
     from tests.helpers.net import free_port
 
@@ -177,13 +231,19 @@ def test_readme_lists_every_command() -> None:
 
 
 def test_a_status_without_a_summary_gets_its_verdicts_computed() -> None:
-    # A sidecar from before the summary section: top computes the verdicts from the rest of its status.
+    # A sidecar from before the summary section: top computes the verdicts from the rest of its status, with
+    # every component's reader from the registry.
+    from inferwatch_sidecar.components.registry import verdict_readers
     from inferwatch_sidecar.export.summary import verdicts
 
     view, status = recorded_view()
     old = {k: v for k, v in status.items() if k != "summary"}
     new = promtext.Scrape(gzip.decompress((POLL / "metrics-10.txt.gz").read_bytes()).decode(), 59.0)
     bare = SidecarView(59.0)
-    apply(bare, new, None, old)
-    assert bare.verdicts == verdicts(old) and len(bare.verdicts) >= 4
+    apply(bare, new, None, old, verdict_readers())
+    assert bare.verdicts == verdicts(old, verdict_readers()) and len(bare.verdicts) >= 4
+    assert {v["component"] for v in bare.verdicts} >= {"gpu", "canary"}
+    # Everything the recorded sidecar summarized itself is found again (this tree's readers find a little more).
+    assert {(v["component"], v["subject"], v["verdict"]) for v in status["summary"]["verdicts"]} <= \
+        {(v["component"], v["subject"], v["verdict"]) for v in bare.verdicts}
     assert bare.stage_window_s is None and view.stage_window_s == 5.0

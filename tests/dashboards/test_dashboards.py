@@ -33,7 +33,11 @@ UIDS = {
 #: What each dashboard must show, as the series its queries must read.
 REQUIRED_SERIES = {
     "inferwatch-overview": {"inferwatch_requests_total", "inferwatch_request_errors_total",
-                            "inferwatch_request_duration_seconds_bucket"},
+                            "inferwatch_request_duration_seconds_bucket", "inferwatch_request_duration_seconds",
+                            # issue 27: 4xx and shed by route, load amplification, give-ups and their wait
+                            "inferwatch_http_requests_total", "inferwatch_request_attempts_total",
+                            "inferwatch_request_retries_total", "inferwatch_client_giveups_total",
+                            "inferwatch_client_giveup_wait_seconds_bucket"},
     "inferwatch-stages": {"inferwatch_stage_duration_seconds_bucket", "inferwatch_stage_duration_seconds_sum"},
     "inferwatch-queue": {"inferwatch_queue_wait_seconds_bucket", "inferwatch_queue_depth",
                          "inferwatch_batch_size_bucket"},
@@ -41,7 +45,8 @@ REQUIRED_SERIES = {
                        "inferwatch_generated_tokens_total"},
     "inferwatch-gpu": {"inferwatch_gpu_memory_used_bytes", "inferwatch_gpu_process_memory_used_bytes",
                        "inferwatch_gpu_leak_detected", "inferwatch_gpu_leak_rate_bytes_per_second",
-                       "inferwatch_gpu_leak_time_to_oom_seconds", "inferwatch_gpu_allocator_fragmentation_ratio",
+                       "inferwatch_gpu_leak_time_to_oom_seconds", "inferwatch_gpu_device_time_to_oom_seconds",
+                       "inferwatch_gpu_allocator_fragmentation_ratio",
                        "inferwatch_gpu_allocator_alloc_retries_total", "inferwatch_gpu_allocator_ooms_total",
                        "inferwatch_gpu_process_non_allocator_memory_bytes", "inferwatch_gpu_utilization_ratio",
                        "inferwatch_gpu_collector_up", "inferwatch_gpu_duplicate_model_copies",
@@ -153,6 +158,41 @@ def test_each_dashboard_shows_what_the_issue_asks_for(uid):
             read |= promql.series_names(q.expr)
     missing = REQUIRED_SERIES[uid] - read
     assert not missing, f"{uid} shows none of {sorted(missing)}"
+
+
+def _panels_reading(uid: str, series: str, pattern: str = "") -> list[str]:
+    """Titles of ``uid``'s panels with a query that reads ``series`` and matches the regex ``pattern``."""
+    import re
+
+    from alerts import promql
+
+    return sorted({q.panel for q in dash.panel_queries() if q.dashboard == uid
+                   and series in promql.series_names(q.expr) and re.search(pattern, q.expr, re.S)})
+
+
+def test_the_overload_panels_show_4xx_and_shed_amplification_and_give_ups():
+    """Issue 27's panels, each pinned by what it computes: removing or emptying one fails here."""
+    ov = "inferwatch-overview"
+    shed = r'outcome=~"client_error\|shed"'
+    assert _panels_reading(ov, "inferwatch_http_requests_total", shed + r".*by \(route, outcome\)|by \(route, "
+                           r"outcome\).*" + shed) == ["4xx and shed by route"]
+    assert _panels_reading(ov, "inferwatch_requests_total", shed) == ["4xx and shed ratio"]
+    # attempts / (attempts - retries): attempts per unique request
+    amp = r"inferwatch_request_attempts_total.*\n/\n\(.*inferwatch_request_attempts_total.*- .*" \
+          r"inferwatch_request_retries_total"
+    assert _panels_reading(ov, "inferwatch_request_retries_total", amp) == [
+        "Load amplification (attempts per unique request)"]
+    assert _panels_reading(ov, "inferwatch_client_giveups_total") == ["Client give-ups per second"]
+    # the give-up wait's median beside the server's, the latter classic or native
+    assert _panels_reading(ov, "inferwatch_client_giveup_wait_seconds_bucket", r"histogram_quantile\(0\.5") == \
+        _panels_reading(ov, "inferwatch_request_duration_seconds", r"histogram_quantile\(0\.5, sum \(rate") == \
+        ["Client give-up wait vs server latency (P50)"]
+
+
+def test_the_gpu_dashboard_shows_the_device_time_to_oom():
+    """Issue 29: the device's time to OOM at the growth of every process, not one process's own."""
+    assert _panels_reading("inferwatch-gpu", "inferwatch_gpu_device_time_to_oom_seconds", r"min by \(gpu\)") == [
+        "Device time to OOM"]
 
 
 def test_every_panel_query_names_only_catalog_series_and_their_labels():

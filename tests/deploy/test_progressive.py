@@ -33,7 +33,7 @@ def _doc(name: str) -> dict[str, Any]:
 def _status() -> dict[str, Any]:
     """/v1/status's shape with a real judgement: v2 (3x P99) fails against v1."""
     rng = np.random.default_rng(11)
-    c = CanaryComponent(CanaryConfig(), ComponentContext(clock=lambda: 1000.0, monotonic=lambda: 1000.0))
+    c = CanaryComponent(CanaryConfig(fail_after_s=0), ComponentContext(clock=lambda: 1000.0, monotonic=lambda: 1000.0))
     c.handle(0, 0, traffic(rng, "v1", 9500) + traffic(rng, "v2", 2000, tail_factor=3.0))
     c.drain(1000.0)
     c.evaluate(1000.0)

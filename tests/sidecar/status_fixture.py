@@ -1,5 +1,8 @@
 """A ``/v1/status`` document where every component has something bad now, for the summary, the page and ``top``.
 
+Saturation, headroom and a retry storm with a timeout mismatch included, each since when the component says
+(saturation, canary, drift window, GPU) or since first seen (headroom, the request verdicts).
+
 Built the way the daemon builds one (:func:`inferwatch_sidecar.export.summary.verdicts` fills its
 ``summary``), with outcomes the wire format may add (``client_error``, ``shed``) besides ok, error and
 cancelled, and names long enough to overflow a careless layout.
@@ -11,6 +14,7 @@ import copy
 import time
 from typing import Any
 
+from inferwatch_sidecar.components.registry import verdict_readers
 from inferwatch_sidecar.export.summary import SinceTracker, verdicts
 
 GiB = 2**30
@@ -22,22 +26,43 @@ OUTCOMES = {
     ("ranker", "v2"): {"ok": 190, "error": 4, "cancelled": 6, "client_error": 0, "shed": 0},
 }
 LONG_MODEL = "a-model-with-a-very-long-name-from-the-traffic-that-must-wrap-not-cut"
+#: HTTP attempts, retries, give-ups and the give-up wait's median in the window, per label set: v1 in a retry
+#: storm (2 attempts per unique request, 15% given up) whose clients also give up after 25 ms against the
+#: server's 40 ms median (a timeout mismatch as well), v2 retried a little (no verdict).
+HTTP = {
+    ("ranker", "v1"): {"attempts": 2000, "retries": 1000, "giveups": 300, "giveup_wait_p50_s": 0.025},
+    ("ranker", "v2"): {"attempts": 200, "retries": 10, "giveups": 1, "giveup_wait_p50_s": 30.0},
+}
+#: When each component's own onset was, seconds before NOW.
+SATURATED_FOR_S = 1500.0
+CANARY_FAILING_FOR_S = 240.0
+DRIFT_WINDOW_S = 3600.0
+#: The canary judgement's warning (the stable version's replicas are the busier ones here).
+CANARY_WARNING = ("load per replica differs 2.50x (stable 500 requests on 2 replica(s), canary 200 on 1): the stable "
+                  "version's replicas carry more load each, which alone can make it slower; compare latency with care")
 
 
 def _latency_row(model: str, version: str, p99: float) -> dict[str, Any]:
     out = OUTCOMES.get((model, version), {"ok": 40, "error": 0, "cancelled": 0})
     n = sum(out.values())
     row = {"count": n, "total": n * 3, "mean_s": p99 / 4, "p50_s": p99 / 5, "p90_s": p99 / 2, "p99_s": p99}
-    return {"service": "svc", "model": model, "model_version": version, "request": row,
-            "stages": {"queue": dict(row), "inference": dict(row)}, "outcomes": dict(out),
-            "outcomes_total": {k: 3 * v for k, v in out.items()}}
+    out_row = {"service": "svc", "model": model, "model_version": version, "request": row,
+               "stages": {"queue": dict(row), "inference": dict(row)}, "outcomes": dict(out),
+               "outcomes_total": {k: 3 * v for k, v in out.items()}}
+    if (model, version) in HTTP:
+        out_row["http"] = dict(HTTP[(model, version)])
+    return out_row
 
 
 def _metric(name: str, stage: str | None, result: str, base: float, can: float, effect: float, tol: float,
             p: float | None) -> dict[str, Any]:
+    from inferwatch_sidecar.components.canary.judge import STATISTICS
+
+    statistic, unit = STATISTICS[name]
     return {"name": name, "stage": stage, "direction": "increase", "baseline": base, "canary": can,
             "effect_name": "auc_shift" if "latency" in name else "psi", "effect": effect, "tolerance": tol,
-            "p_value": p, "p_adjusted": p, "critical": name == "error_rate", "result": result}
+            "p_value": p, "p_adjusted": p, "critical": name == "error_rate", "result": result, "statistic": statistic,
+            "unit": unit}
 
 
 def status() -> dict[str, Any]:
@@ -57,7 +82,7 @@ def status() -> dict[str, Any]:
     drift_model = {
         "model": "ranker", "version": "v1",
         "reference": {"source": "file", "events": 5000, "warmup_target": None},
-        "window": {"events": 2000},
+        "window": {"events": 2000, "seconds": DRIFT_WINDOW_S},
         "labels": {"matched": 400, "unmatched": 0},
         "labelled": {"events": 400, "accuracy": 0.363},
         "performance": {"calibrated": True, "method": "isotonic", "estimated_accuracy": 0.64,
@@ -103,7 +128,7 @@ def status() -> dict[str, Any]:
                                                 "copy_bytes": 4 * GiB, "extra_bytes": 4 * GiB, "since": NOW - 3000,
                                                 "fix": "load the model once (gunicorn --preload)"}],
                     "episodes": [], "faults": [], "allocator": []},
-            "drift": {"state": "running", "models": [drift_model, canary_model]},
+            "drift": {"state": "running", "last_evaluation_unix": NOW - 30, "models": [drift_model, canary_model]},
             "tail": {"state": "running", "window_seconds": 30, "models": [
                 {"service": "svc", "model": "ranker", "version": "v1", "requests": 1500, "tails": {
                     "p99": {"status": "ok", "share": 0.01, "requests": 15, "threshold_s": 2.9, "latency_s": 3.2,
@@ -118,11 +143,26 @@ def status() -> dict[str, Any]:
             "canary": {"state": "running", "min_requests": 100, "judgements": [
                 {"service": "svc", "model": "ranker", "canary_version": "v2", "baseline_version": "v1",
                  "canary_requests": 200, "baseline_requests": 1000, "score": 35.0, "verdict": "fail",
-                 "reasons": reasons, "metrics": metrics}]},
+                 "verdict_since_unix": NOW - CANARY_FAILING_FOR_S, "reasons": reasons, "metrics": metrics,
+                 "warnings": [CANARY_WARNING]}]},
+            # Components that list their own bad-now rows (saturation with its own onset; headroom without one).
+            "saturation": {"state": "running", "models": [
+                {"service": "svc", "model": "ranker", "model_version": "v1", "bound": "kv_cache",
+                 "since_s": SATURATED_FOR_S, "sentence": "bound by the KV cache (92% used, 14 waiting)"}],
+                "verdicts": [{"subject": "svc/ranker/v1", "verdict": "kv_cache-bound", "severity": "warn",
+                              "detail": "bound by the KV cache (92% used, 14 waiting)", "alert": "InferwatchSaturated",
+                              "since_unix": NOW - SATURATED_FOR_S}]},
+            "capacity": {"state": "running", "staged": 0, "dropped": {}, "models": {
+                f"svc/{LONG_MODEL}/v1": {"levels": 12, "windows": 40, "in_flight": 30.5, "knee": 32.0, "knee_low": 28.0,
+                                         "knee_high": 36.0, "max_throughput_rps": 410.0, "headroom": 0.047}},
+                "verdicts": [{"subject": f"svc/{LONG_MODEL}/v1", "verdict": "at its knee", "severity": "warn",
+                              "alert": "InferwatchCapacityHeadroomLow",
+                              "detail": "30.5 in flight against a live knee of 32.0 (headroom 5%, under 10%): more "
+                                        "load only adds queueing"}]},
         },
         "otlp": {"state": "disabled"}, "traces": {"enabled": False},
     }
-    found = verdicts(doc)
+    found = verdicts(doc, verdict_readers(), NOW)
     SinceTracker().update(found, NOW - 60)
     doc["summary"] = {"verdicts": found, "evaluated_unix": NOW}
     return doc

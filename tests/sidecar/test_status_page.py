@@ -470,7 +470,7 @@ class _Summary(HTMLParser):
     def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
         a = dict(attrs)
         if tag == "li" and "verdict" in (a.get("class") or "").split():
-            self.verdicts.append({"attrs": a, "text": "", "runbook": None, "since": None})
+            self.verdicts.append({"attrs": a, "text": "", "runbook": None, "since": None, "since_source": None})
             self._depth = 1
         elif self._depth:
             self._depth += 1
@@ -478,6 +478,7 @@ class _Summary(HTMLParser):
                 self.verdicts[-1]["runbook"] = a.get("href")
             if a.get("data-since"):
                 self.verdicts[-1]["since"] = a["data-since"]
+                self.verdicts[-1]["since_source"] = a.get("data-since-source")
         if tag == "li" and a.get("data-stat"):
             self._stat = a["data-stat"]
             self.stats[self._stat] = ""
@@ -577,11 +578,30 @@ def test_first_screen_shows_what_is_bad_since_when_with_runbooks_and_nothing_is_
     want = doc["summary"]["verdicts"]
     assert [(v["attrs"]["data-component"], v["attrs"]["data-verdict"]) for v in page.verdicts] == \
         [(v["component"], v["verdict"]) for v in want]
-    assert {v["component"] for v in want} >= {"gpu", "drift", "accuracy", "canary", "requests", "ingest"}
+    assert {v["component"] for v in want} >= {"gpu", "drift", "accuracy", "canary", "requests", "ingest", "saturation",
+                                              "capacity"}
+    notes = {"component": "component's own time", "window": "window that first showed it",
+             "first seen": "first seen by this sidecar"}
     for got, w in zip(page.verdicts, want, strict=True):
         assert got["runbook"] == runbooks[w["alert"]], w
         assert float(got["since"]) == w["since_unix"] and " UTC" in got["text"]
         assert w["subject"] in got["text"] and w["detail"] in got["text"]
+        assert got["since_source"] == w["since_source"] and notes[w["since_source"]] in got["text"], (got, w)
+    # Saturation and the canary since their component's own onset, drift since its window's start, headroom and
+    # the retry storm since first seen; each row names its alert.
+    by = {(v["attrs"]["data-component"], v["attrs"]["data-verdict"]): v for v in page.verdicts}
+    for key, alert, source, ago in (
+            (("saturation", "kv_cache-bound"), "InferwatchSaturated", "component", status_fixture.SATURATED_FOR_S),
+            (("canary", "fail"), "InferwatchCanaryFailing", "component", status_fixture.CANARY_FAILING_FOR_S),
+            (("drift", "drifted"), "InferwatchFeatureDrift", "window", status_fixture.DRIFT_WINDOW_S + 30),
+            (("capacity", "at its knee"), "InferwatchCapacityHeadroomLow", "first seen", 60),
+            (("requests", "retry storm"), "InferwatchRetryStorm", "first seen", 60),
+            (("requests", "timeout mismatch"), "InferwatchTimeoutMismatch", "first seen", 60)):
+        assert by[key]["runbook"] == runbooks[alert] and by[key]["since_source"] == source, key
+        assert float(by[key]["since"]) == status_fixture.NOW - ago, key
+    assert "2.00 attempts per unique request" in by[("requests", "retry storm")]["text"]
+    assert "clients gave up after 25 ms (median) while the server's median is 40 ms" in \
+        by[("requests", "timeout mismatch")]["text"]
     leak = next(v for v in page.verdicts if v["attrs"]["data-verdict"] == "leak")
     import datetime as dt
 
@@ -606,6 +626,11 @@ def test_first_screen_shows_what_is_bad_since_when_with_runbooks_and_nothing_is_
     dom = _Dom()
     dom.feed(out.stdout)
     reqs = {r["model"][1]: r for r in dom.tables["requests"]}
+    # HTTP: v1's 2000 attempts with 1000 retries are 2 attempts per unique request; its clients waited 25 ms.
+    http = {r["model"][1]: r for r in dom.tables["requests-http"]}
+    assert (http["svc ranker v1"]["amplification"][1], http["svc ranker v1"]["giveups"][1],
+            http["svc ranker v1"]["giveup_wait_p50_s"][1]) == ("2.00", "15.0%", "25.0 ms")
+    assert http["svc ranker v2"]["amplification"][1] == f"{200 / 190:.2f}" and len(http) == 2
     v1 = status_fixture.OUTCOMES[("ranker", "v1")]
     assert reqs["svc ranker v1"]["requests"][0] == str(sum(v1.values()))
     assert reqs["svc ranker v1"]["client_error"][1] == f"{100 * v1['client_error'] / sum(v1.values()):.2f}%"
@@ -615,6 +640,9 @@ def test_first_screen_shows_what_is_bad_since_when_with_runbooks_and_nothing_is_
     assert acc["ranker v1"]["labelled_accuracy"][1] == "36.3% of 400"
     assert acc["ranker v2"]["labelled_accuracy"][1] == "no labels yet"
     assert "cannot see that version's own errors" in out.stdout
+    assert f"warning: {status_fixture.CANARY_WARNING}" in html.unescape(out.stdout)
+    assert {r["metric"][1]: (r["statistic"][1], r["unit"][1]) for r in dom.tables["canary-metrics"]}["latency"] == (
+        "Mann-Whitney U", "s (median)")
     metrics = [r["metric"][1] for r in dom.tables["canary-metrics"]]
     assert "stage_latency [queue]" in metrics and "stage_latency [inference]" in metrics
     assert {r["metric"][1]: r["result"][1] for r in dom.tables["canary-metrics"]}["error_rate"] == "pass"

@@ -828,6 +828,9 @@ _SeriesKey = tuple[str, str, str, str | None]
 _Snapshot = dict[_SeriesKey, tuple[list[int], float, tuple[float, ...]]]
 #: Requests by outcome code, per label set (the status's error, 4xx and cancelled rates come from these).
 _Outcomes = dict[tuple[str, str, str], list[int]]
+#: HTTP counters per label set: attempts, retries, give-ups, then the give-up wait histogram's counts
+#: (the status summary's retry-storm and timeout-mismatch verdicts come from these).
+_Http = dict[tuple[str, str, str], list[int]]
 
 
 class LatencyStatus:
@@ -862,14 +865,17 @@ class LatencyStatus:
         self._copies: deque[tuple[float, _Snapshot]] = deque([(monotonic(), {})])
         #: The outcome counts taken with each copy, by the copy's time.
         self._outcomes: dict[float, _Outcomes] = {self._copies[0][0]: {}}
+        self._http: dict[float, _Http] = {self._copies[0][0]: {}}
 
     def _snapshot(self) -> _Snapshot:
         return self._take()[0]
 
-    def _take(self) -> tuple[_Snapshot, _Outcomes]:
+    def _take(self) -> tuple[_Snapshot, _Outcomes, _Http]:
         out: _Snapshot = {}
         outcomes: _Outcomes = {}
         with self.agg.lock:
+            http: _Http = {lab: [s.attempts, s.retries, s.giveups, *s.wait]
+                           for lab, s in self.agg.overload.series.items() if s.attempts}
             req = self.agg.layouts[REQUEST_DURATION_SECONDS.name]
             for lab, b in self.agg.bundles.items():
                 key = (*lab, None)  # a name, not out[(*lab, None)]: mypy's 3.10 target misreads that as PEP 646
@@ -878,7 +884,7 @@ class LatencyStatus:
                 for name, st in b.stages.items():
                     stage_key = (*lab, name)
                     out[stage_key] = (st.layout.classic_counts(st.hist.counts), st.hist.sum, st.layout.classic)
-        return out, outcomes
+        return out, outcomes, http
 
     def sample(self) -> None:
         """Keep a copy when ``every_s`` has passed since the last one; forget those the window no longer needs."""
@@ -886,13 +892,16 @@ class LatencyStatus:
         with self._lock:
             if now - self._copies[-1][0] < self.every_s:
                 return
-        snap, outcomes = self._take()
+        snap, outcomes, http = self._take()
         with self._lock:
             copies = self._copies
             copies.append((now, snap))
             self._outcomes[now] = outcomes
+            self._http[now] = http
             while len(copies) > 1 and now - copies[1][0] >= self.window_s:
-                self._outcomes.pop(copies.popleft()[0], None)
+                gone = copies.popleft()[0]
+                self._outcomes.pop(gone, None)
+                self._http.pop(gone, None)
 
     def status(self) -> dict[str, Any]:
         """The ``latency`` section: per label set, the request's and each stage's calls, mean and quantiles.
@@ -900,13 +909,15 @@ class LatencyStatus:
         ``count``, ``mean_s`` and the quantiles are over the window; ``total``
         counts the calls since start. Series without a call since start are left out.
         ``outcomes`` counts the window's requests by outcome (``ok``, ``error``, ``cancelled``, and any
-        outcome the wire format adds), ``outcomes_total`` since start.
+        outcome the wire format adds), ``outcomes_total`` since start. ``http`` (label sets with HTTP events)
+        counts the window's attempts, retries and client give-ups, with the give-up wait's median.
         """
         now = self.monotonic()
-        snap, outcomes = self._take()
+        snap, outcomes, http = self._take()
         with self._lock:
             base_t, base = self._copies[0]
             base_outcomes = self._outcomes.get(base_t, {})
+            base_http = self._http.get(base_t, {})
         by_set: dict[tuple[str, str, str], dict[str, Any]] = {}
         for key, (counts, total, bounds) in snap.items():
             since_start = sum(counts)
@@ -931,6 +942,9 @@ class LatencyStatus:
                 entry["outcomes_total"] = dict(zip(names, now_o, strict=True))
             else:
                 entry["stages"][key[3]] = row
+        for lab, entry in by_set.items():
+            if lab in http:
+                entry["http"] = self._http_row(http[lab], base_http.get(lab))
         sets = sorted(by_set.values(), key=lambda e: (-_observed(e), e["service"], e["model"], e["model_version"]))
         return {
             "window_s": round(now - base_t, 3),
@@ -938,6 +952,12 @@ class LatencyStatus:
             "label_sets": len(sets),
             "models": sets[: self.max_label_sets],
         }
+
+    def _http_row(self, now: list[int], old: list[int] | None) -> dict[str, Any]:
+        """The window's HTTP attempts, retries and give-ups, and the give-up wait's median (None without one)."""
+        d = [a - b for a, b in zip(now, old, strict=True)] if old is not None else now
+        return {"attempts": d[0], "retries": d[1], "giveups": d[2],
+                "giveup_wait_p50_s": histogram_quantile(0.5, self.agg.overload.bounds, d[3:])}
 
 
 def _observed(entry: dict[str, Any]) -> int:

@@ -17,7 +17,10 @@ examples:
   inferwatch top --sidecar pod-a:9108 --sidecar pod-b:9108 --interval 5
   inferwatch top --sidecar http://127.0.0.1:9108 --once | less -R   # one frame, nothing cut
 
-exit status: 0; with --once, 1 when a sidecar did not answer.
+each verdict's "since" is the component's own time, or marked: * first seen by this sidecar (it
+starts over when the sidecar restarts), ^ the start of the window that first showed it.
+
+exit status: 0; with --once, 1 when a sidecar did not answer (the others are drawn all the same).
 """
 
 
@@ -61,6 +64,7 @@ def run(args: argparse.Namespace) -> int:
     from rich.console import Console
     from rich.live import Live
 
+    from inferwatch_sidecar.components.registry import verdict_readers
     from inferwatch_sidecar.export.live_view import Poller, render_top
 
     err = Console(stderr=True, highlight=False)
@@ -76,7 +80,8 @@ def run(args: argparse.Namespace) -> int:
         err.print("inferwatch top: --width must be at least 40 columns", markup=False)
         return 2
     out = Console(width=args.width, highlight=False)
-    pollers = [Poller(u) for u in urls]
+    readers = verdict_readers()  # for a sidecar too old to summarize its own status
+    pollers = [Poller(u, readers) for u in urls]
     t0 = time.monotonic()
 
     def frame() -> tuple[Any, bool]:

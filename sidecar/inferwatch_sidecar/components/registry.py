@@ -6,7 +6,8 @@ sections (``config/root.py`` adds one per component, so the config reference
 documents them too), the metric catalog (:data:`CATALOG`: the core's entries
 and each component's, in this order, which ``docs/metrics.md`` follows), the
 catalog entries the daemon reserves for components (running or not) and the
-conformance checks (``tests/components/test_conformance.py``).
+conformance checks (``tests/components/test_conformance.py``) and the readers of each
+section into the status summary's bad-now rows (:func:`verdict_readers`).
 
 This module imports only the components' config models and catalog entries
 (light: pydantic and the catalog), never their implementation, which the
@@ -18,20 +19,26 @@ To add a component: a config model (``components/<name>/config.py``, with
 ``enabled`` and every field documented under ``Attributes:``), its catalog
 entries (``metrics/<name>.py``, each with ``component="<name>"``), a
 ``build(config, ctx)`` in ``components/<name>/component.py`` and one
-:class:`ComponentSpec` below.
+:class:`ComponentSpec` below; for
+its bad-now verdicts on the status page and in ``inferwatch top``, either list
+them as ``verdicts`` rows in its status or give the spec a reader.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from pydantic import BaseModel
 
+from inferwatch_sidecar.components.canary import verdicts as canary_verdicts
 from inferwatch_sidecar.components.canary.config import CanaryConfig
 from inferwatch_sidecar.components.capacity.config import CapacityConfig
+from inferwatch_sidecar.components.drift import verdicts as drift_verdicts
 from inferwatch_sidecar.components.drift.config import DriftConfig
 from inferwatch_sidecar.components.engines.config import EnginesConfig
+from inferwatch_sidecar.components.gpu import verdicts as gpu_verdicts
 from inferwatch_sidecar.components.gpu.config import GpuConfig
 from inferwatch_sidecar.components.saturation.config import SaturationConfig
 from inferwatch_sidecar.components.skew.config import SkewConfig
@@ -48,9 +55,14 @@ from inferwatch_sidecar.metrics import tail as tail_metrics
 from inferwatch_sidecar.metrics.catalog import Catalog
 from inferwatch_sidecar.metrics.entry import Metric
 
-__all__ = ["CATALOG", "REGISTRY", "ComponentSpec", "component_metrics", "config_of", "names", "section", "spec"]
+__all__ = ["CATALOG", "REGISTRY", "ComponentSpec", "component_metrics", "config_of", "names", "section", "spec",
+           "verdict_readers"]
 
 M = TypeVar("M", bound=BaseModel)
+
+#: A status reader: the component's ``/v1/status`` section and the status's time -> bad-now rows
+#: (``export/summary.py``'s ``Reader``).
+VerdictReader = Callable[[Mapping[str, Any], float], Iterable[dict[str, Any]]]
 
 
 @dataclass(frozen=True)
@@ -62,12 +74,15 @@ class ComponentSpec:
         module: the module whose ``build(config_section, ctx)`` builds it.
         config: the model of its config section.
         metrics: every catalog entry it may export (reserved even when it is off).
+        verdicts: reads its ``/v1/status`` section into the status summary's bad-now rows (what is wrong,
+            since when, which runbook); None: the rows it lists as ``verdicts`` in its status stand alone.
     """
 
     name: str
     module: str
     config: type[BaseModel]
     metrics: tuple[Metric, ...]
+    verdicts: VerdictReader | None = None
 
     def __post_init__(self) -> None:
         if self.name == "core":
@@ -76,16 +91,17 @@ class ComponentSpec:
             raise ValueError(f"component {self.name!r}: its config section needs an 'enabled' field")
 
 
-def _spec(name: str, config: type[BaseModel], metrics: tuple[Metric, ...]) -> ComponentSpec:
-    return ComponentSpec(name, f"inferwatch_sidecar.components.{name}.component", config, metrics)
+def _spec(name: str, config: type[BaseModel], metrics: tuple[Metric, ...],
+          verdicts: VerdictReader | None = None) -> ComponentSpec:
+    return ComponentSpec(name, f"inferwatch_sidecar.components.{name}.component", config, metrics, verdicts)
 
 
 #: Every component, in start order (stopped in the reverse order).
 REGISTRY: tuple[ComponentSpec, ...] = (
-    _spec("gpu", GpuConfig, gpu_metrics.METRICS),
-    _spec("drift", DriftConfig, drift_metrics.METRICS),
+    _spec("gpu", GpuConfig, gpu_metrics.METRICS, gpu_verdicts.verdicts),
+    _spec("drift", DriftConfig, drift_metrics.METRICS, drift_verdicts.verdicts),
     _spec("tail", TailConfig, tail_metrics.METRICS),
-    _spec("canary", CanaryConfig, canary_metrics.METRICS),
+    _spec("canary", CanaryConfig, canary_metrics.METRICS, canary_verdicts.verdicts),
     _spec("skew", SkewConfig, skew_metrics.METRICS),
     _spec("engines", EnginesConfig, engines_metrics.METRICS),
     _spec("saturation", SaturationConfig, saturation_metrics.METRICS),
@@ -109,6 +125,11 @@ def spec(name: str) -> ComponentSpec:
         if s.name == name:
             return s
     raise KeyError(f"no component {name!r}; known: {', '.join(names())}")
+
+
+def verdict_readers() -> dict[str, VerdictReader]:
+    """Component name -> the reader of its status section into bad-now rows, for those that declare one."""
+    return {s.name: s.verdicts for s in REGISTRY if s.verdicts is not None}
 
 
 def component_metrics() -> tuple[Metric, ...]:

@@ -20,6 +20,7 @@ from typing import Any
 from inferwatch_sidecar import __version__
 from inferwatch_sidecar.aggregate.aggregator import LatencyStatus
 from inferwatch_sidecar.components.base import ComponentContext
+from inferwatch_sidecar.components.registry import verdict_readers
 from inferwatch_sidecar.config import SidecarConfig
 from inferwatch_sidecar.daemon.wiring import ComponentSlot
 from inferwatch_sidecar.export.budget import ExpositionBudget
@@ -133,7 +134,7 @@ class StatusReport:
         }
         # What is bad now, from every section above (the status page's and `inferwatch top`'s first lines).
         try:
-            found = verdicts(doc)
+            found = verdicts(doc, verdict_readers(), now)
             with self._since_lock:
                 self._since.update(found, now)
             doc["summary"] = {"verdicts": found, "evaluated_unix": round(now, 3)}

@@ -24,6 +24,7 @@ from rich.table import Table
 from rich.text import Text
 
 from inferwatch_sidecar.export import promtext
+from inferwatch_sidecar.export.summary import Reader
 from inferwatch_sidecar.export.summary import verdicts as summary_verdicts
 
 GiB = 2**30
@@ -68,8 +69,13 @@ class SidecarView:
     stage_window_s: float | None = None
 
 
-def apply(view: SidecarView, scrape: promtext.Scrape, old: promtext.Scrape | None, status: dict[str, Any]) -> None:
-    """Fill ``view`` from one scrape (``old``: the one ~10 s before, for rates) and the status document."""
+def apply(view: SidecarView, scrape: promtext.Scrape, old: promtext.Scrape | None, status: dict[str, Any],
+          readers: dict[str, Reader] | None = None) -> None:
+    """Fill ``view`` from one scrape (``old``: the one ~10 s before, for rates) and the status document.
+
+    ``readers``: the components' status readers (``components.registry.verdict_readers()``), for a status from
+    a sidecar too old to carry its own summary.
+    """
     view.stages = stage_quantiles(scrape, old)
     view.stage_window_s = scrape.t - old.t if old is not None else None
     components = status.get("components") or {}
@@ -80,7 +86,8 @@ def apply(view: SidecarView, scrape: promtext.Scrape, old: promtext.Scrape | Non
     view.drift = drift_by_version(scrape)
     view.latency = status.get("latency") or {}
     summary = status.get("summary")
-    view.verdicts = list(summary.get("verdicts") or []) if isinstance(summary, dict) else summary_verdicts(status)
+    view.verdicts = (list(summary.get("verdicts") or []) if isinstance(summary, dict)
+                     else summary_verdicts(status, readers))
 
 
 class Poller:
@@ -88,11 +95,13 @@ class Poller:
 
     Args:
         url: the sidecar's HTTP address (``http://host:port``).
+        readers: the components' status readers, for a sidecar whose status has no summary (see :func:`apply`).
     """
 
-    def __init__(self, url: str) -> None:
+    def __init__(self, url: str, readers: dict[str, Reader] | None = None) -> None:
         self.url = url.rstrip("/")
         self.recent: list[promtext.Scrape] = []
+        self.readers = readers
 
     def poll(self, t: float, view: SidecarView | None = None) -> tuple[SidecarView, promtext.Scrape | None,
                                                                      dict[str, Any] | None]:
@@ -109,7 +118,7 @@ class Poller:
         while len(self.recent) > 2 and self.recent[1].t <= t - WINDOW_S:
             self.recent.pop(0)
         old = self.recent[0] if len(self.recent) > 1 else None
-        apply(view, scrape, old, status)
+        apply(view, scrape, old, status, self.readers)
         return view, scrape, status
 
 
@@ -382,6 +391,9 @@ def canary_table(view: SidecarView, title: str = "canary judge") -> Table:
         why = "\n".join(j.get("reasons") or []) or "-"
         if failed and not j.get("reasons"):
             why = ", ".join(m["name"] + (f"[{m['stage']}]" if m.get("stage") else "") for m in failed)
+        # Why the verdict may mislead (unequal load per replica) or is held back (a fail not yet confirmed).
+        why = "\n".join([*([] if why == "-" and j.get("warnings") else [why]),
+                         *(f"warning: {w}" for w in j.get("warnings") or [])])
         rows.append([f"{j.get('model', '')} {j.get('canary_version')} vs {j.get('baseline_version')}",
                      Text(str(v).upper(), style=style), f"{j.get('score', 0):.0f}/100",
                      f"{j.get('canary_requests')} vs {j.get('baseline_requests')}", Text(why)])
@@ -409,7 +421,11 @@ def verdicts_table(view: SidecarView, now: float | None = None) -> Group:
     """What is bad now, each since when and with its runbook section (the status's summary)."""
     rows: list[list[Any]] = []
     bases: list[str] = []
+    sources: set[str] = set()
     for v in view.verdicts:
+        mark = _SINCE_MARKS.get(str(v.get("since_source")), "")
+        if mark:
+            sources.add(mark)
         bad = v.get("severity") == "bad"
         url = str(v.get("runbook_url") or "")
         base, _, anchor = url.partition("#")
@@ -417,12 +433,20 @@ def verdicts_table(view: SidecarView, now: float | None = None) -> Group:
             bases.append(base)
         rows.append([Text("BAD" if bad else "warn", style="bold red" if bad else "yellow"),
                      f"{v.get('component')}: {v.get('subject')}", Text(str(v.get("verdict")), style="bold"),
-                     v.get("detail", ""), ago(v.get("since_unix"), now), f"#{anchor}" if anchor else "-"])
+                     v.get("detail", ""), ago(v.get("since_unix"), now) + mark, f"#{anchor}" if anchor else "-"])
     if not view.verdicts:
         rows.append([Text("ok", style="green"), Text("nothing is bad now", style="green"), "", "", "", ""])
     t = table("what is wrong now", [("", "text"), ("what", "text"), ("verdict", "text"), ("detail", "text"),
                                     ("since", "num"), ("runbook", "text")], rows)
-    return Group(t, *[Text(f"runbook sections: {b}#...", overflow="fold") for b in bases])
+    legend = [f"{m} {what}" for m, what in _SINCE_LEGEND if m in sources]
+    notes = [Text("since: the component's own time" + "".join(f"; {x}" for x in legend), style="dim")] if legend else []
+    return Group(t, *notes, *[Text(f"runbook sections: {b}#...", overflow="fold") for b in bases])
+
+
+#: How ``since`` reads where it is not the component's own time (export/summary.py's ``since_source``).
+_SINCE_MARKS = {"first seen": "*", "window": "^"}
+_SINCE_LEGEND = (("*", "first seen by this sidecar (starts over on a restart)"),
+                 ("^", "the start of the window that first showed it"))
 
 
 def requests_table(view: SidecarView) -> Table:

@@ -30,7 +30,7 @@ from typing import Any
 from inferwatch.wire import EV_RECORD, EV_REQUEST, OUTCOME_OK
 from inferwatch_sidecar.components.base import ComponentContext, EstimatesAccuracy, Peers
 from inferwatch_sidecar.components.canary.config import CanaryConfig
-from inferwatch_sidecar.components.canary.judge import VERDICTS, Judgement, judge
+from inferwatch_sidecar.components.canary.judge import VERDICTS, Judgement, VerdictHold, judge
 from inferwatch_sidecar.components.canary.window import N_OUTCOMES, VersionWindow
 from inferwatch_sidecar.components.identity import Key, VersionKeys, baseline, bounded_entry
 from inferwatch_sidecar.components.periodic import StagedComponent
@@ -76,6 +76,8 @@ class CanaryComponent(StagedComponent):
         self._lim_stage = ctx.limiter("stage")
         #: (raw ctx, pid, producer ID) -> when its last frame came (monotonic s): the replicas of each version.
         self._replicas: dict[tuple[Any, int, int], float] = {}
+        #: Holds a new fail back for canary.fail_after_s of re-judgements (judge thread only).
+        self._hold = VerdictHold(config.fail_hold_s)
 
     def connect(self, peers: Peers) -> None:
         """Find the component that estimates accuracy (the drift component), if one runs."""
@@ -236,20 +238,21 @@ class CanaryComponent(StagedComponent):
             for k in keys:
                 if k == base or summaries[k].requests < self.cfg.min_requests:
                     continue
-                j = judge(svc, model, base[2], k[2], summaries[base], summaries[k], self.cfg,
-                          (accuracy.get((model, base[2])), accuracy.get((model, k[2]))),
-                          (replicas.get(base, 0), replicas.get(k, 0)))
-                judgements.append(j)
-                pair = (*k, base[2])
-                put(CANARY_SCORE, pair, j.score)
-                for v in VERDICTS:
-                    put(CANARY_VERDICT, (*pair, v), float(j.verdict == v))
-                for m in j.metrics:
-                    if m.result == "nodata":
-                        continue
-                    ml = (*pair, m.name, m.stage or "")
-                    put(CANARY_METRIC_FAILED, ml, float(m.result == "fail"))
-                    put(CANARY_METRIC_EFFECT, ml, m.effect)
+                judgements.append(judge(svc, model, base[2], k[2], summaries[base], summaries[k], self.cfg,
+                                        (accuracy.get((model, base[2])), accuracy.get((model, k[2]))),
+                                        (replicas.get(base, 0), replicas.get(k, 0))))
+        self._hold.apply(judgements, now)
+        for j in judgements:
+            pair = (j.service, j.model, j.canary_version, j.baseline_version)
+            put(CANARY_SCORE, pair, j.score)
+            for v in VERDICTS:
+                put(CANARY_VERDICT, (*pair, v), float(j.verdict == v))
+            for m in j.metrics:
+                if m.result == "nodata":
+                    continue
+                ml = (*pair, m.name, m.stage or "")
+                put(CANARY_METRIC_FAILED, ml, float(m.result == "fail"))
+                put(CANARY_METRIC_EFFECT, ml, m.effect)
         for reason, n in self.dropped.items():
             put(CANARY_DROPPED_EVENTS_TOTAL, (reason,), n)
         self.last_eval_unix = self.ctx.clock()

@@ -123,7 +123,8 @@ class CanaryConfig(BaseModel):
         evaluate_interval_s: seconds between judgements (off the ingest thread).
         min_requests: a version is judged (or judged against) only with at least this many requests in the window.
         baselines: the stable version per model name; a model not listed takes its busiest version.
-        alpha: false-discovery rate (Benjamini-Hochberg across the tests of one judgement).
+        alpha: family-wise error rate of one judgement (Holm's correction across its tests): with identical
+            versions, the chance that any metric tests significant.
         pass_score: score from which the verdict is pass.
         marginal_score: score from which the verdict is marginal (below it: fail).
         critical: metrics whose failure fails the canary whatever the score; a stage metric may name one
@@ -136,7 +137,13 @@ class CanaryConfig(BaseModel):
         max_staged: events waiting for the judge's thread; beyond it events are dropped and counted.
         slo: objectives for goodput (judged only when one is set).
         load_imbalance_ratio: the judgement warns when one version's requests per replica (SDK producer)
-            exceed the other's by this factor: the busier replicas are slower for load, not for code.
+            exceed the other's by this factor: the busier replicas are slower for load, not for code. When the
+            canary is the busier one, the metrics load alone moves are inconclusive rather than failed.
+        fail_after_s: a canary is reported ``fail`` only once its judgement has failed without a break for this
+            many seconds (re-judgements over a window that moved on: new requests), ``marginal`` with a warning
+            until then; 0 reports a fail at once; unset: one sub-window (``window_seconds / subwindows``, 60 s by
+            default). It bounds the false fails of a rollout judged every ``evaluate_interval_s`` for many
+            minutes (docs/canary.md, "Error rates").
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -159,6 +166,12 @@ class CanaryConfig(BaseModel):
     max_staged: int = Field(default=200_000, ge=1000)
     slo: Slo = Field(default_factory=Slo)
     load_imbalance_ratio: float = Field(default=1.5, ge=1)
+    fail_after_s: float | None = Field(default=None, ge=0, le=86400)
+
+    @property
+    def fail_hold_s(self) -> float:
+        """``fail_after_s``, or one sub-window when it is unset."""
+        return self.window_seconds / self.subwindows if self.fail_after_s is None else self.fail_after_s
 
     @model_validator(mode="after")
     def _check(self) -> CanaryConfig:

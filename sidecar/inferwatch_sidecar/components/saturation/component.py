@@ -175,8 +175,11 @@ class SaturationComponent(PeriodicComponent):
                                "sentence": text,
                                "ratios": {r: round(v, 3) for r, v in j.smooth.items()}})
                 if j.bound != "none":
+                    # since_unix: when this bound began (the status summary's since-when, the judge's own).
+                    since = None if j.since is None else self.ctx.clock() - (self.ctx.monotonic() - j.since)
                     rows.append({"subject": f"{service}/{model}/{version}", "verdict": f"{j.bound}-bound",
-                                 "severity": "warn", "detail": text, "alert": "InferwatchSaturated"})
+                                 "severity": "warn", "detail": text, "alert": "InferwatchSaturated",
+                                 "since_unix": since})
             gpus = {g: {"fidelity": a.fidelity, "sm_util": a.sm_util, "sm_occupancy": a.sm_occupancy,
                         "tensor_active": a.tensor_active, "dram_bw_util": a.dram_bw_util,
                         "kernel_active": a.kernel_active} for g, a in sorted(self.activity.items())}

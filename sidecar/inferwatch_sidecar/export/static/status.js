@@ -79,7 +79,8 @@ function fmt(key, v) {
 function verdictPill(v) {
   const cls = { ok: "ok", leak: "bad", drifted: "bad", running: "ok", watch: "warn", suspect: "warn",
                 warming_up: "warn", starting: "warn", degraded: "warn", failing: "bad", failed: "bad",
-                pass: "ok", marginal: "warn", fail: "bad", bad: "bad", warn: "warn", absent: "warn" }[v] || "";
+                pass: "ok", marginal: "warn", fail: "bad", bad: "bad", warn: "warn", absent: "warn",
+                inconclusive: "warn" }[v] || "";
   return el("span", { cls: "pill " + cls, data: { verdict: String(v) } }, plain(v));
 }
 
@@ -173,6 +174,14 @@ function ago(unix) {
   return s >= 0 ? " (" + seconds(s) + " ago)" : "";
 }
 
+// Where a verdict's since-when comes from (export/summary.py): the component's own time of the change, the start
+// of the window that first showed it, or the first time this sidecar saw it (which starts over on a restart).
+function sinceNote(v) {
+  if (v.since_source === "window") return ", the start of the window that first showed it";
+  if (v.since_source === "first seen") return ", first seen by this sidecar (it starts over on a restart)";
+  return v.since_source ? ", the " + v.component + " component's own time" : "";
+}
+
 // The verdicts that are bad now (the daemon's summary), then the overall request rates and accuracy.
 function renderSummary(st) {
   const sec = document.getElementById("summary");
@@ -185,15 +194,16 @@ function renderSummary(st) {
   sec.dataset.worst = worst;
   if (!found.length) {
     parts.push(el("p", { cls: "note", data: { verdicts: "none" } }, verdictPill("ok"),
-                  " Nothing is bad now: no leak, drift, accuracy drop, failing canary or high error rate."));
+                  " Nothing is bad now: no leak, drift, accuracy drop, failing canary, saturation, retry storm " +
+                  "or high error rate."));
   } else {
     parts.push(el("ul", { cls: "verdicts" }, ...found.map(v => {
       const li = el("li", { cls: "verdict " + (v.severity === "bad" ? "bad" : "warn"),
                             data: { verdict: String(v.verdict), component: String(v.component), severity: String(v.severity) } },
         verdictPill(v.severity === "bad" ? "bad" : "warn"),
         el("span", { cls: "what" }, `${v.component}: ${v.subject} — ${v.verdict}`),
-        el("span", { cls: "since", data: { since: String(v.since_unix) } },
-           "since " + when(v.since_unix) + ago(v.since_unix) + (v.since_source === "first seen" ? ", first seen by this sidecar" : "")),
+        el("span", { cls: "since", data: { since: String(v.since_unix), sinceSource: String(v.since_source) } },
+           "since " + when(v.since_unix) + ago(v.since_unix) + sinceNote(v)),
         el("span", { cls: "detail" }, v.detail || ""));
       if (v.runbook_url) {
         const a = el("a", { cls: "runbook-link" }, "runbook: " + (v.alert || "section"));
@@ -238,6 +248,7 @@ function outcomeRates(models) {
       row[k] = n ? v / n : null;
       all.counts[k] = (all.counts[k] || 0) + v;
     }
+
     all.requests += n;
     rows.push(row);
   }
@@ -261,8 +272,16 @@ function renderRequests(st) {
   const label = k => (OUTCOME_LABELS.find(([x]) => x === k) || [k, k.replace(/_/g, " ") + " rate"])[1].replace(/ rate$/, "");
   const cols = [["model", "service, model, version", r => r.model === "(all)" ? "all" : `${r.service} ${r.model} ${r.model_version}`],
                 ["requests", "requests"], ...keys.map(k => [k, label(k), r => pct(r[k], 2)])];
+  // Where the SDK's middleware sees HTTP: attempts per unique request, and how long clients waited before giving up.
+  const http = (lat.models || []).filter(m => m.http && m.http.attempts).map(m => ({
+    model: `${m.service} ${m.model} ${m.model_version}`, attempts: m.http.attempts,
+    amplification: m.http.attempts > m.http.retries ? m.http.attempts / (m.http.attempts - m.http.retries) : null,
+    giveups: m.http.giveups / m.http.attempts, giveup_wait_p50_s: m.http.giveup_wait_p50_s }));
   fill("requests", note(`Over the last ${seconds(lat.window_s)}, from each request's outcome.`),
-       table("requests", cols, rows));
+       table("requests", cols, rows),
+       http.length ? table("requests-http", [["model", "service, model, version"],
+         ["amplification", "attempts per request", r => isNum(r.amplification) ? r.amplification.toFixed(2) : "—"],
+         ["giveups", "given up", r => pct(r.giveups, 1)], ["giveup_wait_p50_s", "their wait (P50)"]], http) : null);
 }
 
 // The accuracy of each model version: the label-free estimate with its interval, and the labelled one.
@@ -311,10 +330,15 @@ function renderCanary(st) {
       ` score ${isNum(j.score) ? j.score.toFixed(0) : "—"}/100, ${plain(j.canary_requests)} against ${plain(j.baseline_requests)} requests`);
     parts.push(h);
     if (j.reasons && j.reasons.length) parts.push(el("ul", { cls: "reasons" }, ...j.reasons.map(r => el("li", null, r))));
+    // Why the verdict may mislead (unequal load per replica), or is held back (a fail not yet confirmed).
+    if (j.warnings && j.warnings.length) {
+      parts.push(el("ul", { cls: "reasons warnings" }, ...j.warnings.map(w => el("li", { data: { warning: "canary" } },
+                                                                               "warning: " + w))));
+    }
     const rows = (j.metrics || []).map(m => ({ ...m, metric: m.stage ? `${m.name} [${m.stage}]` : m.name }));
     parts.push(table("canary-metrics", [["metric", "metric"], ["result", "result", r => verdictPill(r.result)],
-      ["baseline", "stable"], ["canary", "canary"], ["effect", "effect"], ["effect_name", "measure"],
-      ["tolerance", "tolerance"], ["p_adjusted", "adjusted p"]], rows));
+      ["baseline", "stable"], ["canary", "canary"], ["unit", "unit"], ["effect", "effect"], ["effect_name", "measure"],
+      ["tolerance", "tolerance"], ["statistic", "test"], ["p_adjusted", "adjusted p (Holm)"]], rows));
   }
   if (c && !judgements.length) {
     parts.push(componentUnavailable(c, "The canary judge") ||
