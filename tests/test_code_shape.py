@@ -33,9 +33,7 @@ LONG_FUNCTIONS: dict[str, str] = {
     "dashboards/src/gpu.py::build": "to split: one function per row of panels",
     "dashboards/src/saturation.py::build": "to split: one function per row of panels (came with #25)",
     "bench/leak_detection.py::main": "benchmark driver, to split",
-    "bench/ingest.py::in_process": "benchmark driver, to split",
     "bench/soak.py::main": "benchmark driver, to split",
-    "bench/ingest.py::main": "benchmark driver, to split (came with #23's baseline column)",
     "bench/leak_family.py::_draw": "the family's one draw per series, to split (came with #24's shapes)",
     "bench/gpu_real_check.py::main": "benchmark driver, to split",
     "bench/sdk_overhead.py::wall_clock": "benchmark driver, to split",
@@ -43,7 +41,6 @@ LONG_FUNCTIONS: dict[str, str] = {
 
 #: Modules allowed over the ceiling.
 LONG_MODULES: dict[str, str] = {
-    "bench/ingest.py": "to split: the baseline and callgrind runners (came with #23's item 8)",
 }
 
 
