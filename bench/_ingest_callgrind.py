@@ -48,8 +48,20 @@ def replica_frames(n_req: int, first: int, per_frame: int = 100) -> list[bytes]:
 REPLICA_WARM = 6000
 
 
-#: The components the replica may run: every one enabled by default but the GPU monitor (it needs a device).
-REPLICA_COMPONENTS = ("drift", "tail", "canary")
+#: The components of trees without a registry (before issue 23): every one enabled by default then but the GPU monitor.
+_OLD_COMPONENTS = ("drift", "tail", "canary")
+
+
+def replica_components() -> tuple[str, ...]:
+    """The components the replica may run: every one enabled by default but the GPU monitor (it needs a device),
+    read from the registry of the tree on the path."""
+    try:
+        from inferwatch_sidecar.components import registry
+        from inferwatch_sidecar.config import SidecarConfig
+    except ImportError:
+        return _OLD_COMPONENTS
+    cfg = SidecarConfig()
+    return tuple(n for n in registry.names() if n != "gpu" and getattr(getattr(cfg, n, None), "enabled", False))
 
 
 def replica_child(measure: bool, components: str, n_req: int) -> None:
@@ -60,22 +72,26 @@ def replica_child(measure: bool, components: str, n_req: int) -> None:
     from inferwatch_sidecar.config import SidecarConfig
     from inferwatch_sidecar.daemon import Sidecar
 
-    on = set(REPLICA_COMPONENTS) if components == "all" else set() if components == "none" else set(components.split(","))
+    known = replica_components()
+    on = set(known) if components == "all" else set() if components == "none" else set(components.split(","))
     doc: dict[str, Any] = {"gpu": {"enabled": False}}
-    doc.update({name: {"enabled": name in on} for name in REPLICA_COMPONENTS})
+    doc.update({name: {"enabled": name in on} for name in known})
     sc = Sidecar(SidecarConfig.model_validate(doc))
     if on:
         sc._build_components()
     comps = [s.component for s in sc.slots if s.component is not None]
+    # Components that take no records (engines, saturation) have nothing staged to drain: they work on
+    # their own threads in the daemon, which the replica does not run.
+    drained = [c for c in comps if hasattr(c, "drain")]
     datagram = sc.pipeline.datagram
 
     def run(frames: list[bytes]) -> None:
         for i, f in enumerate(frames):
             datagram(f, "unix")
             if i % 20 == 19:
-                for c in comps:
+                for c in drained:
                     c.drain()
-        for c in comps:
+        for c in drained:
             c.drain()
 
     warm, frames = replica_frames(REPLICA_WARM, 0), replica_frames(n_req, 10**6)
@@ -116,7 +132,7 @@ def callgrind_report(baseline: str | None, n_req: int, split: bool = False, jobs
     print(f"== callgrind: instructions per event, the live path in one thread ({n_req} requests = {2 * n_req} "
           f"events after {REPLICA_WARM} warm-up requests; frames of 100 events; components drained every 20 frames)")
     cases = [(label, tree, comps) for label, tree in trees
-             for comps in ("none", *(REPLICA_COMPONENTS if split and tree is None else ()), "all")]
+             for comps in ("none", *(replica_components() if split and tree is None else ()), "all")]
     with ThreadPoolExecutor(max_workers=jobs) as pool:
         futs = {(label, comps, m): pool.submit(callgrind_count, tree, comps, n_req, m)
                 for label, tree, comps in cases for m in (0, 1)}

@@ -9,8 +9,8 @@ Three parts, run side by side in one go:
    20 features. The ``--baseline`` revision's own tree (``git archive``) runs the same
    variants in a child process after each round, so its column survives moved modules.
 2. **Live sidecar, real SDK senders at rising offered rates**, every default component on
-   (drift, tail, canary; not the GPU monitor, which needs a device): SDK-instrumented producer
-   processes (``inferwatch.configure`` + ``request``/``stage``/``record``) pace themselves to
+   (drift, tail, canary, engines, saturation, capacity; not the GPU monitor, which needs a device):
+   SDK-instrumented producer processes (``inferwatch.configure`` + ``request``/``stage``/``record``) pace themselves to
    the offered rate over the Unix socket. For each rate: events received, the sidecar's CPU
    per 1,000 events (from /proc, all its threads: ingest and the components' workers), events
    per CPU-second (= events/s per core), and the drop rate (SDK-reported drops + sidecar drops
