@@ -32,7 +32,6 @@ LONG_FUNCTIONS: dict[str, str] = {
     "dashboards/src/saturation.py::build": "to split: one function per row of panels (came with #25)",
     "bench/leak_detection.py::main": "benchmark driver, to split",
     "bench/soak.py::main": "benchmark driver, to split",
-    "bench/gpu_real_check.py::main": "benchmark driver, to split",
     "bench/sdk_overhead.py::wall_clock": "benchmark driver, to split",
 }
 
