@@ -28,13 +28,11 @@ LONG_FUNCTIONS: dict[str, str] = {
     "sidecar/inferwatch_sidecar/aggregate/aggregator.py::Aggregator.process": "hot path (i23c)",
     "sdk/inferwatch/_asgi.py::InferwatchMiddleware.__call__": "hot path, counted in instructions",
     # To split by their owners.
-    "sidecar/inferwatch_sidecar/cli/demo.py::run": "to split",
     "sidecar/inferwatch_sidecar/components/gpu/analysis.py::run": "to split (i24)",
     "sidecar/inferwatch_sidecar/components/gpu/detector.py::LeakDetector._scale_result": "to split (i24)",
     "sidecar/inferwatch_sidecar/components/gpu/component.py::GpuComponent.status": "to split (i23a)",
     "sidecar/inferwatch_sidecar/aggregate/aggregator.py::Aggregator.collect": "to split (i23c)",
     "dashboards/src/gpu.py::build": "to split: one function per row of panels",
-    "dashboards/src/saturation.py::build": "to split: one function per row of panels (came with #25)",
     "bench/leak_detection.py::main": "benchmark driver, to split",
     "bench/ingest.py::in_process": "benchmark driver, to split",
     "bench/soak.py::main": "benchmark driver, to split",
