@@ -34,7 +34,12 @@ faults injected part way through (all at once):
 
 opt-in: bad_events (a client posting malformed events) and long_inputs, the latency fault's
 variant: 5% of notes are 1500-2500 tokens long; they wait in the queue for a padded batch of
-them, and the tail attribution names the queue and input_tokens
+them, and the tail attribution names the queue and input_tokens; retry_storm, the latency fault's
+other variant: batches slower than the clients' 0.5 s timeout, which retry at once (InferwatchRetryStorm,
+InferwatchTimeoutMismatch); saturation: the server's KV cache fills (15 s), then its preprocessing burns
+CPU, and the saturation verdict names kv_cache-bound, then host_cpu-bound
+
+every run's summary ends with the live knee of v1 and how far its headroom fell as requests piled up
 
 with --engine triton, Triton (PyTriton) serves both models and traces every request to the
 sidecar (OTLP, POST /v1/traces); the callable only calls inferwatch.record(). Every fault
@@ -76,8 +81,9 @@ def register(sub: Any) -> None:
                    help="do not start Alertmanager even when it is on PATH (it needs prometheus)")
     p.add_argument("--faults", default=None, metavar="LIST",
                    help="comma-separated faults to inject: latency, drift, confidence, gpu_leak, canary "
-                        "(the default: all five), bad_events (a client posting malformed events) and long_inputs "
-                        "(instead of latency: long inputs fill the batch and the queue)")
+                        "(the default: all five), bad_events (a client posting malformed events), long_inputs "
+                        "(instead of latency: long inputs fill the batch and the queue), retry_storm (instead of "
+                        "latency) and saturation (KV cache, then host CPU)")
     p.add_argument("--rate", type=float, default=None, metavar="RPS",
                    help="requests per second (default 50; 20 with --engine vllm)")
     p.add_argument("--seed", type=int, default=0, help="dataset and model seed (default 0)")
