@@ -17,6 +17,7 @@ import shutil
 import signal
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from types import FrameType
 from typing import Any
@@ -33,7 +34,12 @@ faults injected part way through (all at once):
 
 opt-in: bad_events (a client posting malformed events) and long_inputs, the latency fault's
 variant: 5% of notes are 1500-2500 tokens long; they wait in the queue for a padded batch of
-them, and the tail attribution names the queue and input_tokens
+them, and the tail attribution names the queue and input_tokens; retry_storm, the latency fault's
+other variant: batches slower than the clients' 0.5 s timeout, which retry at once (InferwatchRetryStorm,
+InferwatchTimeoutMismatch); saturation: the server's KV cache fills (15 s), then its preprocessing burns
+CPU, and the saturation verdict names kv_cache-bound, then host_cpu-bound
+
+every run's summary ends with the live knee of v1 and how far its headroom fell as requests piled up
 
 with --engine triton, Triton (PyTriton) serves both models and traces every request to the
 sidecar (OTLP, POST /v1/traces); the callable only calls inferwatch.record(). Every fault
@@ -75,8 +81,9 @@ def register(sub: Any) -> None:
                    help="do not start Alertmanager even when it is on PATH (it needs prometheus)")
     p.add_argument("--faults", default=None, metavar="LIST",
                    help="comma-separated faults to inject: latency, drift, confidence, gpu_leak, canary "
-                        "(the default: all five), bad_events (a client posting malformed events) and long_inputs "
-                        "(instead of latency: long inputs fill the batch and the queue)")
+                        "(the default: all five), bad_events (a client posting malformed events), long_inputs "
+                        "(instead of latency: long inputs fill the batch and the queue), retry_storm (instead of "
+                        "latency) and saturation (KV cache, then host CPU)")
     p.add_argument("--rate", type=float, default=None, metavar="RPS",
                    help="requests per second (default 50; 20 with --engine vllm)")
     p.add_argument("--seed", type=int, default=0, help="dataset and model seed (default 0)")
@@ -118,22 +125,9 @@ class _Signals:
             signal.signal(sig, handler)
 
 
-def run(args: argparse.Namespace) -> int:
-    # rich, numpy and yaml load only when the demo runs, so that `inferwatch --help` stays fast.
-    from rich.console import Console
-    from rich.live import Live
-
-    from inferwatch_sidecar.demo import view, vllm_view
-    from inferwatch_sidecar.demo.alertmanager import CONFIG as AM_CONFIG
-    from inferwatch_sidecar.demo.alertmanager import DemoAlertmanager, WebhookReceiver, alertmanager_binary, fast_config
+def _config(args: argparse.Namespace, err: Any) -> Any:
+    """The scenario's config from the arguments, or the exit status 2 after saying what is wrong."""
     from inferwatch_sidecar.demo.config import FAULTS, KNOWN_FAULTS, VARIANTS, ScenarioConfig
-    from inferwatch_sidecar.demo.observe import Snapshot
-    from inferwatch_sidecar.demo.prom import DemoPrometheus, fast_rules
-    from inferwatch_sidecar.demo.scenario import Scenario
-    from inferwatch_sidecar.demo.supervise import ProcessError
-
-    out = Console(stderr=False, highlight=False)
-    err = Console(stderr=True, highlight=False)
     from inferwatch_sidecar.demo.supervise import default_triton_python, triton_python_problem
 
     missing = [m for m in ("fastapi", "uvicorn") if args.engine == "fastapi" and importlib.util.find_spec(m) is None]
@@ -188,66 +182,116 @@ def run(args: argparse.Namespace) -> int:
     if not 5 <= inj <= args.duration - 15:
         err.print(f"inferwatch demo: --inject-at {inj:g} must be between 5 and duration - 15 seconds")
         return 2
+    return cfg
+
+
+class _Monitors:
+    """Prometheus, Alertmanager and the webhook receiver behind it, each started when its binary is there."""
+
+    def __init__(self) -> None:
+        self.prom: Any = None
+        self.am: Any = None
+        self.hook: Any = None
+
+    def start(self, args: argparse.Namespace, sc: Any, say: Callable[[str], None]) -> None:
+        from inferwatch_sidecar.demo.alertmanager import CONFIG as AM_CONFIG
+        from inferwatch_sidecar.demo.alertmanager import (
+            DemoAlertmanager,
+            WebhookReceiver,
+            alertmanager_binary,
+            fast_config,
+        )
+        from inferwatch_sidecar.demo.prom import DemoPrometheus, fast_rules
+
+        prom_bin = None if args.no_prometheus else shutil.which("prometheus")
+        if not prom_bin:
+            if not args.no_prometheus:
+                say("prometheus is not on PATH: alert states are not shown (the sidecar's own signals still are)")
+            return
+        rules = fast_rules(Path(tempfile.mkdtemp(prefix="iw-demo-rules-", dir=sc.workdir)))
+        if not rules:
+            say("alert rules not found (alerts/ is in the source checkout): Prometheus runs without alerts")
+        am_bin = None if args.no_alertmanager else alertmanager_binary()
+        if am_bin and rules and AM_CONFIG.is_file():
+            say(f"starting alertmanager with {AM_CONFIG.name} (timings in seconds), webhooks to this process")
+            self.hook = WebhookReceiver().start()
+            self.am = DemoAlertmanager(am_bin, fast_config(self.hook.url)).start()
+        elif not args.no_alertmanager:
+            say("alertmanager is not on PATH: no notifications are shown (install 'prometheus-alertmanager')"
+                if not am_bin else "alerts/ is not here (it is in the source checkout): Alertmanager not started")
+        say(f"starting prometheus with {len(rules)} rule file(s), scraping every second")
+        self.prom = DemoPrometheus(prom_bin, sc.scrape_targets(), rules,
+                                   alertmanagers=[self.am.target] if self.am else None)
+        self.prom.start()
+        sc.attach_prometheus(self.prom.url)
+        if self.hook is not None:
+            sc.attach_alertmanager(self.hook)
+
+    def stop(self) -> None:
+        for x in (self.prom, self.am, self.hook):
+            if x is not None:
+                x.stop()
+
+
+def _tick(args: argparse.Namespace, live: Any, render: Any, progress_line: Any, sc: Any) -> Callable[[Any], None]:
+    """The run's per-poll callback: a progress line every 5 s with --no-ui, else the live view."""
+    if not args.no_ui:
+        live.start()
+        return lambda snap: live.update(render(snap, sc))
+    printed_at = [0.0]
+
+    def tick(snap: Any) -> None:
+        if snap.t - printed_at[0] >= 5.0:
+            printed_at[0] = snap.t
+            print(progress_line(snap), flush=True)
+    return tick
+
+
+def run(args: argparse.Namespace) -> int:
+    # rich, numpy and yaml load only when the demo runs, so that `inferwatch --help` stays fast.
+    from rich.console import Console
+    from rich.live import Live
+
+    from inferwatch_sidecar.demo import view, vllm_view
+    from inferwatch_sidecar.demo.config import ScenarioConfig
+    from inferwatch_sidecar.demo.scenario import Scenario
+    from inferwatch_sidecar.demo.supervise import ProcessError
+
+    out = Console(stderr=False, highlight=False)
+    err = Console(stderr=True, highlight=False)
+    cfg = _config(args, err)
+    if not isinstance(cfg, ScenarioConfig):
+        return int(cfg)
+    inj = cfg.injection_time()
 
     def say(msg: str) -> None:
         err.print(f"[dim]demo:[/] {msg}")
 
     signals = _Signals()
-    sc = vllm_scenario.VllmScenario(cfg) if args.engine == "vllm" else Scenario(cfg)
+    if args.engine == "vllm":
+        from inferwatch_sidecar.demo import vllm_scenario
+
+        sc: Any = vllm_scenario.VllmScenario(cfg)
+    else:
+        sc = Scenario(cfg)
     render, progress_line = ((vllm_view.render, vllm_view.progress_line) if args.engine == "vllm"
                              else (view.render, view.progress_line))
-    prom: DemoPrometheus | None = None
-    am: DemoAlertmanager | None = None
-    hook: WebhookReceiver | None = None
+    mon = _Monitors()
     # Live.stop() does nothing on a view that is not showing, so every exit path can call it.
     live = Live(console=out, refresh_per_second=4, transient=False)
     status = 1
     try:
         sc.start(progress=say)
-        prom_bin = None if args.no_prometheus else shutil.which("prometheus")
-        if prom_bin:
-            rules = fast_rules(Path(tempfile.mkdtemp(prefix="iw-demo-rules-", dir=sc.workdir)))
-            if not rules:
-                say("alert rules not found (alerts/ is in the source checkout): Prometheus runs without alerts")
-            am_bin = None if args.no_alertmanager else alertmanager_binary()
-            if am_bin and rules and AM_CONFIG.is_file():
-                say(f"starting alertmanager with {AM_CONFIG.name} (timings in seconds), webhooks to this process")
-                hook = WebhookReceiver().start()
-                am = DemoAlertmanager(am_bin, fast_config(hook.url)).start()
-            elif not args.no_alertmanager:
-                say("alertmanager is not on PATH: no notifications are shown (install 'prometheus-alertmanager')"
-                    if not am_bin else "alerts/ is not here (it is in the source checkout): Alertmanager not started")
-            say(f"starting prometheus with {len(rules)} rule file(s), scraping every second")
-            prom = DemoPrometheus(prom_bin, sc.scrape_targets(), rules, alertmanagers=[am.target] if am else None)
-            prom.start()
-            sc.attach_prometheus(prom.url)
-            if hook is not None:
-                sc.attach_alertmanager(hook)
-        elif not args.no_prometheus:
-            say("prometheus is not on PATH: alert states are not shown (the sidecar's own signals still are)")
+        mon.start(args, sc, say)
         signals.running = True
         urls = sc.urls()
-        if am is not None:
-            urls["alertmanager"] = am.url
+        if mon.am is not None:
+            urls["alertmanager"] = mon.am.url
         for name, url in urls.items():
             print(f"  {name:<13} {url}")
-        print(f"  faults at t={inj:.0f}s: {', '.join(faults)}; running for {args.duration:.0f}s "
+        print(f"  faults at t={inj:.0f}s: {', '.join(cfg.faults)}; running for {args.duration:.0f}s "
               f"(Ctrl-C stops early)")
-
-        if args.no_ui:
-            printed_at = 0.0
-
-            def tick(snap: Snapshot) -> None:
-                nonlocal printed_at
-                if snap.t - printed_at >= 5.0:
-                    printed_at = snap.t
-                    print(progress_line(snap), flush=True)
-        else:
-            live.start()
-
-            def tick(snap: Snapshot) -> None:
-                live.update(render(snap, sc))
-
+        tick = _tick(args, live, render, progress_line, sc)
         t_start = time.monotonic()
         sc.run(on_tick=tick, stop=lambda: bool(signals.received))
         live.stop()
@@ -268,12 +312,7 @@ def run(args: argparse.Namespace) -> int:
         status = 1
     finally:
         live.stop()
-        if prom is not None:
-            prom.stop()
-        if am is not None:
-            am.stop()
-        if hook is not None:
-            hook.stop()
+        mon.stop()
         codes = sc.stop()
         signals.restore()
         # uvicorn re-raises the SIGTERM it handled after a graceful shutdown: -15 is a clean stop.

@@ -8,13 +8,17 @@ from dataclasses import dataclass
 FAULTS = ("latency", "drift", "confidence", "gpu_leak", "canary")
 #: Every fault the scenario knows; ``bad_events`` (a client posting malformed JSON events) is opt-in.
 ALL_FAULTS = (*FAULTS, "bad_events")
+#: Opt-in faults outside :data:`ALL_FAULTS` (the end-to-end run's set): ``saturation`` runs the server into a
+#: KV-cache-bound phase, then a host-CPU-bound one, which the saturation verdict names (the demo server
+#: exposes its engine facts, :mod:`.engine_sim`; docs/saturation.md).
+OPT_IN = ("saturation",)
 #: Variants of a fault, opt-in, which replace it in a run: ``long_inputs`` is the latency fault's (long inputs
 #: fill the batch and the queue; tail attribution names the queue and the input length); ``retry_storm`` slows
 #: every batch past the clients' timeout, and the clients give up and retry at once with the same request ID
 #: (docs/overload.md).
 VARIANTS = {"long_inputs": "latency", "retry_storm": "latency"}
 #: Every fault name ``--faults`` accepts.
-KNOWN_FAULTS = (*ALL_FAULTS, *VARIANTS)
+KNOWN_FAULTS = (*ALL_FAULTS, *VARIANTS, *OPT_IN)
 #: The engines that can serve the demo: the SDK-instrumented FastAPI server, Triton (PyTriton), or vLLM
 #: (a tiny LLM, its own scenario: :mod:`.vllm_scenario`).
 ENGINES = ("fastapi", "triton", "vllm")
@@ -79,8 +83,19 @@ class ScenarioConfig:
                 raise ValueError(f"fault {f!r} replaces {VARIANTS[f]!r}: inject one of them")
         if "long_inputs" in self.faults and self.engine != "fastapi":
             raise ValueError("fault 'long_inputs' needs the FastAPI server's batcher (engine 'fastapi')")
+        if "saturation" in self.faults and self.engine != "fastapi":
+            raise ValueError("fault 'saturation' needs the FastAPI server's engine facts (engine 'fastapi')")
         if "retry_storm" in self.faults and self.engine != "fastapi":
             raise ValueError("fault 'retry_storm' needs the SDK's ASGI middleware (engine 'fastapi')")
+
+    def load_scale(self, t: float) -> float:
+        """The share of ``rate_per_s`` sent at scenario time ``t``: half until half-way to the injection, then all.
+
+        The load rises once, so the capacity table sees throughput grow with the requests in flight (the
+        rising line of the live knee); at one constant rate every level has the same throughput, and the
+        knee is not identifiable (docs/capacity.md).
+        """
+        return 0.5 if t < 0.5 * self.injection_time() else 1.0
 
     def injection_time(self) -> float:
         """Seconds from the sidecar's start at which every fault is switched on."""

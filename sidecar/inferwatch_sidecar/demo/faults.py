@@ -17,7 +17,10 @@ Faults that live in the model server:
   probabilities). No demo fault sets it; it is a knob for ``PUT /admin/faults``;
 - ``retry_storm``: every batch sleeps :data:`RETRY_STORM_DELAY_S` longer (the latency
   fault's switches, on every batch), past the load generator's timeout, which gives up
-  and retries at once.
+  and retries at once;
+- ``kv_cache_tokens`` and ``cpu_burn_ms``: the ``saturation`` fault's two phases
+  (:mod:`.engine_sim`): a KV cache this small (requests wait for blocks), then
+  preprocessing that burns this much CPU per request on the event loop.
 
 Feature drift, the hard segment of the confidence fault, long inputs and the
 canary's share of the traffic are load-generator faults (what inputs are sent,
@@ -41,6 +44,12 @@ RETRY_STORM_DELAY_S = 1.5
 RETRY_STORM_CLIENT_TIMEOUT_S = 0.5
 #: ...and send the same request (same X-Request-ID) again at once, this many times.
 RETRY_STORM_RETRIES = 2
+#: The ``saturation`` fault's KV-cache phase: each worker's KV cache holds this many tokens (about three requests: less than the offered load).
+SATURATION_KV_TOKENS = 384
+#: ... its host-CPU phase: each request's preprocessing burns this much CPU on the event loop (tokenizing).
+SATURATION_CPU_MS = 40.0
+#: ... and each phase lasts this long (the KV-cache phase first).
+SATURATION_PHASE_S = 15.0
 
 
 @dataclass
@@ -59,6 +68,8 @@ class Faults:
     long_input_share: float = 0.0
     canary_share: float = 0.0
     canary_fault: bool = False
+    kv_cache_tokens: int = 0
+    cpu_burn_ms: float = 0.0
     injected_unix: dict[str, float] = field(default_factory=dict)
 
     @classmethod
@@ -78,6 +89,8 @@ class Faults:
             raise ValueError("latency_delay_s must be between 0 and 30")
         if not 0.1 <= f.confidence_temperature <= 100:
             raise ValueError("confidence_temperature must be between 0.1 and 100")
+        if f.kv_cache_tokens < 0 or not 0 <= f.cpu_burn_ms <= 1000:
+            raise ValueError("kv_cache_tokens must be >= 0 and cpu_burn_ms between 0 and 1000")
         if f.leak_rate_bytes_per_s < 0:
             raise ValueError("leak_rate_bytes_per_s must be >= 0")
         return f

@@ -23,7 +23,13 @@ from typing import Any
 
 from inferwatch_sidecar.demo import allocator
 from inferwatch_sidecar.demo.config import ScenarioConfig
-from inferwatch_sidecar.demo.faults import RETRY_STORM_DELAY_S, Faults, write
+from inferwatch_sidecar.demo.faults import (
+    RETRY_STORM_DELAY_S,
+    SATURATION_CPU_MS,
+    SATURATION_KV_TOKENS,
+    Faults,
+    write,
+)
 from inferwatch_sidecar.demo.loadgen import LoadGenerator
 
 MiB = 2**20
@@ -42,6 +48,8 @@ class FaultState:
     before: str = ""
     #: Values the evidence averages over the polls after the injection, by name.
     series: dict[str, list[float]] = field(default_factory=dict)
+    #: Words the evidence keeps by name (the saturation verdict's sentence per phase).
+    notes: dict[str, str] = field(default_factory=dict)
 
     @property
     def detected(self) -> bool:
@@ -90,6 +98,8 @@ def server_faults(cfg: ScenarioConfig, leak_pid: int | None) -> Faults:
         f.long_input_share = cfg.long_input_share
     if "retry_storm" in cfg.faults:
         f.latency_stage, f.latency_share, f.latency_delay_s = "inference", 1.0, RETRY_STORM_DELAY_S
+    if "saturation" in cfg.faults:
+        f.kv_cache_tokens = SATURATION_KV_TOKENS  # its first phase; :func:`saturation_cpu_phase` the second
     if "gpu_leak" in cfg.faults:
         # The sidecar's fake NVML scripts the device side from its config; the allocator side follows here.
         f.leak_pid, f.leak_rate_bytes_per_s = leak_pid, cfg.leak_mib_per_s * MiB
@@ -102,8 +112,8 @@ def server_faults(cfg: ScenarioConfig, leak_pid: int | None) -> Faults:
 
 
 def switch_on(cfg: ScenarioConfig, *, server_url: str | None, token: str, loadgen: LoadGenerator,
-              leak_pid: int | None, fault_file: str | None = None) -> None:
-    """Switch every fault of ``cfg`` on: the model servers', then the load generator's.
+              leak_pid: int | None, fault_file: str | None = None) -> Faults:
+    """Switch every fault of ``cfg`` on: the model servers', then the load generator's; returns the servers'.
 
     Args:
         cfg: the scenario.
@@ -126,6 +136,14 @@ def switch_on(cfg: ScenarioConfig, *, server_url: str | None, token: str, loadge
     loadgen.canary_share = f.canary_share
     loadgen.bad_events = "bad_events" in cfg.faults
     loadgen.retry_storm = "retry_storm" in cfg.faults
+    return f
+
+
+def saturation_cpu_phase(f: Faults, *, server_url: str, token: str) -> None:
+    """The ``saturation`` fault's second phase on the faults ``f`` that :func:`switch_on` set: the KV cache is
+    unbounded again, and preprocessing burns CPU on the event loop."""
+    f.kv_cache_tokens, f.cpu_burn_ms = 0, SATURATION_CPU_MS
+    _put_faults(server_url, token, f)
 
 
 def _put_faults(server_url: str, token: str, f: Faults) -> None:

@@ -14,6 +14,9 @@ confidence  the stable version's calibrated accuracy estimate is more than 0.05
 gpu_leak    ``inferwatch_gpu_leak_detected`` = 1 for the leaking worker's PID
 canary      ``inferwatch_drift_canary_feature_drifted{feature="prediction"}`` = 1 for the canary
 bad_events  ``inferwatch_ingest_decode_errors_total{scope="json"}`` > 0
+saturation  ``inferwatch_saturation_bound`` = 1 for the stable version with
+            ``resource="kv_cache"``, and later with ``resource="host_cpu"``: both
+            phases named, in order
 =========== =====================================================================
 
 The evidence says more than the signal: the confidence fault's compares the
@@ -63,6 +66,7 @@ EXPECTED_ALERTS: dict[str, Alerts] = {
     "canary": [("InferwatchCanaryDiverging", {"model_version": mdl.CANARY}),
                ("InferwatchCanaryFailing", {"model": mdl.NAME})],
     "bad_events": [("InferwatchIngestDecodeErrors", {"scope": "json"})],
+    "saturation": [],
     "retry_storm": [("InferwatchRetryStorm", {"model_version": mdl.STABLE}),
                     ("InferwatchTimeoutMismatch", {"model_version": mdl.STABLE})],
 }
@@ -204,6 +208,34 @@ def _retry_storm(snap: Snapshot, scrape: Scrape, leak_pid: int | None) -> tuple[
                                   f"{gone:.0f} clients gave up")
 
 
+def bound_now(scrape: Scrape, version: str = mdl.STABLE) -> str:
+    """The resource the saturation verdict names for ``version`` at this scrape (``none`` without one)."""
+    for lab, v in scrape.get("inferwatch_saturation_bound"):
+        if v == 1 and lab.get("model") == mdl.NAME and lab.get("model_version") == version:
+            return lab.get("resource", "none")
+    return "none"
+
+
+def _saturation(snap: Snapshot, scrape: Scrape, leak_pid: int | None) -> tuple[bool, str]:
+    """This poll's bound resource and the verdict's sentence; :func:`judge` keeps the phases seen."""
+    bound = bound_now(scrape)
+    sentence = next((v.get("detail", "") for v in snap.verdicts if v.get("verdict") == f"{bound}-bound"), "")
+    return False, f"{bound}" + (f": {sentence}" if sentence else "")
+
+
+def _saturation_phases(st: FaultState, snap: Snapshot, detail: str) -> tuple[bool, str]:
+    """Detected once the verdict named ``kv_cache``, then ``host_cpu``; the evidence names both with their time."""
+    bound, _, sentence = detail.partition(": ")
+    if bound in ("kv_cache", "host_cpu") and f"{bound}_at" not in st.series:
+        st.series[f"{bound}_at"] = [snap.t]
+        st.notes[bound] = sentence
+    kv, cpu = st.series.get("kv_cache_at"), st.series.get("host_cpu_at")
+    named = [f"{r}-bound at {st.series[f'{r}_at'][0]:.1f}s ({st.notes.get(r) or 'no sentence'})"
+             for r in ("kv_cache", "host_cpu") if f"{r}_at" in st.series]
+    return (kv is not None and cpu is not None and kv[0] < cpu[0],
+            "; then ".join(named) if named else f"verdict now: {bound}")
+
+
 #: Fault -> its detection signal: (detected now, the evidence).
 SIGNALS: dict[str, Signal] = {
     "latency": _latency,
@@ -214,6 +246,7 @@ SIGNALS: dict[str, Signal] = {
     "canary": _canary,
     "bad_events": _bad_events,
     "retry_storm": _retry_storm,
+    "saturation": _saturation,
 }
 
 
@@ -243,6 +276,8 @@ def judge(faults: dict[str, FaultState], snap: Snapshot, scrape: Scrape, leak_pi
         ok, detail = signals[name](snap, scrape, leak_pid)
         if name == "confidence":
             detail = _confidence_mean(st, snap, detail)
+        elif name == "saturation":
+            ok, detail = _saturation_phases(st, snap, detail)
         elif name == "canary" and st.before:
             detail += f"; before the fault: {st.before}"
         if ok and st.detected_at is None:
@@ -277,3 +312,44 @@ def unexpected_alerts(seen: dict[str, set[str]], faults: Iterable[str],
     """The alerts in ``seen`` (name -> states) that no fault in ``faults`` explains."""
     want = expected_alert_names(faults, expected)
     return {n: s for n, s in seen.items() if n not in want}
+
+
+class CapacityTrace:
+    """The stable version's live knee and headroom over the run (the summary's capacity line).
+
+    Each poll adds (time, requests in flight, knee, headroom) once the knee is known; :meth:`lines` says
+    where the headroom started and how far it fell as the requests in flight rose.
+    """
+
+    def __init__(self) -> None:
+        self.points: list[tuple[float, float, float, float]] = []
+
+    def observe(self, t: float, scrape: Scrape) -> None:
+        lab = {"model": mdl.NAME, "model_version": mdl.STABLE}
+        knee = scrape.value("inferwatch_capacity_knee_concurrency", None, **lab)
+        head = scrape.value("inferwatch_capacity_headroom_ratio", None, **lab)
+        flight = scrape.value("inferwatch_capacity_in_flight", None, **lab)
+        if knee is not None and head is not None and flight is not None:
+            self.points.append((t, flight, knee, head))
+
+    def fell(self) -> tuple[tuple[float, float, float, float], tuple[float, float, float, float]] | None:
+        """The first point and the one with the least headroom after it, when the headroom fell."""
+        if not self.points:
+            return None
+        first = self.points[0]
+        low = min(self.points, key=lambda p: p[3])
+        return (first, low) if low[3] < first[3] else None
+
+    def lines(self) -> list[str]:
+        if not self.points:
+            return ["capacity (live knee of " + mdl.STABLE + "): not identified yet (the traffic has not shown "
+                    "throughput levelling off while requests in flight rose)"]
+        t, flight, knee, head = self.points[-1]
+        out = [f"capacity (live knee of {mdl.STABLE}): knee {knee:.2f} requests in flight; now {flight:.2f} in "
+               f"flight, headroom {head:.0%}"]
+        fell = self.fell()
+        if fell is not None:
+            (t0, f0, _, h0), (t1, f1, _, h1) = fell
+            out.append(f"  headroom fell from {h0:.0%} at {t0:.0f}s to {h1:.0%} at {t1:.0f}s as requests in flight "
+                       f"rose from {f0:.2f} to {f1:.2f}")
+        return out

@@ -152,6 +152,8 @@ class LoadGenerator:
         #: While True, predictions time out after RETRY_STORM_CLIENT_TIMEOUT_S, hang up, and are sent again at once
         #: with the same X-Request-ID, up to RETRY_STORM_RETRIES times (the ``retry_storm`` fault).
         self.retry_storm = False
+        #: The share of ``plan.rate_per_s`` sent now (the scenario raises it during the run).
+        self.rate_scale = 1.0
         self._stop = threading.Event()
         self._lock = threading.Lock()
         self._threads: list[threading.Thread] = []
@@ -207,7 +209,7 @@ class LoadGenerator:
         ``plan.max_seconds`` or after ``plan.max_requests`` in all. Open loop: the schedule does not wait for
         slow responses (a request's time in the caller's loop body), but never bursts to catch up.
         """
-        interval = n / self.plan.rate_per_s
+        interval = n / (self.plan.rate_per_s * self.rate_scale)
         assert self.started_at is not None, "start() first"
         end = self.started_at + self.plan.max_seconds
         nxt = time.monotonic() + interval * i / n
@@ -218,6 +220,7 @@ class LoadGenerator:
                 return
             if nxt > now and self._stop.wait(nxt - now):
                 return
+            interval = n / (self.plan.rate_per_s * max(self.rate_scale, 0.01))
             nxt = max(nxt + interval, time.monotonic() - interval)
             if not self._take():
                 return

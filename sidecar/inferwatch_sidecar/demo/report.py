@@ -21,6 +21,7 @@ FAULT_TITLES = {
     "canary": "canary v2 turns bad: other mix, 30 ms slower",
     "bad_events": "a client posting malformed JSON events",
     "retry_storm": "retry storm: clients time out at 0.5 s, retry at once",
+    "saturation": "saturation: KV cache full, then host CPU",
 }
 
 

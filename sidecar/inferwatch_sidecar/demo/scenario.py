@@ -84,6 +84,11 @@ class Scenario:
         self.worker_pids: dict[str, list[int]] = {}
         self.leak_pid: int | None = None
         self.faults = {f: FaultState(f) for f in self.cfg.faults}
+        #: The model servers' faults once switched on (the saturation fault's second phase changes them).
+        self.server_faults: fl.Faults | None = None
+        self._cpu_phase = False
+        #: The stable version's live knee and headroom at each poll (the summary's capacity line).
+        self.capacity = judge.CapacityTrace()
         self.observer = Observer(self.sidecar_url)
 
     # -- URLs -----------------------------------------------------------------------------------
@@ -167,9 +172,12 @@ class Scenario:
 
     def sidecar_config(self, reference: str) -> dict[str, Any]:
         """The sidecar's config, with a fake NVML process per model-server worker and the scripted leak."""
-        return sv.sidecar_config(socket_path=self.socket_path, port=self.sidecar_port, token=self.token,
-                                 reference=reference, seed=self.cfg.seed,
-                                 gpu_processes=inject.fake_gpu_processes(self.cfg, self.worker_pids, self.leak_pid))
+        doc = sv.sidecar_config(socket_path=self.socket_path, port=self.sidecar_port, token=self.token,
+                                reference=reference, seed=self.cfg.seed,
+                                gpu_processes=inject.fake_gpu_processes(self.cfg, self.worker_pids, self.leak_pid))
+        if "saturation" in self.cfg.faults:
+            doc.update(sv.saturation_config(f"{self.stable_url}/engine/metrics", mdl.NAME, mdl.STABLE))
+        return doc
 
     def attach_prometheus(self, url: str) -> None:
         """Read alert states from this Prometheus (which scrapes :attr:`sidecar_target`)."""
@@ -227,6 +235,9 @@ class Scenario:
                 if not injected and switch.fired_at is not None:
                     self.mark_injected(switch.fired_at)
                     injected = True
+                self.loadgen.rate_scale = c.load_scale(t)
+                if injected and switch.fired_at is not None:
+                    self.advance(t - switch.fired_at)
                 snap = self.poll()
                 snap.phase = "faults" if injected else "baseline"
                 if on_tick is not None:
@@ -250,6 +261,7 @@ class Scenario:
         """The load generator :meth:`run` starts (the vLLM scenario streams completions instead)."""
         canary = self.canary_url if "canary" in self.cfg.faults else None
         lg = LoadGenerator(self.stable_url, canary, self.sidecar_url, plan, model=mdl.NAME, engine=self.cfg.engine)
+        lg.rate_scale = self.cfg.load_scale(0.0)
         if canary is not None:
             # The canary serves v2 healthy until its fault (the judge reads pass), so it gets its share from the start.
             lg.canary_share = self.cfg.canary_share
@@ -264,8 +276,15 @@ class Scenario:
         """Switch every configured fault on (:meth:`run` calls it once, at the injection time)."""
         assert self.loadgen is not None, "run() starts the load first"
         triton = self.cfg.engine == "triton"
-        inject.switch_on(self.cfg, server_url=None if triton else self.stable_url, token=self.token,
+        self.server_faults = inject.switch_on(self.cfg, server_url=None if triton else self.stable_url, token=self.token,
                          loadgen=self.loadgen, leak_pid=self.leak_pid, fault_file=self.fault_file if triton else None)
+
+    def advance(self, since_injection: float) -> None:
+        """Later phases of a fault: the ``saturation`` fault turns from KV cache to host CPU after its first phase."""
+        if ("saturation" in self.cfg.faults and not self._cpu_phase and self.server_faults is not None
+                and since_injection >= fl.SATURATION_PHASE_S):
+            self._cpu_phase = True
+            inject.saturation_cpu_phase(self.server_faults, server_url=self.stable_url, token=self.token)
 
     def mark_injected(self, t: float) -> None:
         """Record that every fault was switched on at scenario time ``t`` (detection delays count from it)."""
@@ -278,6 +297,7 @@ class Scenario:
                                            self.receiver)
         if scrape is not None:
             judge.judge(self.faults, snap, scrape, self.leak_pid, self.signals, self.expected_alerts)
+            self.capacity.observe(snap.t, scrape)
         return snap
 
     # -- results --------------------------------------------------------------------------------
@@ -297,7 +317,8 @@ class Scenario:
         return report.summary_lines(self.faults, self.cfg.injection_time(),
                                     self.unexpected_alerts() if self.prometheus_url else None,
                                     self.receiver.notifications() if self.receiver is not None else None,
-                                    titles=self.titles, passed=self.all_detected())
+                                    titles=self.titles, passed=self.all_detected(),
+                                    extra=self.capacity.lines())
 
     # -- stop -----------------------------------------------------------------------------------
     def stop(self) -> dict[str, int | None]:

@@ -51,13 +51,13 @@ from typing import Any
 import numpy as np
 
 import inferwatch
-from inferwatch_sidecar.demo import allocator
+from inferwatch_sidecar.demo import allocator, engine_sim
 from inferwatch_sidecar.demo import faults as fl
 from inferwatch_sidecar.demo import model as mdl
 
 try:
     from fastapi import FastAPI, HTTPException, Request
-    from fastapi.responses import StreamingResponse
+    from fastapi.responses import Response, StreamingResponse
     from pydantic import BaseModel, Field
 except ImportError as e:  # pragma: no cover - depends on the install
     raise ImportError(
@@ -243,6 +243,8 @@ class State:
         #: What the canary serves once its fault is on (``canary_fault``).
         self.bad_model = model.canary()
         self.batcher = Batcher(self)
+        #: The engine facts GET /engine/metrics reports (the saturation fault's KV cache and CPU).
+        self.engine = engine_sim.EngineSim(self.state_dir)
         self.rng = random.Random(os.getpid())
         #: Share of predictions failing with 504 (a flaky feature store): the error panels are never empty,
         #: and the error-rate alert (5%) stays quiet.
@@ -306,9 +308,11 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     await _wait_for_socket()
     inferwatch.configure(torch_probe=True, torch_probe_interval_s=1.0, torch_stats_source=state.allocator_stats)
     state.batcher.start()
+    state.engine.start()
     try:
         yield
     finally:
+        await state.engine.stop()
         await state.batcher.stop()
         inferwatch.shutdown()
 
@@ -349,13 +353,10 @@ async def predict(body: PredictBody, request: Request) -> dict[str, Any]:
         # A missing numeric value is imputed with the training mean (and recorded as missing).
         x = [m if v != v else v for v, m in zip(numeric, st.model.mean.tolist(), strict=True)]
         tokens = len(body.note.split())
+        if f.cpu_burn_ms > 0:
+            _tokenize_on_the_loop(body.note, f.cpu_burn_ms)
         await st.maybe_delay("preprocess", f)
-    item = _Item(x, region, tokens, asyncio.get_running_loop())
-    with inferwatch.stage("queue"):
-        st.batcher.put(item)
-        await item.started.wait()
-    with inferwatch.stage("inference"):
-        pred, conf = await item.done
+    pred, conf = await _serve(st, f, x, region, tokens)
     with inferwatch.stage("postprocess"):
         await st.maybe_delay("postprocess", f)
         recorded: dict[str, Any] = dict(zip(mdl.NUMERIC_NAMES, numeric, strict=True))
@@ -367,6 +368,52 @@ async def predict(body: PredictBody, request: Request) -> dict[str, Any]:
         out = {"prediction": pred, "confidence": round(conf, 4), "model_version": st.model.version,
                "request_id": inferwatch.current_request_id()}
     return out
+
+
+def _tokenize_on_the_loop(note: str, cpu_ms: float) -> None:
+    """The saturation fault's host-CPU phase: a slow tokenizer run on the event loop for ``cpu_ms`` of CPU."""
+    end = time.thread_time() + cpu_ms / 1000
+    words = note.split() or ["-"]
+    while time.thread_time() < end:
+        _ = [hash(w) for w in words]
+
+
+async def _serve(st: State, f: fl.Faults, x: list[float], region: str, tokens: int) -> tuple[str, float]:
+    """The queue and inference stages, counted as the engine counts them (:mod:`.engine_sim`)."""
+    eng = st.engine
+    loop = asyncio.get_running_loop()
+    t0 = loop.time()
+    item = _Item(x, region, tokens, loop)
+    held = 0
+    with inferwatch.stage("queue"):
+        eng.waiting += 1
+        try:
+            st.batcher.put(item)
+            await item.started.wait()
+        finally:
+            eng.waiting -= 1
+        # Waiting for KV blocks is queueing too (the saturation fault's KV phase).
+        held = await eng.acquire_kv(tokens, f.kv_cache_tokens)
+    t_queued = loop.time()
+    eng.running += 1
+    try:
+        with inferwatch.stage("inference"):
+            pred, conf = await item.done
+            if held:
+                await asyncio.sleep(engine_sim.KV_HOLD_S)  # generating, holding its blocks
+    finally:
+        eng.running -= 1
+        await eng.release_kv(held)
+        eng.finished(t_queued - t0, loop.time() - t0)
+    return pred, conf
+
+
+@app.get("/engine/metrics")
+async def engine_metrics(request: Request) -> Response:
+    """The engine's facts, vLLM's names, every worker summed (the sidecar's ``engines:`` target)."""
+    st = _state(request)
+    text = engine_sim.exposition(st.state_dir, mdl.NAME, st.engine.state())
+    return Response(text, media_type="text/plain; version=0.0.4")
 
 
 @inferwatch.stage("decode")

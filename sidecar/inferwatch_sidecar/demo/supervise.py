@@ -283,7 +283,26 @@ def sidecar_config(*, socket_path: str, port: int, token: str, reference: str,
         "tail": {"window_seconds": 15, "min_tail_requests": 5},
         # Goodput against an end-to-end objective the demo's model meets even under its 3 s latency spikes
         # (the queue dashboard's goodput panel has data; no burn-rate alert joins the demo's expected ones).
-        "capacity": {"slo": [{"model": mdl.NAME, "e2e_seconds": 5.0, "objective": 0.99}]},
+        # One-second windows, a level from two of them: the load rises once in the baseline (half the rate,
+        # then all of it: ScenarioConfig.load_scale) and the latency spike piles requests up behind it, so a
+        # run of a minute shows the rising line and the levels beyond the knee (docs/capacity.md).
+        "capacity": {"slo": [{"model": mdl.NAME, "e2e_seconds": 5.0, "objective": 0.99}],
+                     "window_seconds": 1.0, "min_windows": 2, "evaluate_interval_s": 1.0},
+    }
+
+
+def saturation_config(url: str, model: str, version: str) -> dict[str, Any]:
+    """The ``engines:`` and ``saturation:`` sections of the ``saturation`` fault: the demo server's engine facts
+    (:mod:`.engine_sim`) scraped every half second, judged with second-scale holds and no GPU reading (the fake
+    GPU would add a compute or bandwidth verdict of its own). ``cpu_cores`` 0.5: the two workers may use half a
+    core, as under a container CPU limit of 500m (the demo runs on shared laptops and CI machines, where a
+    worker seldom gets a whole core)."""
+    return {
+        "engines": {"interval_s": 0.5, "targets": [{"url": url, "name": "demo-server", "kind": "vllm",
+                                                    "service": SERVICE, "model": model, "model_version": version,
+                                                    "cpu_cores": 0.5}]},
+        "saturation": {"gpm": {"backend": "off", "interval_s": 0.5}, "enter_hold_s": 2.0, "exit_hold_s": 3.0,
+                       "smoothing_s": 1.0},
     }
 
 

@@ -38,8 +38,6 @@ class EnginesComponent(PeriodicComponent):
             Target(t.url, t.name, t.kind, config.timeout_s, config.max_body_bytes,
                    1 if t.model else config.max_models, monotonic=ctx.monotonic) for t in config.targets]
         self.target_cfg = {t.name: t for t in config.targets}
-        self.passes = 0
-        self.cpu_s = 0.0
         self._running = False
 
     def start(self) -> None:
@@ -58,9 +56,7 @@ class EnginesComponent(PeriodicComponent):
             for t in self.targets:
                 t.scrape()
             samples = self._samples()
-        self.publish(samples)
-        self.passes += 1
-        self.cpu_s += time.thread_time() - c0
+        self.publish_pass(samples, c0)
         return None
 
     def cfg_of(self, t: Target) -> EngineTarget:

@@ -71,8 +71,6 @@ class SaturationComponent(PeriodicComponent):
         self.judges: dict[Key, Judge] = {}
         self.activity: dict[str, Activity] = {}
         self.health: dict[str, Health] = {}
-        self.cpu_s = 0.0
-        self.passes = 0
         self._running = False
 
     def connect(self, peers: Any) -> None:
@@ -100,9 +98,7 @@ class SaturationComponent(PeriodicComponent):
                 self.health[h.gpu] = h
             self._judge(now)
             samples = self._samples()
-        self.publish(samples)
-        self.passes += 1
-        self.cpu_s += time.thread_time() - c0
+        self.publish_pass(samples, c0)
         return None
 
     def _judge(self, now: float) -> None:

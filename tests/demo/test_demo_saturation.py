@@ -1,0 +1,93 @@
+"""Issues 25 and 26 in the demo: the ``saturation`` fault runs the model server into a KV-cache-bound phase,
+then a host-CPU-bound one, and the saturation verdict names each; the live knee's headroom falls as the
+requests in flight pile up (the summary says both).
+
+The server's engine facts are its own requests' (:mod:`inferwatch_sidecar.demo.engine_sim`): a KV cache of
+384 tokens per worker that requests wait for, then preprocessing that burns 40 ms of real CPU per request;
+the sidecar scrapes them as a vLLM endpoint and judges them with the production rules.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from inferwatch_sidecar.demo import engine_sim
+from inferwatch_sidecar.demo import model as mdl
+
+
+@pytest.mark.slow
+def test_saturation_fault_is_named_kv_cache_bound_then_host_cpu_bound_and_headroom_falls(tmp_path: Path) -> None:
+    from inferwatch_sidecar.demo.config import ScenarioConfig
+    from inferwatch_sidecar.demo.scenario import Scenario
+
+    # Bounded: 55 s at most (10 s of baseline, two 15 s phases); it stops once both phases were named and the
+    # headroom fell.
+    with Scenario(ScenarioConfig(duration_s=55, inject_at_s=10, faults=("saturation",),
+                                 workdir=str(tmp_path / "demo"))) as sc:
+        sc.start(timeout=90)
+        sc.run(until=lambda s: sc.all_detected() and sc.capacity.fell() is not None)
+        lines = sc.summary_lines()
+    st = sc.faults["saturation"]
+    out = "\n".join(lines)
+    assert st.detected_at is not None and st.injected_at is not None, out
+    kv, cpu = st.series["kv_cache_at"][0], st.series["host_cpu_at"][0]
+    # The KV-cache phase is named during its 15 s, the host-CPU one after the switch.
+    assert st.injected_at < kv < st.injected_at + 15 < cpu, out
+    m = re.search(r"kv_cache-bound at \d+\.\ds \((.*)\); then host_cpu-bound at \d+\.\ds \((.*)\)", st.detail)
+    assert m is not None, st.detail
+    # The verdict's own sentences: the KV cache preempting, then the cores used against the one allowed.
+    assert "KV" in m.group(1) or "kv" in m.group(1), m.group(1)
+    assert re.search(r"\d\.\d\d of 0\.5 cores", m.group(2)), m.group(2)
+    assert "PASS: 1 of 1 injected faults detected" in out, out
+    # The live knee: found (the load rose in the baseline), and its headroom fell as requests piled up.
+    fell = sc.capacity.fell()
+    assert fell is not None, out
+    (t0, f0, _, h0), (t1, f1, _, h1) = fell
+    assert h1 < h0 and f1 > f0 and t1 > t0, fell
+    assert re.search(r"headroom fell from -?\d+% at \d+s to -?\d+% at \d+s as requests in flight rose", out), out
+
+
+def test_engine_exposition_sums_the_workers_and_reads_as_vllm(tmp_path: Path) -> None:
+    """Two workers' files plus this one's state: one vLLM endpoint, which the sidecar's parser recognises."""
+    import json
+    import os
+
+    from inferwatch_sidecar.components.engines import kinds, promtext
+
+    d = tmp_path / "engine"
+    d.mkdir()
+    other = {"running": 2, "waiting": 3, "kv_used": 300, "kv_total": 384, "preemptions": 5, "queue_s": 1.5,
+             "e2e_s": 4.0, "requests": 10, "cpu_s": 2.0}
+    (d / "1.json").write_text(json.dumps(other))
+    (d / f"{os.getpid()}.json").write_text(json.dumps({"running": 99}))  # stale: this worker's own state wins
+    own = {"running": 1, "waiting": 0, "kv_used": 84, "kv_total": 384, "preemptions": 1, "queue_s": 0.5,
+           "e2e_s": 2.0, "requests": 5, "cpu_s": 1.0}
+    text = engine_sim.exposition(str(tmp_path), mdl.NAME, own)
+    parsed = promtext.parse(text, kinds.wanted)
+    assert parsed.bad_lines == 0
+    assert kinds.detect(n for n, _, _ in parsed.series) == "vllm"
+    r = kinds.extract("vllm", parsed.series)
+    m = r.models[next(iter(r.models))]
+    assert (m.running, m.waiting, m.preemptions) == (3, 3, 6)
+    assert m.kv_usage == pytest.approx(384 / 768) and m.queue_s == 2.0 and m.e2e_s == 6.0
+    assert r.cpu_seconds == 3.0
+
+
+def test_kv_cache_makes_a_request_wait_for_blocks_and_counts_a_preemption() -> None:
+    import asyncio
+
+    async def scenario() -> tuple[int, int, int]:
+        eng = engine_sim.EngineSim(None)
+        a = await eng.acquire_kv(100, 250)  # 196 of 250 tokens
+        waiter = asyncio.ensure_future(eng.acquire_kv(20, 250))  # 116 more do not fit: it waits
+        await asyncio.sleep(0.01)
+        waiting = eng.waiting
+        await eng.release_kv(a)
+        b = await asyncio.wait_for(waiter, 1.0)
+        return waiting, eng.preemptions, b
+
+    waiting, preemptions, held = asyncio.run(scenario())
+    assert (waiting, preemptions, held) == (1, 1, 20 + engine_sim.GENERATED_TOKENS)
