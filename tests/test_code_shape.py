@@ -30,9 +30,7 @@ LONG_FUNCTIONS: dict[str, str] = {
     # To split by their owners.
     "sidecar/inferwatch_sidecar/cli/demo.py::run": "to split",
     "dashboards/src/saturation.py::build": "to split: one function per row of panels (came with #25)",
-    "bench/leak_detection.py::main": "benchmark driver, to split",
     "bench/soak.py::main": "benchmark driver, to split",
-    "bench/sdk_overhead.py::wall_clock": "benchmark driver, to split",
 }
 
 #: Modules allowed over the ceiling.
