@@ -444,6 +444,33 @@ def main(argv: list[str] | None = None) -> int:
 
 def wall_clock(args: argparse.Namespace, rounds: int, calls: int, path: str) -> None:
     """The interleaved wall-clock rounds and their report."""
+    results, bg_cost, drops, sent = wall_clock_rounds(rounds, calls, path)
+    b_over, ratio_bc, ratio_db, per_stage_off = report_overheads(results)
+    bg = statistics.median(bg_cost)
+    over_f, over_d = (statistics.median(results[k]) - statistics.median(results["a"]) for k in ("f", "d"))
+    print()
+    print("The background sender (off the request path, but the same process and GIL):")
+    print(f"  encode + send, CPU per request (2 events), timed in flush(): {bg / 1e3:.3f} us (median)")
+    print(f"  hot path + background = {(b_over + bg) / 1e3:.3f} us per request of CPU in all (the SDK's total)")
+    print(f"  (f)/(hot path + background) = {over_f / (b_over + bg):.2f}: the prometheus_client equivalent "
+          f"({over_f / 1e3:.3f} us) against the SDK's total")
+    print(f"  (d)/(hot path + background) = {over_d / (b_over + bg):.2f}")
+    wire = wire_costs(2000 if args.quick else 10000)
+    for k, v in wire.items():
+        print(f"  {k:32s} {v:6.2f} us/event")
+    print(f"  events sent {sent}, drops {drops or 'none'}")
+    imp = import_time_ms(3 if args.quick else 7)
+    print()
+    print(f"import inferwatch: {imp:.1f} ms (median, fresh interpreter, bytecode cached)   target < 50 ms")
+    ok = b_over <= 5000 and ratio_bc <= 1.5 and ratio_db >= 15 and per_stage_off <= 100 and imp < 50
+    print()
+    print("targets:", "all met" if ok else "NOT all met (see above)")
+
+
+def wall_clock_rounds(rounds: int, calls: int, path: str
+                      ) -> tuple[dict[str, list[float]], list[float], dict[str, int], int]:
+    """Every variant timed once per round, interleaved: (ns per request by variant, the sender's CPU per request
+    per round, the SDK's drops, the events it sent)."""
     prom, prom_timed = make_prom()
     prom_equivalent = make_prom_equivalent()[0]
     otel, otel_shutdown = make_otel()
@@ -463,25 +490,9 @@ def wall_clock(args: argparse.Namespace, rounds: int, calls: int, path: str) -> 
             results["a"].append(run(bare, calls)[0])
             results["e"].append(run(sdk, calls)[0])
             results["e'"].append(run(sdk_stages_only, calls)[0])
-            inferwatch.configure(
-                service="bench", model="m", model_version="v1", sidecar=path,
-                buffer_size=4 * calls + 16, flush_interval_ms=10_000,
-            )
-            inferwatch.flush()  # HELLO out of the way
-            # Time the hot path in chunks of CHUNK requests and flush between them, untimed,
-            # as the sender thread would every few ms; the flushes are timed on their own.
-            # (Holding a whole run's events in the buffer would make the garbage collector
-            # walk them again and again, a cost a real server with a draining sender never sees.)
-            hot = flush_ns = 0.0
-            for _ in range(calls // CHUNK):
-                hot += run(sdk, CHUNK)[0] * CHUNK
-                t = time.thread_time_ns()  # CPU, not wall: a receiver that lags makes the sender wait
-                inferwatch.flush(timeout=30)
-                flush_ns += time.thread_time_ns() - t
-            results["b"].append(hot / (calls // CHUNK * CHUNK))
-            bg_cost.append(flush_ns / (calls // CHUNK * CHUNK))
-            st = inferwatch.stats()
-            inferwatch.shutdown(timeout=10)
+            hot, bg, st = sdk_round(calls, path)
+            results["b"].append(hot)
+            bg_cost.append(bg)
             for k, v in st["drops"].items():
                 drops[k] = drops.get(k, 0) + v
             sent += st["sent_events"]
@@ -492,14 +503,40 @@ def wall_clock(args: argparse.Namespace, rounds: int, calls: int, path: str) -> 
             print(f"  round {r + 1}/{rounds} done ({time.monotonic() - t_start:.1f} s)", file=sys.stderr)
     finally:
         otel_shutdown()
+    return results, bg_cost, drops, sent
 
+
+def sdk_round(calls: int, path: str) -> tuple[float, float, dict[str, Any]]:
+    """The SDK configured and sending to ``path``: (hot path ns per request, sender CPU ns per request, its stats)."""
+    inferwatch.configure(
+        service="bench", model="m", model_version="v1", sidecar=path,
+        buffer_size=4 * calls + 16, flush_interval_ms=10_000,
+    )
+    inferwatch.flush()  # HELLO out of the way
+    # Time the hot path in chunks of CHUNK requests and flush between them, untimed,
+    # as the sender thread would every few ms; the flushes are timed on their own.
+    # (Holding a whole run's events in the buffer would make the garbage collector
+    # walk them again and again, a cost a real server with a draining sender never sees.)
+    hot = flush_ns = 0.0
+    for _ in range(calls // CHUNK):
+        hot += run(sdk, CHUNK)[0] * CHUNK
+        t = time.thread_time_ns()  # CPU, not wall: a receiver that lags makes the sender wait
+        inferwatch.flush(timeout=30)
+        flush_ns += time.thread_time_ns() - t
+    st = inferwatch.stats()
+    inferwatch.shutdown(timeout=10)
+    return hot / (calls // CHUNK * CHUNK), flush_ns / (calls // CHUNK * CHUNK), st
+
+
+def report_overheads(results: dict[str, list[float]]) -> tuple[float, float, float, float]:
+    """The medians per variant and the overhead ratios against their targets; returns ((b)'s overhead, (b)/(c),
+    (d)/(b), (e')'s overhead per stage)."""
     med = {k: statistics.median(v) for k, v in results.items()}
     over = {k: med[k] - med["a"] for k in med}
     print()
     print(f"{'variant':60s} {'median/request':>15s} {'over (a)':>12s}")
     for k in ("a", "b", "c", "c'", "f", "d", "e", "e'"):
         print(f"{LABELS[k]:60s} {med[k] / 1e3:12.3f} us {over[k] / 1e3:9.3f} us")
-    bg = statistics.median(bg_cost)
     b_over = over["b"]
     ratio_bc = b_over / over["c"]
     ratio_db = over["d"] / b_over
@@ -512,23 +549,7 @@ def wall_clock(args: argparse.Namespace, rounds: int, calls: int, path: str) -> 
     print(f"  (b) overhead = {b_over / 1e3:.3f} us per request   target <= 5 us")
     print(f"  (e') overhead = {per_stage_off:.0f} ns per stage   target <= 100 ns")
     print(f"  (e) overhead = {over['e'] / 5:.0f} ns per stage if the request scope and record no-ops are counted too")
-    print()
-    print("The background sender (off the request path, but the same process and GIL):")
-    print(f"  encode + send, CPU per request (2 events), timed in flush(): {bg / 1e3:.3f} us (median)")
-    print(f"  hot path + background = {(b_over + bg) / 1e3:.3f} us per request of CPU in all (the SDK's total)")
-    print(f"  (f)/(hot path + background) = {over['f'] / (b_over + bg):.2f}: the prometheus_client equivalent "
-          f"({over['f'] / 1e3:.3f} us) against the SDK's total")
-    print(f"  (d)/(hot path + background) = {over['d'] / (b_over + bg):.2f}")
-    wire = wire_costs(2000 if args.quick else 10000)
-    for k, v in wire.items():
-        print(f"  {k:32s} {v:6.2f} us/event")
-    print(f"  events sent {sent}, drops {drops or 'none'}")
-    imp = import_time_ms(3 if args.quick else 7)
-    print()
-    print(f"import inferwatch: {imp:.1f} ms (median, fresh interpreter, bytecode cached)   target < 50 ms")
-    ok = b_over <= 5000 and ratio_bc <= 1.5 and ratio_db >= 15 and per_stage_off <= 100 and imp < 50
-    print()
-    print("targets:", "all met" if ok else "NOT all met (see above)")
+    return b_over, ratio_bc, ratio_db, per_stage_off
 
 
 if __name__ == "__main__":
