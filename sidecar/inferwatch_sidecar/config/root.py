@@ -42,6 +42,12 @@ class CoreConfig(Section):
         description="Extra OpenTelemetry resource attributes for the OTLP push (service.name, ...).",
     )
     shutdown_timeout_s: float = Field(10.0, gt=0, le=300, description="Longest a graceful shutdown may take.")
+    heap_trim_free_bytes: int = Field(
+        16 << 20, ge=0,
+        description="Free bytes the C heap may hold before the sidecar gives them back to the system (glibc's "
+        "malloc_trim), so RSS comes down after a burst of large objects; 0 never trims.",
+    )
+    heap_trim_interval_s: float = Field(10.0, gt=0, le=3600, description="Shortest time between two heap trims.")
 
 
 def _with_components(core: type[CoreConfig]) -> type[CoreConfig]:

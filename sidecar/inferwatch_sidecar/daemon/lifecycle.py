@@ -43,6 +43,7 @@ from inferwatch_sidecar.components import registry
 from inferwatch_sidecar.components.base import ComponentContext
 from inferwatch_sidecar.components.canary.config import CanaryConfig
 from inferwatch_sidecar.config import SidecarConfig
+from inferwatch_sidecar.daemon.heap import HeapTrimmer
 from inferwatch_sidecar.daemon.status import StatusReport
 from inferwatch_sidecar.daemon.wiring import COMPONENT_METRICS, CORE_METRICS, ComponentSlot, StartupError, Wiring
 from inferwatch_sidecar.export.budget import ExpositionBudget
@@ -129,6 +130,7 @@ class Sidecar(Wiring, StatusReport):
         #: What /metrics renders: the registry within the whole-exposition series budget (export/budget.py).
         self.exposition = ExpositionBudget(self.registry, cfg.labels.max_exposition_series,
                                            cfg.labels.max_family_series)
+        self.heap = HeapTrimmer(cfg.heap_trim_free_bytes, cfg.heap_trim_interval_s)
         self.scrapes = ScrapeRenderer(self._render_scrape, self._scrape_format, self._ingested_bytes,
                                       cfg.http.metrics_wait_s)
 
@@ -198,6 +200,7 @@ class Sidecar(Wiring, StatusReport):
         self.latency.sample()
         self.traces.expire()
         mono = time.monotonic()
+        self.heap.maybe_trim(mono)
         if mono - self._summary_at >= _SUMMARY_EVERY_S:
             self._summary_at = mono
             self.status()  # notes when each verdict turned bad, even while nobody reads the status

@@ -22,6 +22,7 @@ from inferwatch_sidecar.aggregate.aggregator import LatencyStatus
 from inferwatch_sidecar.components.base import ComponentContext
 from inferwatch_sidecar.components.registry import verdict_readers
 from inferwatch_sidecar.config import SidecarConfig
+from inferwatch_sidecar.daemon.heap import HeapTrimmer
 from inferwatch_sidecar.daemon.wiring import ComponentSlot
 from inferwatch_sidecar.export.budget import ExpositionBudget
 from inferwatch_sidecar.export.prerender import ScrapeRenderer
@@ -79,6 +80,7 @@ class StatusReport:
     otlp_state: str
     exposition: ExpositionBudget
     scrapes: ScrapeRenderer
+    heap: HeapTrimmer
     _rates: deque[tuple[float, int, int, int]]
     _since: SinceTracker
     _since_lock: threading.Lock
@@ -132,6 +134,7 @@ class StatusReport:
                        "exposition_cuts": self.exposition.overflow.overflowed,
                        "ingest_paused_s": round(PRIORITY.paused_s, 3),
                        "fresh": self.scrapes.fresh, "stale": self.scrapes.stale},
+            "heap": self.heap.status(),
             "otlp": otlp,
             "traces": {"enabled": self.cfg.traces.enabled, **self.traces.status()},
         }
