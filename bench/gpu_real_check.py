@@ -38,6 +38,7 @@ import os
 import subprocess
 import sys
 import time
+from typing import Any
 
 CHILD = r"""
 import json, sys, time, torch
@@ -209,14 +210,73 @@ def gpm_check(out: str, seconds: float = 12.0) -> bool:
     return ok
 
 
-def main() -> int:
+def parse_args() -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--seconds", type=float, default=120.0)
     ap.add_argument("--out", default=os.environ.get("OUT", "."))
     ap.add_argument("--history-only", action="store_true", help="run the second-stage check alone")
     ap.add_argument("--gpm-only", action="store_true", help="run the GPM check alone (about 40 s)")
-    args = ap.parse_args()
+    return ap.parse_args()
 
+
+def start_holders(seconds: float, holders: list[subprocess.Popen[str]]) -> bool:
+    """Two processes that each load the same 2 GiB "model" (appended to ``holders``); False: one did not load."""
+    for _ in range(2):
+        holders.append(subprocess.Popen([sys.executable, "-c", HOLDER, str(seconds + 10)],
+                                        stdout=subprocess.PIPE, text=True))
+    for h in holders:
+        assert h.stdout is not None
+        # "loaded": both copies are on the device before the leak starts.
+        if h.stdout.readline().strip() != "loaded":
+            print(f"gpu_real_check: holder {h.pid} exited ({h.wait()}) before loading its 2 GiB", file=sys.stderr)
+            return False
+    return True
+
+
+def follow_child(comp: Any, child: subprocess.Popen[str], series: list[tuple[Any, ...]],
+                 alloc_samples: list[list[float]]) -> None:
+    """Hand the leaking child's allocator samples to the component and log its verdict after each one."""
+    from inferwatch.wire import EV_ALLOC
+
+    assert child.stdout is not None
+    for line in child.stdout:
+        ts, dev, alloc, res, active, split, retries, ooms = json.loads(line)
+        alloc_samples.append([ts, child.pid, dev, alloc, res, active, split, retries])
+        comp.handle(child.pid, 1, [(EV_ALLOC, ts, dev, alloc, res, active, split, retries, ooms, 0)])
+        st = comp.status()
+        procs = [p for d in st["devices"] for p in d["processes"] if p["pid"] == child.pid]
+        if procs:
+            p = procs[0]
+            dup = [c["copies"] for c in st["duplicate_model_copies"]]
+            series.append((round(time.time(), 1), p["used_bytes"], p["verdict"], p.get("kind"),
+                           p["device_time_to_oom_s"], dup))
+            print(f"t={series[-1][0]} pid={child.pid} nvml_used={p['used_bytes'] / 2**20:.0f} MiB "
+                  f"allocated={alloc / 2**20:.0f} MiB verdict={p['verdict']} kind={p.get('kind')} "
+                  f"rate={(p['rate_bytes_per_s'] or 0) / 2**20:.1f} MiB/s ttoom={p['time_to_oom_s']} "
+                  f"device_ttoom={p['device_time_to_oom_s']} duplicate_copies={dup}", flush=True)
+
+
+def report(st: dict[str, Any], series: list[tuple[Any, ...]], child_pid: int, holder_pids: set[int]) -> bool:
+    """Print what the component found; True when the leak, its time to OOM and the duplicate copies were."""
+    print(json.dumps({k: st[k] for k in ("backend", "driver_version", "nvml_version", "memory_info_version",
+                                         "leaks", "episodes", "duplicate_model_copies", "faults")},
+                     indent=1, default=str))
+    ok = any(x["pid"] == child_pid and x["kind"] == "tensor" for x in st["leaks"]) or any(
+        s[2] == "leak" for s in series)
+    ttoom = [s[4] for s in series if s[4] is not None]
+    print("RESULT:", "leak detected" if ok else "NO LEAK DETECTED")
+    print("device-wide time to OOM (last while leaking):", f"{ttoom[-1]:.0f} s" if ttoom else "none")
+    copies = st["duplicate_model_copies"]
+    dup_ok = any(holder_pids <= set(c["pids"]) for c in copies)
+    for c in copies:
+        print(f"duplicate copies on GPU {c['gpu']}: {c['copies']} (pids {c['pids']}), "
+              f"{c['extra_bytes'] / 2**30:.2f} GiB beyond one copy")
+    print("RESULT:", "duplicate copies found" if dup_ok else f"NO DUPLICATE COPIES FOUND for pids {holder_pids}")
+    return bool(ok and dup_ok and ttoom)
+
+
+def main() -> int:
+    args = parse_args()
     import importlib.util
 
     if importlib.util.find_spec("torch") is None:
@@ -228,7 +288,6 @@ def main() -> int:
         return 0 if history_check(args.out) else 1
     if args.gpm_only:
         return 0 if gpm_check(args.out) else 1
-    from inferwatch.wire import EV_ALLOC
     from inferwatch_sidecar.components.base import ComponentContext
     from inferwatch_sidecar.components.gpu.component import build
     from inferwatch_sidecar.components.gpu.config import GpuConfig
@@ -245,40 +304,17 @@ def main() -> int:
           f"memory info {first['memory_info_version']}, devices {[d['name'] for d in first['devices']]}")
     holders: list[subprocess.Popen[str]] = []
     child: subprocess.Popen[str] | None = None
+    series: list[tuple[Any, ...]] = []
+    alloc_samples: list[list[float]] = []
     try:
-        for _ in range(2):
-            holders.append(subprocess.Popen([sys.executable, "-c", HOLDER, str(args.seconds + 10)],
-                                            stdout=subprocess.PIPE, text=True))
-        for h in holders:
-            assert h.stdout is not None
-            # "loaded": both copies are on the device before the leak starts.
-            if h.stdout.readline().strip() != "loaded":
-                print(f"gpu_real_check: holder {h.pid} exited ({h.wait()}) before loading its 2 GiB", file=sys.stderr)
-                return 2
+        if not start_holders(args.seconds, holders):
+            return 2
         comp.start()
         child = subprocess.Popen([sys.executable, "-c", CHILD, str(args.seconds)], stdout=subprocess.PIPE, text=True)
-        series = []
-        alloc_samples: list[list[float]] = []
-        assert child.stdout is not None
-        for line in child.stdout:
-            ts, dev, alloc, res, active, split, retries, ooms = json.loads(line)
-            alloc_samples.append([ts, child.pid, dev, alloc, res, active, split, retries])
-            comp.handle(child.pid, 1, [(EV_ALLOC, ts, dev, alloc, res, active, split, retries, ooms, 0)])
-            st = comp.status()
-            procs = [p for d in st["devices"] for p in d["processes"] if p["pid"] == child.pid]
-            if procs:
-                p = procs[0]
-                dup = [c["copies"] for c in st["duplicate_model_copies"]]
-                series.append((round(time.time(), 1), p["used_bytes"], p["verdict"], p.get("kind"),
-                               p["device_time_to_oom_s"], dup))
-                print(f"t={series[-1][0]} pid={child.pid} nvml_used={p['used_bytes'] / 2**20:.0f} MiB "
-                      f"allocated={alloc / 2**20:.0f} MiB verdict={p['verdict']} kind={p.get('kind')} "
-                      f"rate={(p['rate_bytes_per_s'] or 0) / 2**20:.1f} MiB/s ttoom={p['time_to_oom_s']} "
-                      f"device_ttoom={p['device_time_to_oom_s']} duplicate_copies={dup}", flush=True)
+        follow_child(comp, child, series, alloc_samples)
         child.wait()
         time.sleep(1.5)
         st = comp.status()
-        copies = st["duplicate_model_copies"]
     finally:
         # Every child goes, whatever failed: each holder keeps 2 GiB of the device while it lives.
         for proc in [*holders, *([child] if child is not None else [])]:
@@ -289,24 +325,12 @@ def main() -> int:
     os.makedirs(args.out, exist_ok=True)
     with open(os.path.join(args.out, "gpu_real_check.json"), "w") as f:
         json.dump({"status": st, "series": series}, f, indent=1, default=str)
-    print(json.dumps({k: st[k] for k in ("backend", "driver_version", "nvml_version", "memory_info_version",
-                                         "leaks", "episodes", "duplicate_model_copies", "faults")},
-                     indent=1, default=str))
-    ok = any(x["pid"] == child.pid and x["kind"] == "tensor" for x in st["leaks"]) or any(
-        s[2] == "leak" for s in series)
-    ttoom = [s[4] for s in series if s[4] is not None]
-    print("RESULT:", "leak detected" if ok else "NO LEAK DETECTED")
-    print("device-wide time to OOM (last while leaking):", f"{ttoom[-1]:.0f} s" if ttoom else "none")
-    holder_pids = {h.pid for h in holders}
-    dup_ok = any(holder_pids <= set(c["pids"]) for c in copies)
-    for c in copies:
-        print(f"duplicate copies on GPU {c['gpu']}: {c['copies']} (pids {c['pids']}), "
-              f"{c['extra_bytes'] / 2**30:.2f} GiB beyond one copy")
-    print("RESULT:", "duplicate copies found" if dup_ok else f"NO DUPLICATE COPIES FOUND for pids {holder_pids}")
+    assert child is not None
+    found = report(st, series, child.pid, {h.pid for h in holders})
     alloc_ok = allocator_file_check(alloc_samples, args.out)
     hist_ok = history_check(args.out)
     gpm_ok = gpm_check(args.out)
-    return 0 if ok and dup_ok and ttoom and alloc_ok and hist_ok and gpm_ok else 1
+    return 0 if found and alloc_ok and hist_ok and gpm_ok else 1
 
 
 if __name__ == "__main__":

@@ -9,8 +9,8 @@ Three parts, run side by side in one go:
    20 features. The ``--baseline`` revision's own tree (``git archive``) runs the same
    variants in a child process after each round, so its column survives moved modules.
 2. **Live sidecar, real SDK senders at rising offered rates**, every default component on
-   (drift, tail, canary; not the GPU monitor, which needs a device): SDK-instrumented producer
-   processes (``inferwatch.configure`` + ``request``/``stage``/``record``) pace themselves to
+   (drift, tail, canary, engines, saturation, capacity; not the GPU monitor, which needs a device):
+   SDK-instrumented producer processes (``inferwatch.configure`` + ``request``/``stage``/``record``) pace themselves to
    the offered rate over the Unix socket. For each rate: events received, the sidecar's CPU
    per 1,000 events (from /proc, all its threads: ingest and the components' workers), events
    per CPU-second (= events/s per core), and the drop rate (SDK-reported drops + sidecar drops
@@ -36,7 +36,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
 import signal
 import statistics
 import subprocess
@@ -47,9 +46,11 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parents[1]
-N_FEATURES = 20
-
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+# The baseline and callgrind runners live beside this script (issue 23); bench/ is a folder of scripts.
+from _harness import free_port  # noqa: E402
+from _ingest_callgrind import N_FEATURES, callgrind_report, replica_child  # noqa: E402
+from _ingest_trees import REPO, baseline_tree, read_frames, tree_api, tree_env, write_frames  # noqa: E402
 
 # ---------------------------------------------------------------------------- producer
 
@@ -94,73 +95,6 @@ def producer(sock: str, rate_req: float, duration: float, seed: int) -> None:
 
 #: The commit before the decode/aggregate fast paths: part 1 times its code side by side.
 BASELINE_REV = "ae1b302"
-
-
-def baseline_tree(rev: str) -> Path | None:
-    """The SDK and sidecar as they were at ``rev`` (``git archive``), in a temporary directory, or None.
-
-    The whole tree, not single files: the layout moved since (``inferwatch._wire`` became
-    ``inferwatch.wire``, ``pipeline.py`` went under ``ingest/``), and an old module imported
-    next to today's packages picked up today's neighbours. A child process runs with the tree
-    first on its path, so every module it imports is the revision's own.
-    """
-    tmp = Path(tempfile.mkdtemp(prefix=f"iw-baseline-{rev}-"))
-    try:
-        arch = subprocess.run(["git", "archive", rev, "sdk", "sidecar"], cwd=REPO, capture_output=True, check=True)
-        subprocess.run(["tar", "-x", "-C", str(tmp)], input=arch.stdout, check=True)
-    except (OSError, subprocess.CalledProcessError) as e:
-        err = getattr(e, "stderr", b"") or b""
-        print(f"  (baseline {rev} not available from git: {err.decode(errors='replace').strip() or e}; "
-              f"skipping the side-by-side columns)")
-        return None
-    return tmp
-
-
-def tree_env(tree: Path | None) -> dict[str, str]:
-    """The environment of a child that imports the SDK and sidecar from ``tree`` (None: this checkout)."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("INFERWATCH_", "OTEL_"))}
-    root = tree if tree is not None else REPO
-    env["PYTHONPATH"] = os.pathsep.join([str(root / "sdk"), str(root / "sidecar")])
-    return env
-
-
-def tree_api() -> dict[str, Any]:
-    """Decoder, aggregator, pipeline and component context of whatever tree is on the path (old layouts too)."""
-    import importlib
-
-    def first(*names: str) -> Any:
-        for name in names:
-            try:
-                return importlib.import_module(name)
-            except ImportError:
-                continue
-        raise ImportError(f"none of {names}")
-
-    wire = first("inferwatch.wire", "inferwatch._wire")
-    return {
-        "Decoder": wire.Decoder,
-        "Aggregator": first("inferwatch_sidecar.aggregate.aggregator", "inferwatch_sidecar.aggregate").Aggregator,
-        "Pipeline": first("inferwatch_sidecar.ingest.pipeline", "inferwatch_sidecar.pipeline").Pipeline,
-        "ComponentContext": first("inferwatch_sidecar.components.base", "inferwatch_sidecar.component").ComponentContext,
-    }
-
-
-def write_frames(frames: list[bytes]) -> str:
-    fd, path = tempfile.mkstemp(prefix="iw-frames-")
-    with os.fdopen(fd, "wb") as f:
-        for fr in frames:
-            f.write(len(fr).to_bytes(4, "little") + fr)
-    return path
-
-
-def read_frames(path: str) -> list[bytes]:
-    data = Path(path).read_bytes()
-    out, off = [], 0
-    while off < len(data):
-        n = int.from_bytes(data[off:off + 4], "little")
-        out.append(data[off + 4:off + 4 + n])
-        off += 4 + n
-    return out
 
 
 class StagingComponent:
@@ -231,13 +165,11 @@ def variants_child(frames_path: str, n_events: int) -> None:
     print(json.dumps({k: fn() for k, fn in fns.items()}))
 
 
-def in_process(repeats: int, n_req: int, baseline: str | None) -> dict[str, float]:
+def request_frames(n_req: int) -> tuple[list[bytes], int]:
+    """Part 1's frames, from the SDK's encoder: a 3-stage REQUEST and a 20-feature RECORD per request; and the events."""
     import random
 
-    from prometheus_client import CollectorRegistry, Counter, Histogram
-
     from inferwatch.wire import EV_RECORD, EV_REQUEST, Encoder
-    from inferwatch_sidecar.metrics import core as core_metrics
 
     enc = Encoder(os.getpid(), 42)
     now = time.time_ns()
@@ -250,18 +182,20 @@ def in_process(repeats: int, n_req: int, baseline: str | None) -> dict[str, floa
                     [("preprocess", d1, None), ("inference", d2, None), ("postprocess", d3, None)]))
         evs.append((EV_RECORD, ("bench", "m", "v1"), now, f"req-{i:08d}", "cat", 0.9, None,
                     {f"f{j}": float(i + j) for j in range(N_FEATURES)}))
-    frames = enc.encode(evs)
-    n_events = len(evs)
-    import inferwatch.wire
+    return enc.encode(evs), len(evs)
 
-    decoded = [inferwatch.wire.Decoder().decode(f).records for f in frames]
-    tree = baseline_tree(baseline) if baseline else None
-    frames_path = write_frames(frames) if tree is not None else None
+
+def prometheus_client_variant(decoded: list[list[Any]]) -> Any:
+    """The same aggregation (requests, e2e and stage histograms with request-ID exemplars, records) with
+    prometheus_client's labels(...).observe: what a daemon without its own arrays would do. One timing per call."""
+    from prometheus_client import CollectorRegistry, Counter, Histogram
+
+    from inferwatch.wire import EV_RECORD, EV_REQUEST
+    from inferwatch_sidecar.metrics import core as core_metrics
+
     clock = time.thread_time
 
     def prom_baseline() -> float:
-        # The same aggregation (requests, e2e and stage histograms with request-ID exemplars, records)
-        # with prometheus_client's labels(...).observe: what a daemon without its own arrays would do.
         reg = CollectorRegistry()
         lab = ("service", "model", "model_version")
         req = Counter("b_requests", "", (*lab, "outcome"), registry=reg)
@@ -281,6 +215,18 @@ def in_process(repeats: int, n_req: int, baseline: str | None) -> dict[str, floa
                 elif ev[0] == EV_RECORD:
                     rec.labels(*ev[1]).inc()
         return clock() - t
+
+    return prom_baseline
+
+
+def in_process(repeats: int, n_req: int, baseline: str | None) -> dict[str, float]:
+    frames, n_events = request_frames(n_req)
+    import inferwatch.wire
+
+    decoded = [inferwatch.wire.Decoder().decode(f).records for f in frames]
+    tree = baseline_tree(baseline) if baseline else None
+    frames_path = write_frames(frames) if tree is not None else None
+    prom_baseline = prometheus_client_variant(decoded)
 
     fns: dict[str, Any] = dict(timed_variants(tree_api(), frames, n_events), prometheus_client=prom_baseline)
     if tree is not None:
@@ -321,8 +267,13 @@ def in_process(repeats: int, n_req: int, baseline: str | None) -> dict[str, floa
         os.unlink(frames_path)
     if not base_ok:
         res = {k: v for k, v in res.items() if not k.endswith("_base")}
+    return part1_figures(res, n_events, len(frames), baseline if base_ok else None)
+
+
+def part1_figures(res: dict[str, list[float]], n_events: int, n_frames: int, baseline: str | None) -> dict[str, Any]:
+    """Medians of part 1's timings as us per event (decode, aggregate) or events/s (pipelines), per tree."""
     med = {k: statistics.median(v) for k, v in res.items()}
-    out: dict[str, Any] = {"events": n_events, "frames": len(frames), "baseline": baseline if base_ok else None}
+    out: dict[str, Any] = {"events": n_events, "frames": n_frames, "baseline": baseline}
     for k, v in med.items():
         key = k.removesuffix("_base")
         suffix = "_base" if k.endswith("_base") else ""
@@ -330,120 +281,6 @@ def in_process(repeats: int, n_req: int, baseline: str | None) -> dict[str, floa
             out[f"{key}{suffix}_ev_per_s"] = n_events / v
         else:
             out[f"{key}{suffix}_us_per_event"] = v / n_events * 1e6
-    return out
-
-
-# ---------------------------------------------------------------------------- callgrind
-
-
-def replica_frames(n_req: int, first: int, per_frame: int = 100) -> list[bytes]:
-    """Frames as the live SDK producer's: a 3-stage REQUEST and a 20-feature RECORD per request, 100 events a frame."""
-    from inferwatch.wire import EV_RECORD, EV_REQUEST, Encoder
-
-    enc = Encoder(4242, 42)
-    now = 1_700_000_000_000_000_000
-    feats = {f"f{j}": float(j) for j in range(N_FEATURES)}
-    out: list[bytes] = []
-    evs: list[Any] = []
-    for i in range(first, first + n_req):
-        d1, d2, d3 = 100_000 + i % 997, 2_000_000 + i % 9973, 50_000 + i % 97
-        # The SDK's order: record() inside the request scope is buffered before the REQUEST its exit writes.
-        evs.append((EV_RECORD, ("bench", "m", "v1"), now, f"{i:016x}", "cat", 0.9, None, feats))
-        evs.append((EV_REQUEST, ("bench", "m", "v1"), now, d1 + d2 + d3 + 50_000, 0, None, f"{i:016x}", None,
-                    [("preprocess", d1, None), ("inference", d2, None), ("postprocess", d3, None)]))
-        if len(evs) >= per_frame:
-            out += enc.encode(evs)
-            evs = []
-    return out + (enc.encode(evs) if evs else [])
-
-
-#: Requests through the replica before the measured pass: past drift's warm-up reference (5,000 records).
-REPLICA_WARM = 6000
-
-
-#: The components the replica may run: every one enabled by default but the GPU monitor (it needs a device).
-REPLICA_COMPONENTS = ("drift", "tail", "canary")
-
-
-def replica_child(measure: bool, components: str, n_req: int) -> None:
-    """The live sidecar's work in one thread: the daemon's pipeline and ``components`` ("all", "none" or a
-    comma-separated list), frames in, each component drained every 20 frames (its worker's pass). Under
-    callgrind, run once without and once with the measured pass; the difference is what ``n_req`` more
-    requests cost."""
-    from inferwatch_sidecar.config import SidecarConfig
-    from inferwatch_sidecar.daemon import Sidecar
-
-    on = set(REPLICA_COMPONENTS) if components == "all" else set() if components == "none" else set(components.split(","))
-    doc: dict[str, Any] = {"gpu": {"enabled": False}}
-    doc.update({name: {"enabled": name in on} for name in REPLICA_COMPONENTS})
-    sc = Sidecar(SidecarConfig.model_validate(doc))
-    if on:
-        sc._build_components()
-    comps = [s.component for s in sc.slots if s.component is not None]
-    datagram = sc.pipeline.datagram
-
-    def run(frames: list[bytes]) -> None:
-        for i, f in enumerate(frames):
-            datagram(f, "unix")
-            if i % 20 == 19:
-                for c in comps:
-                    c.drain()
-        for c in comps:
-            c.drain()
-
-    warm, frames = replica_frames(REPLICA_WARM, 0), replica_frames(n_req, 10**6)
-    run(warm)
-    if measure:
-        run(frames)
-        assert sc.pipeline.totals()["events"] == 2 * (REPLICA_WARM + n_req)
-    print(json.dumps({"components": [c.name for c in comps]}))
-
-
-def callgrind_count(tree: Path | None, components: str, n_req: int, measure: int) -> tuple[int, list[str]]:
-    """Instructions (all threads, user space) of one replica run from ``tree`` (None: this checkout)."""
-    with tempfile.TemporaryDirectory() as tmp:
-        out = Path(tmp) / "cg.out"
-        cmd = ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}", sys.executable, __file__,
-               "--replica-child", str(measure), components, str(n_req)]
-        r = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO, env=tree_env(tree), check=False)
-        if r.returncode != 0:
-            raise RuntimeError(r.stderr.strip().splitlines()[-1] if r.stderr.strip() else f"rc {r.returncode}")
-        m = re.search(r"^summary:\s+(\d+)", out.read_text(), re.M)
-        assert m is not None, "no summary line in the callgrind output"
-        return int(m.group(1)), json.loads(r.stdout.strip().splitlines()[-1])["components"]
-
-
-def callgrind_report(baseline: str | None, n_req: int, split: bool = False, jobs: int = 2) -> dict[str, Any]:
-    """Instructions per event: (run with the measured pass - run without) / events, per tree and components.
-
-    The valgrind runs are independent, so ``jobs`` of them run at once (instruction counts do not
-    depend on what else runs); the baseline tree is measured without and with every component.
-    """
-    from concurrent.futures import ThreadPoolExecutor
-
-    trees: list[tuple[str, Path | None]] = [("now", None)]
-    if baseline:
-        bt = baseline_tree(baseline)
-        if bt is not None:
-            trees.append((f"base {baseline}", bt))
-    print(f"== callgrind: instructions per event, the live path in one thread ({n_req} requests = {2 * n_req} "
-          f"events after {REPLICA_WARM} warm-up requests; frames of 100 events; components drained every 20 frames)")
-    cases = [(label, tree, comps) for label, tree in trees
-             for comps in ("none", *(REPLICA_COMPONENTS if split and tree is None else ()), "all")]
-    with ThreadPoolExecutor(max_workers=jobs) as pool:
-        futs = {(label, comps, m): pool.submit(callgrind_count, tree, comps, n_req, m)
-                for label, tree, comps in cases for m in (0, 1)}
-        out: dict[str, Any] = {}
-        for label, _, comps in cases:
-            try:
-                (c0, _), (c1, names) = futs[(label, comps, 0)].result(), futs[(label, comps, 1)].result()
-            except RuntimeError as e:
-                print(f"  {label:14} {comps:44} n/a ({e})")
-                continue
-            ir = (c1 - c0) / (2 * n_req)
-            what = f"pipeline + {', '.join(names)}" if names else "pipeline only (decode, account, aggregate)"
-            print(f"  {label:14} {what:44} {ir:10,.0f}")
-            out[f"{label}/{comps}"] = ir
     return out
 
 
@@ -462,14 +299,6 @@ def scrape_totals(port: int) -> dict[str, float]:
     ing = st["ingest"]
     return {"events": ing["events"], "frames": ing["frames"], "dropped": sum(ing["dropped"].values()),
             "lost_frames": ing["lost_frames"], "decode_errors": sum(ing["decode_errors"].values())}
-
-
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def live(rates_ev: list[float], duration: float, producers_per_rate: int) -> list[dict[str, Any]]:
@@ -552,7 +381,7 @@ def live(rates_ev: list[float], duration: float, producers_per_rate: int) -> lis
         sc.wait(30)
 
 
-def main() -> int:
+def parse_args() -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="fewer rates, shorter runs")
     ap.add_argument("--producer", nargs=4, metavar=("SOCK", "RATE_REQ", "DURATION", "SEED"), help=argparse.SUPPRESS)
@@ -569,29 +398,10 @@ def main() -> int:
                     help="with --callgrind: also each component alone on the pipeline (where the instructions go)")
     ap.add_argument("--variants-child", nargs=2, help=argparse.SUPPRESS)
     ap.add_argument("--replica-child", nargs=3, help=argparse.SUPPRESS)
-    args = ap.parse_args()
-    if args.producer:
-        producer(args.producer[0], float(args.producer[1]), float(args.producer[2]), int(args.producer[3]))
-        return 0
-    if args.variants_child:
-        variants_child(args.variants_child[0], int(args.variants_child[1]))
-        return 0
-    if args.replica_child:
-        replica_child(args.replica_child[0] == "1", args.replica_child[1], int(args.replica_child[2]))
-        return 0
-    if args.callgrind:
-        cg = callgrind_report(None if args.baseline == "none" else args.baseline, args.callgrind, args.split)
-        if args.json:
-            Path(args.json).write_text(json.dumps({"callgrind": cg}, indent=1))
-        return 0
-    if args.quick:
-        rates, duration, repeats, n_req = [5000.0, 20000.0, 40000.0], 1.5, 5, 5000
-    else:
-        rates, duration, repeats, n_req = [5000.0, 10000.0, 20000.0, 40000.0, 80000.0, 160000.0], 4.0, 5, 20000
+    return ap.parse_args()
 
-    print(f"== part 1: in-process, same frames ({n_req} requests = {2 * n_req} events, {N_FEATURES} features), "
-          f"median of {repeats}, thread CPU time")
-    p1 = in_process(repeats, n_req, None if args.baseline == "none" else args.baseline)
+
+def print_part1(p1: dict[str, Any]) -> None:
     base = p1["baseline"]
     print(f"  {'':44} {'now':>10} " + (f"{'base ' + base:>14} {'speed-up':>9}" if base else ""))
 
@@ -614,12 +424,8 @@ def main() -> int:
     print(f"  aggregation: prometheus_client / inferwatch = {ratio:.1f}x;  target: pipeline + handoff >= 100,000 "
           f"events/s per core: {'met' if p1['pipeline_handoff_ev_per_s'] >= 100_000 else 'NOT met'}")
 
-    if args.in_process_only:
-        if args.json:
-            Path(args.json).write_text(json.dumps({"in_process": p1}, indent=1))
-        return 0
-    print(f"\n== part 2/3: live sidecar, real SDK senders over the Unix socket, {duration} s per rate")
-    rows = live([*rates, 0.0], duration, producers_per_rate=2)
+
+def print_live(rows: list[dict[str, Any]]) -> None:
     hdr = (f"{'offered ev/s':>13} {'producers':>9} {'offered':>9} {'received':>9} {'drop rate':>9} "
            f"{'CPU ms/1k ev':>12} {'ev/s per core':>13}")
     print(hdr)
@@ -632,6 +438,40 @@ def main() -> int:
     print(f"\nmedian events/s per core (live, default components): {per_core:,.0f}  (target >= 150,000)")
     if at20:
         print(f"drop rate at 20k events/s: {at20[0]['drop_rate']:.3%}  (target 0)")
+
+
+def main() -> int:
+    args = parse_args()
+    if args.producer:
+        producer(args.producer[0], float(args.producer[1]), float(args.producer[2]), int(args.producer[3]))
+        return 0
+    if args.variants_child:
+        variants_child(args.variants_child[0], int(args.variants_child[1]))
+        return 0
+    if args.replica_child:
+        replica_child(args.replica_child[0] == "1", args.replica_child[1], int(args.replica_child[2]))
+        return 0
+    if args.callgrind:
+        cg = callgrind_report(None if args.baseline == "none" else args.baseline, args.callgrind, args.split)
+        if args.json:
+            Path(args.json).write_text(json.dumps({"callgrind": cg}, indent=1))
+        return 0
+    if args.quick:
+        rates, duration, repeats, n_req = [5000.0, 20000.0, 40000.0], 1.5, 5, 5000
+    else:
+        rates, duration, repeats, n_req = [5000.0, 10000.0, 20000.0, 40000.0, 80000.0, 160000.0], 4.0, 5, 20000
+
+    print(f"== part 1: in-process, same frames ({n_req} requests = {2 * n_req} events, {N_FEATURES} features), "
+          f"median of {repeats}, thread CPU time")
+    p1 = in_process(repeats, n_req, None if args.baseline == "none" else args.baseline)
+    print_part1(p1)
+    if args.in_process_only:
+        if args.json:
+            Path(args.json).write_text(json.dumps({"in_process": p1}, indent=1))
+        return 0
+    print(f"\n== part 2/3: live sidecar, real SDK senders over the Unix socket, {duration} s per rate")
+    rows = live([*rates, 0.0], duration, producers_per_rate=2)
+    print_live(rows)
     if args.json:
         Path(args.json).write_text(json.dumps({"in_process": p1, "live": rows}, indent=1))
     return 0

@@ -305,73 +305,31 @@ def _second_model(rng: np.random.Generator, t: np.ndarray, daily: np.ndarray) ->
 
 
 def _draw(rng: np.random.Generator, rate_gib_h: float, duration: float | None, shape: str = "base") -> Trace | None:
+    # The helpers draw from ``rng`` in the order this function always did: a seed gives the same trace.
     dt = float(rng.choice([1.0, 5.0, 10.0]))
     if shape == "jitter":
         dt = 5.0
     n_proc = int(rng.choice([1, 1, 2, 3]))
     procs = [draw_proc(rng) for _ in range(n_proc)]
     rate = rate_gib_h * GiB / 3600
-    onset = stop = None
     leaker = 0
-    swap: tuple[float, Proc, float] | None = None
-    if rate > 0:
-        at_start = rng.random() < 0.25 and shape != "swap"
-        onset = 0.0 if at_start else rng.uniform(1800, 3 * 3600)
-        if shape == "swap":
-            procs[leaker].prealloc = False
-            new, dw = _swap(rng, procs[leaker], onset)
-            swap = (onset, new, dw)
-            onset = onset + rng.uniform(0, 600)
-        if at_start:
-            procs[leaker].prealloc = False
-        # Long enough to reach the slow-leak target (the time to grow 256 MiB) from the end of the warm-up, twice.
-        grow = 256 * MiB / rate
-        if rate_gib_h >= 0.5 and rng.random() < 0.25:
-            stop = onset + rng.uniform(40, 120) * 60
-        warm_end = warmup_end(swap[1] if swap is not None else procs[leaker])
-        end = (stop + 1800) if stop is not None else max(onset, warm_end) + max(3600, 2 * grow)
-        duration = end
-    duration = duration if duration is not None else DAY
+    onset, stop, swap, leak_end = _leak_timing(rng, procs, leaker, rate, rate_gib_h, shape)
+    duration = leak_end if leak_end is not None else duration if duration is not None else DAY
     t = np.arange(0.0, duration, dt)
     daily = np.ones(len(t))
     if rng.random() < 0.5:
         daily = 0.6 + 0.4 * np.sin(2 * math.pi * t / DAY + rng.uniform(0, 2 * math.pi))
     noise = rng.uniform(0, 80) * MiB
-    rows = []
+    rows: list[np.ndarray] = []
     tens: list[np.ndarray] = []
     for i, p in enumerate(procs):
         ti: list[np.ndarray] = []
         y = _process(p, t, rng, daily, ti)
         if i == leaker and swap is not None:
-            # The swap: the old model's weights and warmed-up cache give way to the new model's.
-            at, new, dw = swap
-            after = t >= at
-            rise_old = p.warm_amp * warm_rise(p.warm_shape, t - p.start, p.warm_tau)
-            rise_new = new.warm_amp * warm_rise(new.warm_shape, t - at, new.warm_tau)
-            delta = np.where(after, dw - rise_old + rise_new, 0.0)
-            y = y + delta
-            ti[0] = ti[0] + np.where(after, dw + ALLOC_WARM_SHARE * (rise_new - rise_old), 0.0)
+            y = _swapped(p, t, y, ti, swap)
         if i == leaker and rate > 0:
             assert onset is not None
-            end_leak = stop if stop is not None else math.inf
-            growth = rate * np.clip(np.minimum(t, end_leak) - onset, 0, None) * (t < end_leak)
-            y = y + growth
-            ti[0] = ti[0] + growth  # a tensor leak: live tensors that are never freed
-            if stop is not None:
-                # The restart: the process exits, a new one (another PID) loads again from scratch.
-                again = Proc(**{**p.__dict__, "start": stop + 5.0, "warm_tau": _loguniform(rng, 60, 1200)})
-                after = t >= stop
-                y2 = np.full(len(t), np.nan)
-                t2: list[np.ndarray] = []
-                y2[after] = _process(again, t[after], rng, daily[after], t2)
-                y2[t < again.start] = np.nan
-                a2 = np.full(len(t), np.nan)
-                a2[after] = t2[0]
-                a2[t < again.start] = np.nan
-                y[after] = np.nan
-                ti[0][after] = np.nan
-                rows.append(y2)
-                tens.append(a2)
+            y = _leaking(rng, p, t, daily, y, ti, rate, onset, stop, rows, tens)
         rows.insert(i, y)
         tens.insert(i, ti[0])
     if shape == "second_model":
@@ -385,18 +343,8 @@ def _draw(rng: np.random.Generator, rate_gib_h: float, duration: float | None, s
     used = 600.0 * MiB + np.nansum(on, axis=0)  # CUDA contexts and driver outside the processes
     if used.max() > TOTAL:
         return None
-    # Missing samples, gaps and duplicates: one NVML poll reads the device and every process.
-    keep = rng.random(len(t)) >= (rng.uniform(0.02, 0.06) if shape == "jitter" else rng.uniform(0, 0.05))
-    for g in rng.uniform(0, duration, size=rng.poisson(duration / DAY * 6)):
-        keep &= ~((t >= g) & (t < g + rng.uniform(10, 120)))
-    t, used, on = t[keep], used[keep], on[:, keep]
-    if shape == "jitter":
-        # Each sample is taken up to 1.5 s off its 5 s tick (the order is kept).
-        t = t + rng.uniform(-1.5, 1.5, len(t))
-        t = np.maximum.accumulate(t)
-    dup = rng.random(len(t)) < rng.uniform(0, 0.02)
-    idx = np.sort(np.r_[np.arange(len(t)), np.flatnonzero(dup)])
-    t, used, on = t[idx], used[idx], on[:, idx]
+    keep, idx, t = _polls(rng, t, duration, shape)
+    used, on = used[keep][idx], on[:, keep][:, idx]
     alloc = _allocated(np.array(tens)[:, keep][:, idx], t, dt, procs, noise)
     leak_proc = procs[leaker] if rate > 0 else None
     if swap is not None:
@@ -409,6 +357,92 @@ def _draw(rng: np.random.Generator, rate_gib_h: float, duration: float | None, s
             "warm_shape": procs[leaker].warm_shape,
             "noise_mib": round(noise / MiB), "trace_shape": shape}
     return Trace(t, used, rate, onset, stop, eff, on, leaker if rate > 0 else None, desc, leak_proc, alloc)
+
+
+def _leak_timing(rng: np.random.Generator, procs: list[Proc], leaker: int, rate: float, rate_gib_h: float,
+                 shape: str) -> tuple[float | None, float | None, tuple[float, Proc, float] | None, float | None]:
+    """A leak's onset, the restart that stops it (or None), the model swap (``swap`` shape) and the trace's end.
+
+    All None for a leak-free trace (``rate`` 0), which draws nothing here.
+    """
+    if rate <= 0:
+        return None, None, None, None
+    stop: float | None = None
+    swap: tuple[float, Proc, float] | None = None
+    at_start = rng.random() < 0.25 and shape != "swap"
+    onset = 0.0 if at_start else rng.uniform(1800, 3 * 3600)
+    if shape == "swap":
+        procs[leaker].prealloc = False
+        new, dw = _swap(rng, procs[leaker], onset)
+        swap = (onset, new, dw)
+        onset = onset + rng.uniform(0, 600)
+    if at_start:
+        procs[leaker].prealloc = False
+    # Long enough to reach the slow-leak target (the time to grow 256 MiB) from the end of the warm-up, twice.
+    grow = 256 * MiB / rate
+    if rate_gib_h >= 0.5 and rng.random() < 0.25:
+        stop = onset + rng.uniform(40, 120) * 60
+    warm_end = warmup_end(swap[1] if swap is not None else procs[leaker])
+    end = (stop + 1800) if stop is not None else max(onset, warm_end) + max(3600, 2 * grow)
+    return onset, stop, swap, end
+
+
+def _swapped(p: Proc, t: np.ndarray, y: np.ndarray, ti: list[np.ndarray],
+             swap: tuple[float, Proc, float]) -> np.ndarray:
+    """The swap: the old model's weights and warmed-up cache give way to the new model's (``ti[0]`` too)."""
+    at, new, dw = swap
+    after = t >= at
+    rise_old = p.warm_amp * warm_rise(p.warm_shape, t - p.start, p.warm_tau)
+    rise_new = new.warm_amp * warm_rise(new.warm_shape, t - at, new.warm_tau)
+    delta = np.where(after, dw - rise_old + rise_new, 0.0)
+    y = y + delta
+    ti[0] = ti[0] + np.where(after, dw + ALLOC_WARM_SHARE * (rise_new - rise_old), 0.0)
+    return y
+
+
+def _leaking(rng: np.random.Generator, p: Proc, t: np.ndarray, daily: np.ndarray, y: np.ndarray,
+             ti: list[np.ndarray], rate: float, onset: float, stop: float | None, rows: list[np.ndarray],
+             tens: list[np.ndarray]) -> np.ndarray:
+    """The leaker's memory with its leak (``ti[0]`` too); a restart appends the new process to ``rows``/``tens``."""
+    end_leak = stop if stop is not None else math.inf
+    growth = rate * np.clip(np.minimum(t, end_leak) - onset, 0, None) * (t < end_leak)
+    y = y + growth
+    ti[0] = ti[0] + growth  # a tensor leak: live tensors that are never freed
+    if stop is not None:
+        # The restart: the process exits, a new one (another PID) loads again from scratch.
+        again = Proc(**{**p.__dict__, "start": stop + 5.0, "warm_tau": _loguniform(rng, 60, 1200)})
+        after = t >= stop
+        y2 = np.full(len(t), np.nan)
+        t2: list[np.ndarray] = []
+        y2[after] = _process(again, t[after], rng, daily[after], t2)
+        y2[t < again.start] = np.nan
+        a2 = np.full(len(t), np.nan)
+        a2[after] = t2[0]
+        a2[t < again.start] = np.nan
+        y[after] = np.nan
+        ti[0][after] = np.nan
+        rows.append(y2)
+        tens.append(a2)
+    return y
+
+
+def _polls(rng: np.random.Generator, t: np.ndarray, duration: float, shape: str
+           ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Missing samples, gaps and duplicates: one NVML poll reads the device and every process.
+
+    Returns (the samples kept, then the index of each poll into them: duplicates repeat one, the polls' times).
+    """
+    keep = rng.random(len(t)) >= (rng.uniform(0.02, 0.06) if shape == "jitter" else rng.uniform(0, 0.05))
+    for g in rng.uniform(0, duration, size=rng.poisson(duration / DAY * 6)):
+        keep &= ~((t >= g) & (t < g + rng.uniform(10, 120)))
+    t = t[keep]
+    if shape == "jitter":
+        # Each sample is taken up to 1.5 s off its 5 s tick (the order is kept).
+        t = t + rng.uniform(-1.5, 1.5, len(t))
+        t = np.maximum.accumulate(t)
+    dup = rng.random(len(t)) < rng.uniform(0, 0.02)
+    idx = np.sort(np.r_[np.arange(len(t)), np.flatnonzero(dup)])
+    return keep, idx, t[idx]
 
 
 #: The torch probe's interval: the allocator series is sampled this often (at the first NVML poll of each).

@@ -28,26 +28,13 @@ LONG_FUNCTIONS: dict[str, str] = {
     "sidecar/inferwatch_sidecar/aggregate/aggregator.py::Aggregator.process": "hot path (i23c)",
     "sdk/inferwatch/_asgi.py::InferwatchMiddleware.__call__": "hot path, counted in instructions",
     # To split by their owners.
-    "sidecar/inferwatch_sidecar/components/gpu/analysis.py::run": "to split (i24)",
-    "sidecar/inferwatch_sidecar/components/gpu/detector.py::LeakDetector._scale_result": "to split (i24)",
-    "sidecar/inferwatch_sidecar/components/gpu/component.py::GpuComponent.status": "to split (i23a)",
-    "sidecar/inferwatch_sidecar/aggregate/aggregator.py::Aggregator.collect": "to split (i23c)",
-    "dashboards/src/gpu.py::build": "to split: one function per row of panels",
     "bench/leak_detection.py::main": "benchmark driver, to split",
-    "bench/ingest.py::in_process": "benchmark driver, to split",
     "bench/soak.py::main": "benchmark driver, to split",
-    "bench/ingest.py::main": "benchmark driver, to split (came with #23's baseline column)",
-    "bench/leak_family.py::_draw": "the family's one draw per series, to split (came with #24's shapes)",
-    "bench/gpu_real_check.py::main": "benchmark driver, to split",
     "bench/sdk_overhead.py::wall_clock": "benchmark driver, to split",
 }
 
 #: Modules allowed over the ceiling.
 LONG_MODULES: dict[str, str] = {
-    "sidecar/inferwatch_sidecar/aggregate/aggregator.py": "to split (i23c)",
-    "sidecar/inferwatch_sidecar/components/gpu/detector.py": "to split (i24)",
-    "sidecar/inferwatch_sidecar/components/gpu/component.py": "to split (i23a)",
-    "bench/ingest.py": "to split: the baseline and callgrind runners (came with #23's item 8)",
 }
 
 

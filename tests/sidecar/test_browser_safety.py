@@ -103,3 +103,26 @@ def test_host_check_follows_the_bind_address() -> None:
     assert hosts(host="127.0.0.1") is not None and "localhost" in hosts(host="127.0.0.1")
     assert hosts(host="0.0.0.0") is None  # a pod scraped by its IP: no Host check unless configured
     assert "sidecar.ns.svc" in hosts(host="0.0.0.0", allowed_hosts=["Sidecar.ns.svc:9464"])
+
+
+def test_every_json_ingest_route_needs_application_json() -> None:
+    """``/v1/skew`` takes JSON too: a page posting text/plain offline values must not reach the live join."""
+    from inferwatch_sidecar.http.routes import Endpoints, Request, sidecar_routes
+
+    taken: list[tuple[str, bytes]] = []
+    routes = sidecar_routes(Endpoints(
+        scrape=lambda a: (b"", "text/plain"), ready=lambda: True, status=dict,
+        ingest_json=lambda kind, body: (taken.append((kind, body)), (200, {}))[1],
+        reject_body=lambda: None, admin_route=lambda c, p: None, admin_index=dict, admin_token=None,
+        max_body_bytes=1 << 20, ingest_skew=lambda body: (taken.append(("skew", body)), (200, {}))[1]))
+    body = b'{"rows": [{"request_id": "a", "features": {"x": 1}}]}'
+    for path in ("/v1/events", "/v1/labels", "/v1/skew"):
+        for ctype in ("text/plain;charset=UTF-8", "application/x-www-form-urlencoded", "multipart/form-data; b=x",
+                      None):
+            headers = {} if ctype is None else {"Content-Type": ctype}
+            resp = routes[path].handler(Request("POST", path, "", headers, body))
+            assert resp.status == 415 and b"application/json" in resp.body, (path, ctype)
+        assert not taken, path
+        resp = routes[path].handler(Request("POST", path, "", {"Content-Type": "Application/JSON; charset=utf-8"},
+                                            body))
+        assert resp.status == 200 and taken.pop()[1] == body, path

@@ -215,7 +215,8 @@ def test_daemon_joins_sdk_records_with_record_offline_and_writes_the_sample(tmp_
             st = json.load(r)["components"]["skew"]
         assert st["models"][0]["features"]["x"]["kind"] == "affine"
         # POST /v1/skew answers bad input with 400 and a reason
-        req = urllib.request.Request(f"{base}/v1/skew", data=b"[", method="POST")
+        req = urllib.request.Request(f"{base}/v1/skew", data=b"[", method="POST",
+                                     headers={"Content-Type": "application/json"})
         with pytest.raises(urllib.error.HTTPError) as e:
             urllib.request.urlopen(req, timeout=10)
         assert e.value.code == 400 and "not JSON" in e.value.read().decode()

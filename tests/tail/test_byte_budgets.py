@@ -11,7 +11,9 @@ import string
 import tracemalloc
 from typing import Any
 
-from inferwatch.wire import EV_RECORD
+import pytest
+
+from inferwatch.wire import EV_RECORD, EV_REQUEST
 from inferwatch_sidecar.components.base import ComponentContext
 from inferwatch_sidecar.components.drift.component import build as build_drift
 from inferwatch_sidecar.components.drift.config import DriftConfig
@@ -51,6 +53,55 @@ def test_tail_pending_records_are_bounded_by_bytes() -> None:
     assert held < 2 * budget, held  # the estimate is close to what is really held
     assert c.dropped["unmatched_record"] == 1500 - len(c._pending) > 1000
     assert c.status()["pending_bytes"] == c.pending_bytes
+
+
+def _window_bytes_recounted(c: TailComponent) -> int:
+    """The windows' feature bytes counted afresh from the rows they hold (each row once)."""
+    total = 0
+    for w in c.windows.values():
+        rows = {id(r): r for r in w.sample} | {id(t[2]): t[2] for t in w.top}
+        assert sum(r.nbytes for r in rows.values()) == w.bytes
+        assert all(r.held == (r in w.sample) + any(t[2] is r for t in w.top) for r in rows.values())
+        total += w.bytes
+    return total
+
+
+@pytest.mark.parametrize("record_first", [True, False])
+def test_tail_windows_are_bounded_by_bytes(record_first: bool) -> None:
+    """16 versions x (512 slowest + 1,024 sampled) kept rows of 32 features of 64 characters: ~100 MiB by rows."""
+    budget = 4 << 20
+    c = TailComponent(TailConfig(max_window_bytes=budget, max_staged_bytes=1 << 30, window_seconds=3600),
+                      ComponentContext(clock=lambda: 1000.0))
+    rng = random.Random(5)
+    recs = fat_records(6000, 3)
+    tracemalloc.start()
+    base = tracemalloc.get_traced_memory()[0]
+    for i in range(0, len(recs), 200):
+        batch = []
+        for rec in recs[i:i + 200]:
+            req = (EV_REQUEST, rec[1], 0, int(rng.uniform(0.01, 2.0) * 1e9), 0, None, rec[3], None,
+                   (("inference", 1_000_000, None),))
+            batch += [rec, req] if record_first else [req, rec]
+        c.handle(0, 0, batch)
+        c.drain(1000.0)
+        assert c.window_bytes == _window_bytes_recounted(c) <= budget
+    del recs, batch
+    held = tracemalloc.get_traced_memory()[0] - base
+    tracemalloc.stop()
+    assert c.dropped["window_full"] > 0
+    assert held < 3 * budget, held  # by rows alone: ~16 x 1,536 x 32 x 64 characters
+    assert c.status()["window_bytes"] == c.window_bytes
+    kept = {id(r): r for w in c.windows.values() for r in w.sample}
+    assert sum(r.feats is not None for r in kept.values()) > 500  # the budget is used, not left empty
+
+
+def test_tail_windows_under_their_byte_budget_keep_every_feature() -> None:
+    c = TailComponent(TailConfig(window_seconds=3600), ComponentContext(clock=lambda: 1000.0))
+    recs = fat_records(800, 4, versions=2)
+    c.handle(0, 0, [e for rec in recs for e in (rec, (EV_REQUEST, rec[1], 0, 10**8, 0, None, rec[3], None, ()))])
+    c.drain(1000.0)
+    assert c.dropped["window_full"] == 0 and c.window_bytes == _window_bytes_recounted(c) > 0
+    assert all(r.feats is not None for w in c.windows.values() for r in w.sample)
 
 
 def test_drift_warm_up_ends_on_its_byte_share() -> None:

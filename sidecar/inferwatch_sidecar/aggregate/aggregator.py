@@ -16,22 +16,15 @@ for longer than a copy.
 
 from __future__ import annotations
 
-import functools
-import math
 import sys
 import threading
-import time
 from bisect import bisect_left
-from collections import deque
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
-from prometheus_client.metrics_core import HistogramMetricFamily
 from prometheus_client.metrics_core import Metric as PromMetric
-from prometheus_client.samples import Exemplar
 
 from inferwatch.wire import (
-    DROP_REASONS,
     EV_BATCH,
     EV_DROPS,
     EV_HELLO,
@@ -40,12 +33,28 @@ from inferwatch.wire import (
     EV_RECORD,
     EV_REQUEST,
     EV_STAGE,
-    OUTCOMES,
 )
 from inferwatch_sidecar import __version__
 from inferwatch_sidecar.aggregate.context import ComponentContext
+
+# The histogram state and the status quantiles live in modules of their own (issue 23); their public
+# names stay importable from here, where every caller found them.
+from inferwatch_sidecar.aggregate.histograms import (
+    MAX_FUTURE_NS,
+    TRACED_EXEMPLAR_HOLD_NS,
+    Bundle,
+    Histogram,
+    HistogramSet,
+    StageSeries,
+    _buckets,
+    histogram_family,
+    histogram_quantile,
+    pick_exemplar,
+)
 from inferwatch_sidecar.aggregate.labels import OVERFLOW, LabelLimiter
+from inferwatch_sidecar.aggregate.latency_status import STATUS_QUANTILES, LatencyStatus, finite_or_none
 from inferwatch_sidecar.aggregate.overload import OVERLOAD_METRICS, Overload
+from inferwatch_sidecar.aggregate.scrape import ScrapeFamilies, sdk_drops_family
 from inferwatch_sidecar.metrics import families
 from inferwatch_sidecar.metrics.core import (
     ALERT_BUCKET_BOUNDS,
@@ -68,7 +77,25 @@ from inferwatch_sidecar.metrics.core import (
     UNDELIVERED_TOKENS_TOTAL,
 )
 from inferwatch_sidecar.metrics.entry import Metric
-from inferwatch_sidecar.metrics.native import DEFAULT_SCHEMA, Layout, NativeHistogramFamily
+from inferwatch_sidecar.metrics.native import DEFAULT_SCHEMA, Layout
+
+__all__ = [
+    "CONFIGURABLE_HISTOGRAMS",
+    "MAX_FUTURE_NS",
+    "METRICS",
+    "STATUS_QUANTILES",
+    "TRACED_EXEMPLAR_HOLD_NS",
+    "Aggregator",
+    "Bundle",
+    "Histogram",
+    "HistogramSet",
+    "LatencyStatus",
+    "StageSeries",
+    "finite_or_none",
+    "histogram_family",
+    "histogram_quantile",
+    "pick_exemplar",
+]
 
 #: The histograms :meth:`Aggregator.collect` exports, in the order it yields them.
 _HISTOGRAMS = (
@@ -86,169 +113,13 @@ METRICS: tuple[Metric, ...] = (
 #: Raw-label caches are cleared when they reach this size, so hostile label
 #: values cannot grow memory (the limiters already cap the exported series).
 _CACHE_LIMIT = 20000
-#: Exemplar label sets are limited to 128 UTF-8 characters by OpenMetrics: the request ID gets
-#: what its label name and, on a traced request, ``trace_id`` and its 32 hex digits leave.
-_EXEMPLAR_RID_MAX = 128 - len("request_id")
-_EXEMPLAR_TRACED_RID_MAX = _EXEMPLAR_RID_MAX - len("trace_id") - 32
-#: A traced request's exemplar stays in its bucket against newer untraced ones for this long
-#: (ns, on the events' end times): long enough for several scrapes to pick it up and for
-#: someone to follow the link, short enough that a bucket never shows an hour-old request.
-TRACED_EXEMPLAR_HOLD_NS = 60 * 10**9
 _OVERFLOW_LAB = (OVERFLOW, OVERFLOW, OVERFLOW)
-#: A traced exemplar ending further than this past the wall clock does not hold its bucket.
-MAX_FUTURE_NS = 24 * 3600 * 10**9
 #: "No context seen yet" in :meth:`Aggregator.process` (a ctx can be anything, even None).
 _NO_CTX = object()
 
 
-def _buckets(m: Metric) -> tuple[float, ...]:
-    assert m.buckets is not None  # a histogram entry (checked by Metric)
-    return m.buckets
-
-
 #: The histogram families whose buckets ``aggregate.buckets.families`` may replace.
 CONFIGURABLE_HISTOGRAMS: tuple[str, ...] = tuple(m.name for m in _HISTOGRAMS)
-
-
-class Histogram:
-    """Per-bucket (non-cumulative) counts, sum, and exemplars per bucket.
-
-    Each bucket keeps two exemplars: the latest untraced request's in ``ex``
-    and the latest traced request's in ``tex``, so recording one stays a list
-    store and the choice between them is made at scrape time
-    (:func:`pick_exemplar`).
-    """
-
-    __slots__ = ("counts", "sum", "ex", "exv", "tex", "texv")
-
-    def __init__(self, n_bounds: int) -> None:
-        self.counts = [0] * (n_bounds + 1)  # last slot is +Inf
-        self.sum = 0.0
-        #: Per bucket: the exemplar's (request_id, trace_id, end_unix_ns), shared by the request's
-        #: e2e and stage histograms so recording one allocates nothing per stage...
-        self.ex: list[Any] | None = None
-        #: ...and the observed value that goes with it; the same two for traced requests.
-        self.exv: list[float] | None = None
-        self.tex: list[Any] | None = None
-        self.texv: list[float] | None = None
-
-
-def pick_exemplar(untraced: Any, traced: Any, now_ns: int | None = None) -> Any:
-    """The exemplar a bucket exports: its traced one unless an untraced one is ``TRACED_EXEMPLAR_HOLD_NS`` newer.
-
-    So a trace link survives the untraced traffic that follows it in the same
-    bucket, and is replaced by a newer traced request at once. A traced one
-    that claims to end more than :data:`MAX_FUTURE_NS` past the wall clock
-    (a span ending at 2**64-1 ns) holds nothing: it would win forever.
-    """
-    if traced is None:
-        return untraced
-    if untraced is None:
-        return traced
-    if traced[2] > (time.time_ns() if now_ns is None else now_ns) + MAX_FUTURE_NS:
-        return untraced
-    if untraced[2] - traced[2] < TRACED_EXEMPLAR_HOLD_NS:
-        return traced
-    return untraced
-
-
-class HistogramSet:
-    """All series of one histogram family, keyed by capped label tuple."""
-
-    __slots__ = ("metric", "bounds", "series", "n")
-
-    def __init__(self, metric: Metric) -> None:
-        self.metric = metric
-        self.bounds = _buckets(metric)
-        self.n = len(self.bounds)
-        self.series: dict[tuple[str, ...], Histogram] = {}
-
-    def get(self, key: tuple[str, ...]) -> Histogram:
-        h = self.series.get(key)
-        if h is None:
-            h = self.series[key] = Histogram(self.n)
-        return h
-
-    def observe(self, key: tuple[str, ...], v: float) -> None:
-        h = self.series.get(key)
-        if h is None:
-            h = self.series[key] = Histogram(self.n)
-        h.counts[bisect_left(self.bounds, v)] += 1
-        h.sum += v
-
-    def snapshot(self) -> list[tuple[tuple[str, ...], list[int], float, list[Any] | None]]:
-        return [(k, list(h.counts), h.sum, None) for k, h in self.series.items()]  # no exemplars here
-
-
-def _exemplar(ex: Any) -> Exemplar | None:
-    rid, trace, end_ns, value = ex
-    labels: dict[str, str] = {}
-    tid = trace.hex() if trace else ""
-    if tid:
-        labels["trace_id"] = tid
-    if rid and rid != tid:  # a request whose ID is its trace ID (traceparent alone, OTLP spans) needs it once
-        labels["request_id"] = rid[:_EXEMPLAR_TRACED_RID_MAX if tid else _EXEMPLAR_RID_MAX]
-    if not labels:
-        return None
-    return Exemplar(labels, value, end_ns / 1e9 if end_ns else None)
-
-
-def histogram_family(m: Metric, snap: list[Any]) -> HistogramMetricFamily:
-    """Build the family of entry ``m`` from a :meth:`HistogramSet.snapshot`."""
-    fam = families.histogram(m)
-    les = families.bucket_les(m)
-    for key, counts, total, exs in snap:
-        _add_hist(fam, list(key), (counts, total, exs), les)
-    return fam
-
-
-class StageSeries:
-    """The series of one (service, model, version, stage); ``bounds`` are its duration histogram's cells.
-
-    ``layout`` folds the cells into the classic buckets and the native histogram; without one
-    ``bounds`` are the classic buckets themselves.
-    """
-
-    __slots__ = ("key", "bounds", "layout", "ns", "hist", "ttft", "itl", "length", "tokens", "cancelled",
-                 "undelivered")
-
-    def __init__(self, key: tuple[str, ...], bounds: tuple[float, ...], layout: Layout | None = None) -> None:
-        self.key = key
-        self.layout = layout or Layout(bounds)
-        self.bounds = self.layout.edges
-        #: The cells by bit length of a duration in integer ns (metrics/native.py ``int_table``).
-        self.ns = self.layout.table(1e-9)
-        self.hist = Histogram(len(bounds))
-        self.ttft: Histogram | None = None
-        self.itl: Histogram | None = None
-        self.length: Histogram | None = None
-        self.tokens = 0
-        #: Streams cancelled, and the items they produced after their client left.
-        self.cancelled = 0
-        self.undelivered = 0
-
-
-class Bundle:
-    """Every series of one capped (service, model, model_version) label set.
-
-    The ingest loop finds the bundle with one dict lookup on the raw ``ctx``
-    tuple and then only indexes lists: no label tuples are built per event.
-    """
-
-    __slots__ = ("lab", "requests", "errors", "e2e", "stages", "stage_cache", "records", "queue", "batch", "depth")
-
-    def __init__(self, lab: tuple[str, str, str], n_latency: int) -> None:
-        self.lab = lab
-        self.requests = [0] * len(OUTCOMES)  # by outcome code
-        self.errors: dict[str, int] = {}
-        self.e2e = Histogram(n_latency)
-        self.stages: dict[str, StageSeries] = {}  # capped stage name -> series
-        #: raw stage name -> (its series, whether it also feeds the queue-wait histogram)
-        self.stage_cache: dict[Any, tuple[StageSeries, bool]] = {}
-        self.records = 0
-        self.queue: Histogram | None = None
-        self.batch: Histogram | None = None
-        self.depth: float | None = None
 
 
 class Aggregator:
@@ -666,310 +537,39 @@ class Aggregator:
         return (list(h.counts), h.sum, h.ex and list(h.ex), h.exv and list(h.exv), h.tex and list(h.tex),
                 h.texv and list(h.texv))
 
+    def _rows(self) -> list[tuple[Any, ...]]:
+        """A copy of every bundle's numbers, one row per label set (lock held; :class:`ScrapeFamilies` reads it)."""
+        snap = self._snap
+        rows = []
+        for lab, b in self.bundles.items():
+            stages = [
+                (s.key, s.layout, snap(s.hist), snap(s.ttft), snap(s.itl), snap(s.length), s.tokens,
+                 s.cancelled, s.undelivered)
+                for s in b.stages.values()
+            ]
+            rows.append((lab, list(b.requests), dict(b.errors), snap(b.e2e), stages, b.records,
+                         snap(b.queue), snap(b.batch), b.depth))
+        return rows
+
     def collect(self) -> Iterator[PromMetric]:
         """Metric families for everything aggregated so far."""
-        snap = self._snap
-        lay = self.layouts
         with self.lock:
-            rows = []
-            for lab, b in self.bundles.items():
-                stages = [
-                    (s.key, s.layout, snap(s.hist), snap(s.ttft), snap(s.itl), snap(s.length), s.tokens,
-                     s.cancelled, s.undelivered)
-                    for s in b.stages.values()
-                ]
-                rows.append((lab, list(b.requests), dict(b.errors), snap(b.e2e), stages, b.records,
-                             snap(b.queue), snap(b.batch), b.depth))
+            rows = self._rows()
             drops = dict(self.sdk_drops)
             labels_received = self.labels_received
-        requests = families.counter(REQUESTS_TOTAL)
-        errors = families.counter(REQUEST_ERRORS_TOTAL)
-        tokens = families.counter(GENERATED_TOKENS_TOTAL)
-        cancelled = families.counter(CANCELLED_STREAMS_TOTAL)
-        undelivered = families.counter(UNDELIVERED_TOKENS_TOTAL)
-        records = families.counter(RECORDS_TOTAL)
-        depth = families.gauge(QUEUE_DEPTH)
-        hists = [NativeHistogramFamily(families.histogram(m), m.name in self.native_classic) for m in _HISTOGRAMS]
-        e2e_fam, stage_fam, queue_fam, batch_fam, ttft_fam, itl_fam, length_fam = hists
-        les = {m.name: families.bucket_les(m, self.bounds[m.name]) for m in _HISTOGRAMS}
-        req_les = les[REQUEST_DURATION_SECONDS.name]
-        queue_les = les[QUEUE_WAIT_SECONDS.name]
-        batch_les = les[BATCH_SIZE.name]
-        ttft_les = les[TIME_TO_FIRST_TOKEN_SECONDS.name]
-        itl_les = les[INTER_TOKEN_LATENCY_SECONDS.name]
-        length_les = les[GENERATION_LENGTH_TOKENS.name]
-        #: A stage series' bounds object -> its le values (one list per distinct configuration).
-        stage_les: dict[int, list[str]] = {id(lay[STAGE_DURATION_SECONDS.name].classic):
-                                           les[STAGE_DURATION_SECONDS.name]}
-        e2e_lay, queue_lay, batch_lay = (lay[REQUEST_DURATION_SECONDS.name], lay[QUEUE_WAIT_SECONDS.name],
-                                         lay[BATCH_SIZE.name])
-        ttft_lay, itl_lay, length_lay = (lay[TIME_TO_FIRST_TOKEN_SECONDS.name], lay[INTER_TOKEN_LATENCY_SECONDS.name],
-                                         lay[GENERATION_LENGTH_TOKENS.name])
-        for lab, reqs, errs, e2e, stages, nrec, queue, batch, dep in rows:
-            labels = list(lab)
-            for code, n in enumerate(reqs):
-                if n:
-                    requests.add_metric([*labels, OUTCOMES[code]], n)
-            for et, n in errs.items():
-                errors.add_metric([*labels, et], n)
-            if nrec:
-                records.add_metric(labels, nrec)
-            if dep is not None:
-                depth.add_metric(labels, dep)
-            if e2e is not None and any(e2e[0]):
-                _add_hist(e2e_fam, labels, e2e, req_les, e2e_lay)
-            if queue is not None:
-                _add_hist(queue_fam, labels, queue, queue_les, queue_lay)
-            if batch is not None:
-                _add_hist(batch_fam, labels, batch, batch_les, batch_lay)
-            for key, slay, hist, ttft, itl, length, ntok, ncancel, nlost in stages:
-                sl = list(key)
-                sles = stage_les.get(id(slay.classic))
-                if sles is None:
-                    sles = stage_les[id(slay.classic)] = families.bucket_les(STAGE_DURATION_SECONDS, slay.classic)
-                _add_hist(stage_fam, sl, hist, sles, slay)
-                if ttft is not None:
-                    _add_hist(ttft_fam, sl, ttft, ttft_les, ttft_lay)
-                    _add_hist(itl_fam, sl, itl, itl_les, itl_lay)
-                    _add_hist(length_fam, sl, length, length_les, length_lay)
-                    tokens.add_metric(sl, ntok)
-                    # From a series' first stream on, so rate() sees them before the first cancel.
-                    cancelled.add_metric(sl, ncancel)
-                    undelivered.add_metric(sl, nlost)
-        yield requests
-        yield errors
-        yield tokens
-        yield cancelled
-        yield undelivered
-        yield records
+        fams = ScrapeFamilies(_HISTOGRAMS, self.bounds, self.layouts, self.native_classic)
+        for row in rows:
+            fams.add(row)
+        yield from fams.counters()
         fam = families.counter(LABELS_RECEIVED_TOTAL)
         fam.add_metric([], labels_received)
         yield fam
-        yield depth
-        yield from hists
-        fam = families.counter(SDK_DROPPED_EVENTS_TOTAL)
-        # Every reason the wire format defines is exported from the start (at 0), so
-        # dashboards and rate() see the series before the first drop.
-        drops = {**dict.fromkeys(DROP_REASONS.values(), 0), **drops}
-        for reason, n in sorted(drops.items()):
-            fam.add_metric([reason], n)
-        yield fam
+        yield fams.depth
+        yield from fams.hists
+        yield sdk_drops_family(drops)
         info = families.info(SIDECAR)
         info.add_metric([], {"version": __version__, "python": sys.version.split()[0]})
         yield info
         with self.lock:
             overload = list(self.overload.collect())
         yield from overload
-
-
-def _fold(snap: Any, layout: Layout) -> tuple[list[int], float, list[Any] | None]:
-    """A :meth:`Aggregator._snap` copy as classic per-bucket counts, sum and exemplars (``_add_hist``'s input)."""
-    counts, total, ex, exv, tex, texv = snap
-    classic = layout.classic_counts(counts)
-    if ex is None and tex is None:
-        return classic, total, None
-    u, uv = layout.classic_exemplars(ex, exv)
-    t, tv = layout.classic_exemplars(tex, texv)
-    out: list[Any] = []
-    for i, (a, b) in enumerate(zip(u, t, strict=True)):
-        r = pick_exemplar(a, b)
-        out.append(None if r is None else (*r, uv[i] if r is a else tv[i]))
-    return classic, total, out
-
-
-def _native_exemplars(exs: list[Any] | None) -> list[Exemplar]:
-    """The classic buckets' exemplars, for the native histogram of the same series."""
-    return [e for e in (_exemplar(x) for x in exs or () if x is not None) if e is not None]
-
-
-def _add_hist(fam: HistogramMetricFamily, labels: list[str], raw: Any, les: list[str],
-              layout: Layout | None = None) -> None:
-    if layout is None:  # already classic (histogram_family)
-        counts, total, exs = raw
-    else:
-        counts, total, exs = _fold(raw, layout)
-        if layout.schema is not None and isinstance(fam, NativeHistogramFamily):
-            fam.add_native(labels, layout, raw[0], total, functools.partial(_native_exemplars, exs))
-    acc = 0
-    buckets: list[Any] = []
-    for i, c in enumerate(counts):
-        acc += c
-        e = _exemplar(exs[i]) if exs and exs[i] is not None else None
-        buckets.append((les[i], acc, e) if e is not None else (les[i], acc))
-    fam.add_metric(labels, buckets, total)
-
-
-def histogram_quantile(q: float, bounds: tuple[float, ...], counts: list[int]) -> float | None:
-    """Prometheus's ``histogram_quantile`` over per-bucket counts (the last one is ``+Inf``); None when empty.
-
-    The rank is found by linear interpolation inside its bucket (the first
-    bucket starts at 0); a rank in the ``+Inf`` bucket gives the largest
-    finite bound, as Prometheus does.
-    """
-    total = sum(counts)
-    if total <= 0:
-        return None
-    rank = q * total
-    acc = 0
-    for i, c in enumerate(counts):
-        if c and acc + c >= rank:
-            if i == len(bounds):
-                return bounds[-1]
-            lo = bounds[i - 1] if i else 0.0
-            return lo + (bounds[i] - lo) * (rank - acc) / c
-        acc += c
-    return bounds[-1]
-
-
-#: The quantiles ``/v1/status`` shows per latency series.
-STATUS_QUANTILES = (0.5, 0.9, 0.99)
-#: A latency series in the status: (service, model, model_version, stage or None for the end-to-end request).
-_SeriesKey = tuple[str, str, str, str | None]
-_Snapshot = dict[_SeriesKey, tuple[list[int], float, tuple[float, ...]]]
-#: Requests by outcome code, per label set (the status's error, 4xx and cancelled rates come from these).
-_Outcomes = dict[tuple[str, str, str], list[int]]
-#: HTTP counters per label set: attempts, retries, give-ups, then the give-up wait histogram's counts
-#: (the status summary's retry-storm and timeout-mismatch verdicts come from these).
-_Http = dict[tuple[str, str, str], list[int]]
-
-
-class LatencyStatus:
-    """Request and stage latency quantiles for ``/v1/status``, over about the last ``window_s``.
-
-    :meth:`sample` (the daemon's main loop calls it) keeps a copy of the
-    latency histograms every ``every_s``, and only the copies that one at
-    least ``window_s`` old needs; :meth:`status` subtracts the oldest copy
-    from the current counts. Until the sidecar has run ``window_s``, that is
-    the empty copy taken at construction: the numbers are since start, and
-    ``window_s`` in the answer says so.
-
-    Args:
-        agg: the aggregator whose latency histograms are read.
-        window_s: the window the quantiles cover (up to ``every_s`` more).
-        every_s: the time between two copies.
-        max_label_sets: label sets shown, the busiest first (the section stays small
-            whatever ``labels.max_label_sets`` allows).
-        monotonic: seconds, for the copies' ages.
-    """
-
-    def __init__(
-        self, agg: Aggregator, window_s: float = 60.0, every_s: float = 10.0, max_label_sets: int = 50,
-        monotonic: Callable[[], float] = time.monotonic,
-    ) -> None:
-        self.agg = agg
-        self.window_s = window_s
-        self.every_s = every_s
-        self.max_label_sets = max_label_sets
-        self.monotonic = monotonic
-        self._lock = threading.Lock()
-        self._copies: deque[tuple[float, _Snapshot]] = deque([(monotonic(), {})])
-        #: The outcome counts taken with each copy, by the copy's time.
-        self._outcomes: dict[float, _Outcomes] = {self._copies[0][0]: {}}
-        self._http: dict[float, _Http] = {self._copies[0][0]: {}}
-
-    def _snapshot(self) -> _Snapshot:
-        return self._take()[0]
-
-    def _take(self) -> tuple[_Snapshot, _Outcomes, _Http]:
-        out: _Snapshot = {}
-        outcomes: _Outcomes = {}
-        with self.agg.lock:
-            http: _Http = {lab: [s.attempts, s.retries, s.giveups, *s.wait]
-                           for lab, s in self.agg.overload.series.items() if s.attempts}
-            req = self.agg.layouts[REQUEST_DURATION_SECONDS.name]
-            for lab, b in self.agg.bundles.items():
-                key = (*lab, None)  # a name, not out[(*lab, None)]: mypy's 3.10 target misreads that as PEP 646
-                out[key] = (req.classic_counts(b.e2e.counts), b.e2e.sum, req.classic)
-                outcomes[lab] = list(b.requests)
-                for name, st in b.stages.items():
-                    stage_key = (*lab, name)
-                    out[stage_key] = (st.layout.classic_counts(st.hist.counts), st.hist.sum, st.layout.classic)
-        return out, outcomes, http
-
-    def sample(self) -> None:
-        """Keep a copy when ``every_s`` has passed since the last one; forget those the window no longer needs."""
-        now = self.monotonic()
-        with self._lock:
-            if now - self._copies[-1][0] < self.every_s:
-                return
-        snap, outcomes, http = self._take()
-        with self._lock:
-            copies = self._copies
-            copies.append((now, snap))
-            self._outcomes[now] = outcomes
-            self._http[now] = http
-            while len(copies) > 1 and now - copies[1][0] >= self.window_s:
-                gone = copies.popleft()[0]
-                self._outcomes.pop(gone, None)
-                self._http.pop(gone, None)
-
-    def status(self) -> dict[str, Any]:
-        """The ``latency`` section: per label set, the request's and each stage's calls, mean and quantiles.
-
-        ``count``, ``mean_s`` and the quantiles are over the window; ``total``
-        counts the calls since start. Series without a call since start are left out.
-        ``outcomes`` counts the window's requests by outcome (``ok``, ``error``, ``cancelled``, and any
-        outcome the wire format adds), ``outcomes_total`` since start. ``http`` (label sets with HTTP events)
-        counts the window's attempts, retries and client give-ups, with the give-up wait's median.
-        """
-        now = self.monotonic()
-        snap, outcomes, http = self._take()
-        with self._lock:
-            base_t, base = self._copies[0]
-            base_outcomes = self._outcomes.get(base_t, {})
-            base_http = self._http.get(base_t, {})
-        by_set: dict[tuple[str, str, str], dict[str, Any]] = {}
-        for key, (counts, total, bounds) in snap.items():
-            since_start = sum(counts)
-            if not since_start:
-                continue  # a label set that only sent records has no request latency
-            old_counts, old_total, _ = base.get(key, (None, 0.0, bounds))
-            if old_counts is not None:
-                counts = [a - b for a, b in zip(counts, old_counts, strict=True)]
-                total -= old_total
-            n = sum(counts)
-            row: dict[str, Any] = {"count": n, "total": since_start, "mean_s": total / n if n else None}
-            for q in STATUS_QUANTILES:
-                row[f"p{q * 100:g}_s"] = histogram_quantile(q, bounds, counts)
-            entry = by_set.setdefault(key[:3], {"service": key[0], "model": key[1], "model_version": key[2],
-                                                "request": None, "stages": {}})
-            if key[3] is None:
-                entry["request"] = row
-                now_o, old_o = outcomes.get(key[:3], []), base_outcomes.get(key[:3], [])
-                names = [OUTCOMES[i] if i < len(OUTCOMES) else f"outcome_{i}" for i in range(len(now_o))]
-                entry["outcomes"] = {n: c - (old_o[i] if i < len(old_o) else 0) for i, (n, c) in
-                                     enumerate(zip(names, now_o, strict=True))}
-                entry["outcomes_total"] = dict(zip(names, now_o, strict=True))
-            else:
-                entry["stages"][key[3]] = row
-        for lab, entry in by_set.items():
-            if lab in http:
-                entry["http"] = self._http_row(http[lab], base_http.get(lab))
-        sets = sorted(by_set.values(), key=lambda e: (-_observed(e), e["service"], e["model"], e["model_version"]))
-        return {
-            "window_s": round(now - base_t, 3),
-            "quantiles": list(STATUS_QUANTILES),
-            "label_sets": len(sets),
-            "models": sets[: self.max_label_sets],
-        }
-
-    def _http_row(self, now: list[int], old: list[int] | None) -> dict[str, Any]:
-        """The window's HTTP attempts, retries and give-ups, and the give-up wait's median (None without one)."""
-        d = [a - b for a, b in zip(now, old, strict=True)] if old is not None else now
-        return {"attempts": d[0], "retries": d[1], "giveups": d[2],
-                "giveup_wait_p50_s": histogram_quantile(0.5, self.agg.overload.bounds, d[3:])}
-
-
-def _observed(entry: dict[str, Any]) -> int:
-    rows = [entry["request"], *entry["stages"].values()]
-    return sum(r["count"] for r in rows if r is not None)
-
-
-def finite_or_none(x: Any) -> float | None:
-    """``x`` as a finite float, or None."""
-    try:
-        f = float(x)
-    except (TypeError, ValueError, OverflowError):
-        return None
-    return f if math.isfinite(f) else None
-

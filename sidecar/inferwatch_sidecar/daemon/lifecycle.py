@@ -46,6 +46,7 @@ from inferwatch_sidecar.config import SidecarConfig
 from inferwatch_sidecar.daemon.status import StatusReport
 from inferwatch_sidecar.daemon.wiring import COMPONENT_METRICS, CORE_METRICS, ComponentSlot, StartupError, Wiring
 from inferwatch_sidecar.export.budget import ExpositionBudget
+from inferwatch_sidecar.export.prerender import ScrapeRenderer
 from inferwatch_sidecar.export.summary import SinceTracker
 from inferwatch_sidecar.http.server import HttpServer
 from inferwatch_sidecar.ingest import otlp_traces
@@ -128,6 +129,8 @@ class Sidecar(Wiring, StatusReport):
         #: What /metrics renders: the registry within the whole-exposition series budget (export/budget.py).
         self.exposition = ExpositionBudget(self.registry, cfg.labels.max_exposition_series,
                                            cfg.labels.max_family_series)
+        self.scrapes = ScrapeRenderer(self._render_scrape, self._scrape_format, self._ingested_bytes,
+                                      cfg.http.metrics_wait_s)
 
     def check(self) -> None:
         """Check everything :meth:`startup` checks, binding no socket and starting no thread.
@@ -243,6 +246,7 @@ class Sidecar(Wiring, StatusReport):
                     log.exception("component %s failed to stop", s.name)
         if self.http is not None:
             self.http.stop(left())
+        self.scrapes.stop(left())
         if time.monotonic() > deadline:
             log.warning("shutdown took longer than shutdown_timeout_s=%.1f", self.cfg.shutdown_timeout_s)
             ok = False

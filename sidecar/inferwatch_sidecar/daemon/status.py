@@ -24,6 +24,7 @@ from inferwatch_sidecar.components.registry import verdict_readers
 from inferwatch_sidecar.config import SidecarConfig
 from inferwatch_sidecar.daemon.wiring import ComponentSlot
 from inferwatch_sidecar.export.budget import ExpositionBudget
+from inferwatch_sidecar.export.prerender import ScrapeRenderer
 from inferwatch_sidecar.export.priority import PRIORITY
 from inferwatch_sidecar.export.summary import SinceTracker, verdicts
 from inferwatch_sidecar.http.server import HttpServer
@@ -77,6 +78,7 @@ class StatusReport:
     otlp: Any
     otlp_state: str
     exposition: ExpositionBudget
+    scrapes: ScrapeRenderer
     _rates: deque[tuple[float, int, int, int]]
     _since: SinceTracker
     _since_lock: threading.Lock
@@ -128,7 +130,8 @@ class StatusReport:
             "components": comps,
             "scrape": {"series_left_out": self.exposition.last_dropped,
                        "exposition_cuts": self.exposition.overflow.overflowed,
-                       "ingest_paused_s": round(PRIORITY.paused_s, 3)},
+                       "ingest_paused_s": round(PRIORITY.paused_s, 3),
+                       "fresh": self.scrapes.fresh, "stale": self.scrapes.stale},
             "otlp": otlp,
             "traces": {"enabled": self.cfg.traces.enabled, **self.traces.status()},
         }

@@ -36,7 +36,9 @@ from inferwatch_sidecar.components.base import (
 )
 from inferwatch_sidecar.config import SidecarConfig
 from inferwatch_sidecar.export.budget import ExpositionBudget
+from inferwatch_sidecar.export.prerender import ScrapeRenderer
 from inferwatch_sidecar.export.priority import PRIORITY
+from inferwatch_sidecar.export.render import negotiate
 from inferwatch_sidecar.http.routes import AdminHandler, Endpoints, Route, sidecar_routes
 from inferwatch_sidecar.http.server import HttpServer, refused_family
 from inferwatch_sidecar.ingest import otlp_traces
@@ -92,6 +94,8 @@ class Wiring:
     otlp: Any
     otlp_state: str
     exposition: ExpositionBudget
+    #: renders ``/metrics`` on its own thread (export/prerender.py)
+    scrapes: ScrapeRenderer
     registry: CollectorRegistry
     #: ``/v1/status`` (:class:`~inferwatch_sidecar.daemon.status.StatusReport` provides it).
     status: Callable[[], dict[str, Any]]
@@ -186,9 +190,20 @@ class Wiring:
         return out
 
     def _scrape(self, accept: str) -> tuple[bytes, str]:
-        """``/metrics``: rendered while the ingest and worker loops step aside (export/priority.py)."""
+        """``/metrics``: a render made on the render thread (export/prerender.py)."""
+        return self.scrapes.scrape(accept)
+
+    def _render_scrape(self, accept: str) -> tuple[bytes, str]:
+        """One ``/metrics`` render, while the ingest and worker loops step aside (export/priority.py)."""
         with PRIORITY:
             return self.exposition.render(accept, protobuf=self.cfg.aggregate.native.protobuf)
+
+    def _scrape_format(self, accept: str) -> str:
+        return negotiate(accept, self.cfg.aggregate.native.protobuf)[0]
+
+    def _ingested_bytes(self) -> int:
+        """Bytes taken in by every transport so far: changes while events arrive (export/prerender.py)."""
+        return sum(list(self.pipeline.bytes.values()))
 
     def _routes(self) -> dict[str, Route]:
         """The HTTP route table, wired to this daemon through narrow callables only."""

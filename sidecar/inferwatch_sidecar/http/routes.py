@@ -214,6 +214,29 @@ def status_page(path: str = "/") -> Response:
     return Response(200, body, ctype, headers)
 
 
+def _constant(resp: Response) -> Handler:
+    """A handler that answers ``resp`` whatever the request (a status page file, read once at start)."""
+
+    def handler(req: Request) -> Response:
+        return resp
+
+    return handler
+
+
+def refuse_non_json(req: Request) -> Response | None:
+    """415 for a JSON ingest body not sent as ``application/json``, else None.
+
+    A web page can post ``text/plain`` (or a form) cross-origin without a preflight, so a sidecar on a
+    developer's laptop would take events from any page they open; ``application/json`` it cannot send
+    that way. Every JSON ingest route (``/v1/events``, ``/v1/labels``, ``/v1/skew``) goes through this.
+    """
+    ctype = req.headers.get("Content-Type", "").split(";", 1)[0].strip().lower()
+    if ctype == "application/json":
+        return None
+    return json_response(415, {"error": f"Content-Type {ctype or 'missing'!r} is not accepted; "
+                                        "send application/json"})
+
+
 def sidecar_routes(ep: Endpoints) -> dict[str, Route]:
     """The sidecar's route table, path -> :class:`Route` (``/admin/*`` matches every path below it)."""
 
@@ -228,14 +251,10 @@ def sidecar_routes(ep: Endpoints) -> dict[str, Route]:
     def readyz(req: Request) -> Response:
         return Response(200, b"ready\n") if ep.ready() else Response(503, b"not ready\n")
 
-    def post_json(kind: str) -> Route:
+    def post_json(ingest_body: Callable[[bytes], tuple[int, Mapping[str, Any]]]) -> Route:
         def ingest(req: Request) -> Response:
-            ctype = req.headers.get("Content-Type", "").split(";", 1)[0].strip().lower()
-            if ctype != "application/json":
-                # A web page can post text/plain cross-origin without asking; application/json it cannot.
-                return json_response(415, {"error": f"Content-Type {ctype or 'missing'!r} is not accepted; "
-                                                    "send application/json"})
-            return json_response(*ep.ingest_json(kind, req.body))
+            refused = refuse_non_json(req)
+            return refused if refused is not None else json_response(*ingest_body(req.body))
 
         return Route(_POST, ingest, max_body=ep.max_body_bytes, on_too_large=ep.reject_body)
 
@@ -276,15 +295,14 @@ def sidecar_routes(ep: Endpoints) -> dict[str, Route]:
         "/healthz": Route(_GET, lambda req: Response(200, b"ok\n"), inline=True),
         "/readyz": Route(_GET, readyz, inline=True),
         "/v1/status": Route(_GET, lambda req: json_response(200, ep.status())),
-        "/v1/events": post_json("events"),
-        "/v1/labels": post_json("labels"),
+        "/v1/events": post_json(lambda body: ep.ingest_json("events", body)),
+        "/v1/labels": post_json(lambda body: ep.ingest_json("labels", body)),
         "/admin/*": Route(_ANY, admin, max_body=ep.max_body_bytes, admit=admin_admit),
-        **{path: Route(_GET, lambda req, page=page: page, inline=True) for path, page in pages.items()},
+        **{path: Route(_GET, _constant(page), inline=True) for path, page in pages.items()},
     }
     ingest_skew = ep.ingest_skew
     if ingest_skew is not None:
-        routes["/v1/skew"] = Route(_POST, lambda req: json_response(*ingest_skew(req.body)),
-                                   max_body=ep.max_body_bytes, on_too_large=ep.reject_body)
+        routes["/v1/skew"] = post_json(ingest_skew)
     ingest_traces = ep.ingest_traces
     if ingest_traces is not None:
 

@@ -30,7 +30,7 @@ SKEW_OFFLINE_ROWS_TOTAL = Metric(
 )
 SKEW_SERVED_ROWS_EXPIRED_TOTAL = Metric(
     name="inferwatch_skew_served_rows_expired_total", type="counter", labels=("reason",), component="skew",
-    help="Served rows that left the live join without offline values (max_ids, max_age).",
+    help="Served rows that left the live join without offline values (max_ids, max_age, max_pending_bytes).",
 )
 SKEW_PENDING_ROWS = Metric(
     name="inferwatch_skew_pending_rows", type="gauge", labels=("side",), component="skew",
@@ -43,7 +43,8 @@ SKEW_SERVED_ROWS_WRITTEN_TOTAL = Metric(
 SKEW_SERVED_ROWS_DROPPED_TOTAL = Metric(
     name="inferwatch_skew_served_rows_dropped_total", type="counter", labels=("reason",), component="skew",
     help="Served rows dropped, by reason (staging_full, no_request_id, too_many_models, write_error, size_cap: "
-         "in files deleted to keep skew.served_dir under skew.max_bytes).",
+         "in files deleted to keep skew.served_dir under skew.max_bytes; window_full: joined rows that left a "
+         "window for skew.max_window_bytes).",
 )
 SKEW_SERVED_BYTES = Metric(
     name="inferwatch_skew_served_bytes", type="gauge", unit="bytes", component="skew",

@@ -64,7 +64,8 @@ TAIL_JOINED_RATIO = Metric(
 )
 TAIL_DROPPED_EVENTS_TOTAL = Metric(
     name="inferwatch_tail_dropped_events_total", type="counter", labels=("reason",), component="tail",
-    help="Events tail attribution dropped, by reason (staging_full, too_many_models, unmatched_record, error).",
+    help="Events tail attribution dropped, by reason (staging_full, too_many_models, unmatched_record, window_full, "
+    "error).",
 )
 TAIL_LAST_WINDOW_END_TIMESTAMP_SECONDS = Metric(
     name="inferwatch_tail_last_window_end_timestamp_seconds", type="gauge", unit="seconds", component="tail",

@@ -21,7 +21,7 @@ from inferwatch_sidecar.components.gpu.config import DetectorConfig, DuplicatesC
 from inferwatch_sidecar.components.gpu.detector import Episode, LeakDetector
 from inferwatch_sidecar.components.gpu.duplicates import BINS, Copies, FlatTracker, find_copies
 from inferwatch_sidecar.components.gpu.duplicates import FIX as DUPLICATES_FIX
-from inferwatch_sidecar.components.gpu.replay import Row, file_size, parse_log
+from inferwatch_sidecar.components.gpu.replay import ParsedLog, Row, file_size, parse_log
 
 
 @dataclass
@@ -98,103 +98,148 @@ def run(paths: list[str], cfg: DetectorConfig | None = None, progress: Callable[
     """
     cfg = cfg or DetectorConfig()
     dcfg = duplicates or DuplicatesConfig()
-    logs = []
-    alloc_logs: list[AllocLog] = []
-    base = 0
-    for p in paths:
-        off = base
-        if is_allocator_log(p):
-            alloc_logs.append(parse_allocator_log(p))
-            if progress is not None:
-                progress(off + file_size(p))
-        else:
-            logs.append(parse_log(p, None if progress is None else (lambda n, off=off: progress(off + n))))
-        base += file_size(p)
-    alloc: dict[tuple[int, int], list[AllocRow]] = {}
-    for alog in alloc_logs:
-        for ar in alog.rows:
-            alloc.setdefault((ar.pid, ar.device), []).append(ar)
-    series: dict[tuple[str, int | None], list[Row]] = {}
-    for log in logs:
-        for r in log.rows:
-            series.setdefault((r.device, r.pid), []).append(r)
-    # Device identity by UUID (GPU logs give the index and maybe the name; compute-apps logs only the UUID
-    # and maybe the name), and free memory over time, for the time to OOM.
-    index_of: dict[str, str] = {}
-    name_of: dict[str, str] = {}
-    free_by_uuid: dict[str, list[Row]] = {}
-    for log in logs:
-        for r in log.rows:
-            if r.uuid and r.pid is None:
-                index_of[r.uuid] = r.device
-                free_by_uuid.setdefault(r.uuid, []).append(r)
-            if r.uuid and r.name:
-                name_of.setdefault(r.uuid, r.name)
-    log_end = max([r.t for log in logs for r in log.rows] + [a.t for lg in alloc_logs for a in lg.rows] or [0.0])
+    logs = _Logs.read(paths, progress)
     out = Analysis({})
     results = []
-    for (dev, pid), rows in sorted(series.items(), key=lambda kv: (kv[0][0], kv[0][1] is not None, kv[0][1] or 0)):
-        rows.sort(key=lambda r: r.t)
-        det = LeakDetector(cfg)
-        # A device whose processes are logged too is judged, as the live sidecar judges it, on the memory no
-        # process accounts for: a process's leak is then reported once (in its own row), not twice.
-        tv = _unattributed(rows, series, rows[-1].uuid) if pid is None else None
-        kind_of_series = "nvml" if tv is None else "nvml_unattributed"
-        if tv is None:
-            tv = [(r.t, float(r.used)) for r in rows if r.used is not None]
-        for t, v in tv:
-            det.update(t, v)
-        headroom = None
-        if pid is None:
-            last = rows[-1]
-            if last.free is not None:
-                headroom = float(last.free)
-            elif last.total is not None and last.used is not None:
-                headroom = float(last.total - last.used)
-        else:
-            dev_rows = free_by_uuid.get(dev)
-            if dev_rows:
-                last = max(dev_rows, key=lambda r: r.t)
-                headroom = None if last.free is None else float(last.free)
-        # A process that leaked until it vanished from the log (a restart, an exit): its episode ended there,
-        # its verdict is its last episode's (with ``ended``), and it has no time to OOM.
-        ended = rows[-1].t < log_end - PASS_S
-        leak = det.verdict == "leak" and not ended
-        eps = [_episode(e, rows[-1].t if ended else None) for e in det.episodes]
-        uuid = rows[-1].uuid
-        index = dev if pid is None else index_of.get(dev, dev)
-        arows = None if pid is None else _alloc_rows(alloc, pid, index)
-        if arows is not None:
-            nt = np.array([r.t for r in rows if r.used is not None])
-            nv = np.array([float(r.used) for r in rows if r.used is not None])
-            for e, d in zip(det.episodes, eps, strict=True):
-                end_t = e.cleared_at if e.cleared_at is not None else (rows[-1].t if ended else log_end)
-                d["kind"] = name_cause(nt, nv, arows, e.onset_estimate, end_t)
-        name = name_of.get(uuid) or None
-        res = {
-            "device": index,
-            "uuid": uuid or None,
-            "name": name,
-            "pid": pid,
-            "series": kind_of_series,
-            "verdict": det.verdict,
-            "ended": stamp(rows[-1].t) if ended and pid is not None else None,
-            "leak_rate_bytes_per_s": det.rate if det.verdict != "insufficient_data" else None,
-            "leak_rate_ci_bytes_per_s": list(det.ci) if det.ci and det.verdict != "insufficient_data" else None,
-            "time_to_oom_s": det.time_to_oom(headroom) if leak else None,
-            "device_time_to_oom_s": None,
-            "detected_at": eps[0]["detected_at"] if eps else None,
-            "samples": det.samples,
-            "episodes": eps,
-            "_growing": leak and bool(det.rate) and (det.rate or 0.0) > 0,
-            "_headroom": headroom,
-        }
+    for (dev, pid), rows in sorted(logs.series.items(),
+                                   key=lambda kv: (kv[0][0], kv[0][1] is not None, kv[0][1] or 0)):
+        res, found = _judge_series(logs, dev, pid, rows, cfg, keep_series)
         results.append(res)
-        if keep_series:
-            label = f"GPU {index}" + (f" ({name})" if name else "") + ("" if pid is None else f" pid {pid}")
-            out.series.append(Series(label, [t for t, _ in tv], [v for _, v in tv], det, res, headroom))
-    results.extend(_allocator_results(alloc, cfg, log_end))
-    # Several processes growing together: the device runs out at their summed rate.
+        if found is not None:
+            out.series.append(found)
+    results.extend(_allocator_results(logs.alloc, cfg, logs.log_end))
+    _device_time_to_oom(results)
+    out.result = {
+        "results": results,
+        "duplicate_model_copies": _duplicates(logs, dcfg),
+        "files": [{"path": lg.path, "kind": lg.kind, "rows": len(lg.rows), "skipped_rows": dict(lg.bad_rows)}
+                  for lg in [*logs.logs, *logs.alloc_logs]],
+    }
+    return out
+
+
+@dataclass
+class _Logs:
+    """The logs read, and the series and device identities :func:`run` finds in them."""
+
+    logs: list[ParsedLog]
+    alloc_logs: list[AllocLog]
+    #: (pid, device) -> the allocator rows of that process
+    alloc: dict[tuple[int, int], list[AllocRow]] = field(default_factory=dict)
+    #: (device, pid or None) -> the nvidia-smi rows of that series
+    series: dict[tuple[str, int | None], list[Row]] = field(default_factory=dict)
+    #: Device identity by UUID (GPU logs give the index and maybe the name; compute-apps logs only the UUID
+    #: and maybe the name), and free memory over time, for the time to OOM.
+    index_of: dict[str, str] = field(default_factory=dict)
+    name_of: dict[str, str] = field(default_factory=dict)
+    free_by_uuid: dict[str, list[Row]] = field(default_factory=dict)
+    log_end: float = 0.0
+
+    @classmethod
+    def read(cls, paths: list[str], progress: Callable[[int], None] | None) -> _Logs:
+        logs = []
+        alloc_logs: list[AllocLog] = []
+        base = 0
+        for p in paths:
+            off = base
+            if is_allocator_log(p):
+                alloc_logs.append(parse_allocator_log(p))
+                if progress is not None:
+                    progress(off + file_size(p))
+            else:
+                logs.append(parse_log(p, None if progress is None else (lambda n, off=off: progress(off + n))))
+            base += file_size(p)
+        out = cls(logs, alloc_logs)
+        for alog in alloc_logs:
+            for ar in alog.rows:
+                out.alloc.setdefault((ar.pid, ar.device), []).append(ar)
+        for log in logs:
+            for r in log.rows:
+                out.series.setdefault((r.device, r.pid), []).append(r)
+        for log in logs:
+            for r in log.rows:
+                if r.uuid and r.pid is None:
+                    out.index_of[r.uuid] = r.device
+                    out.free_by_uuid.setdefault(r.uuid, []).append(r)
+                if r.uuid and r.name:
+                    out.name_of.setdefault(r.uuid, r.name)
+        out.log_end = max([r.t for log in logs for r in log.rows] + [a.t for lg in alloc_logs for a in lg.rows]
+                          or [0.0])
+        return out
+
+
+def _headroom(logs: _Logs, dev: str, pid: int | None, rows: list[Row]) -> float | None:
+    """Free device memory at the end of the series (a device's own rows, or its device's for a process)."""
+    headroom = None
+    if pid is None:
+        last = rows[-1]
+        if last.free is not None:
+            headroom = float(last.free)
+        elif last.total is not None and last.used is not None:
+            headroom = float(last.total - last.used)
+    else:
+        dev_rows = logs.free_by_uuid.get(dev)
+        if dev_rows:
+            last = max(dev_rows, key=lambda r: r.t)
+            headroom = None if last.free is None else float(last.free)
+    return headroom
+
+
+def _judge_series(logs: _Logs, dev: str, pid: int | None, rows: list[Row], cfg: DetectorConfig, keep: bool
+                  ) -> tuple[dict[str, Any], Series | None]:
+    """One series through a fresh detector: its entry of ``results`` and, with ``keep``, its samples (the plot)."""
+    rows.sort(key=lambda r: r.t)
+    det = LeakDetector(cfg)
+    # A device whose processes are logged too is judged, as the live sidecar judges it, on the memory no
+    # process accounts for: a process's leak is then reported once (in its own row), not twice.
+    tv = _unattributed(rows, logs.series, rows[-1].uuid) if pid is None else None
+    kind_of_series = "nvml" if tv is None else "nvml_unattributed"
+    if tv is None:
+        tv = [(r.t, float(r.used)) for r in rows if r.used is not None]
+    for t, v in tv:
+        det.update(t, v)
+    headroom = _headroom(logs, dev, pid, rows)
+    # A process that leaked until it vanished from the log (a restart, an exit): its episode ended there,
+    # its verdict is its last episode's (with ``ended``), and it has no time to OOM.
+    ended = rows[-1].t < logs.log_end - PASS_S
+    leak = det.verdict == "leak" and not ended
+    eps = [_episode(e, rows[-1].t if ended else None) for e in det.episodes]
+    uuid = rows[-1].uuid
+    index = dev if pid is None else logs.index_of.get(dev, dev)
+    arows = None if pid is None else _alloc_rows(logs.alloc, pid, index)
+    if arows is not None:
+        nt = np.array([r.t for r in rows if r.used is not None])
+        nv = np.array([float(r.used) for r in rows if r.used is not None])
+        for e, d in zip(det.episodes, eps, strict=True):
+            end_t = e.cleared_at if e.cleared_at is not None else (rows[-1].t if ended else logs.log_end)
+            d["kind"] = name_cause(nt, nv, arows, e.onset_estimate, end_t)
+    name = logs.name_of.get(uuid) or None
+    res = {
+        "device": index,
+        "uuid": uuid or None,
+        "name": name,
+        "pid": pid,
+        "series": kind_of_series,
+        "verdict": det.verdict,
+        "ended": stamp(rows[-1].t) if ended and pid is not None else None,
+        "leak_rate_bytes_per_s": det.rate if det.verdict != "insufficient_data" else None,
+        "leak_rate_ci_bytes_per_s": list(det.ci) if det.ci and det.verdict != "insufficient_data" else None,
+        "time_to_oom_s": det.time_to_oom(headroom) if leak else None,
+        "device_time_to_oom_s": None,
+        "detected_at": eps[0]["detected_at"] if eps else None,
+        "samples": det.samples,
+        "episodes": eps,
+        "_growing": leak and bool(det.rate) and (det.rate or 0.0) > 0,
+        "_headroom": headroom,
+    }
+    if not keep:
+        return res, None
+    label = f"GPU {index}" + (f" ({name})" if name else "") + ("" if pid is None else f" pid {pid}")
+    return res, Series(label, [t for t, _ in tv], [v for _, v in tv], det, res, headroom)
+
+
+def _device_time_to_oom(results: list[dict[str, Any]]) -> None:
+    """Several processes growing together: the device runs out at their summed rate (and the helper keys go)."""
     rate_by_uuid: dict[str, float] = {}
     for res in results:
         if res["_growing"] and res["uuid"] and res["series"] in ("nvml", "nvml_unattributed"):
@@ -205,23 +250,21 @@ def run(paths: list[str], cfg: DetectorConfig | None = None, progress: Callable[
         res.pop("_growing")
         if rate and headroom is not None:
             res["device_time_to_oom_s"] = max(0.0, headroom) / rate
+
+
+def _duplicates(logs: _Logs, dcfg: DuplicatesConfig) -> list[dict[str, Any]]:
+    """Per device, the largest set of duplicated model copies its processes' logs show."""
     copies = []
     procs_by_uuid: dict[str, dict[int, list[Row]]] = {}
-    for (dev, pid), rows in series.items():
+    for (dev, pid), rows in logs.series.items():
         if pid is not None:
             procs_by_uuid.setdefault(dev, {})[pid] = rows
     for uuid, procs in sorted(procs_by_uuid.items()):
-        found = _copies(procs, dcfg, log_end)
+        found = _copies(procs, dcfg, logs.log_end)
         if found is not None:
-            copies.append({"device": index_of.get(uuid, uuid), "uuid": uuid or None, "name": name_of.get(uuid),
-                           **found, "fix": DUPLICATES_FIX})
-    out.result = {
-        "results": results,
-        "duplicate_model_copies": copies,
-        "files": [{"path": lg.path, "kind": lg.kind, "rows": len(lg.rows), "skipped_rows": dict(lg.bad_rows)}
-                  for lg in [*logs, *alloc_logs]],
-    }
-    return out
+            copies.append({"device": logs.index_of.get(uuid, uuid), "uuid": uuid or None,
+                           "name": logs.name_of.get(uuid), **found, "fix": DUPLICATES_FIX})
+    return copies
 
 
 def _unattributed(rows: list[Row], series: dict[tuple[str, int | None], list[Row]],

@@ -18,15 +18,25 @@ from typing import Any
 
 from inferwatch.wire import EV_ALLOC
 from inferwatch_sidecar.components.base import ComponentContext
+from inferwatch_sidecar.components.gpu import report
 from inferwatch_sidecar.components.gpu.config import GpuConfig
-from inferwatch_sidecar.components.gpu.detector import Episode, LeakDetector
-from inferwatch_sidecar.components.gpu.duplicates import FIX as DUPLICATES_FIX
+from inferwatch_sidecar.components.gpu.detector import LeakDetector
 from inferwatch_sidecar.components.gpu.duplicates import Copies, FlatTracker, find_copies
-from inferwatch_sidecar.components.gpu.sampler import FIX, DeviceSample, Fault, NvmlSampler, Snapshot, container_hint
+
+# The status section's builders moved to report.py (issue 23); these names stay importable from here.
+from inferwatch_sidecar.components.gpu.report import (
+    EPISODE_HISTORY,
+    _device_time_to_oom,
+    _episode_dict,
+    cause_of,
+)
+from inferwatch_sidecar.components.gpu.sampler import DeviceSample, Fault, NvmlSampler, Snapshot, container_hint
 from inferwatch_sidecar.components.periodic import PeriodicComponent
 from inferwatch_sidecar.metrics import gpu as gm
 from inferwatch_sidecar.metrics.gpu import METRICS
 from inferwatch_sidecar.metrics.samples import Samples
+
+__all__ = ["EPISODE_HISTORY", "KINDS", "GpuComponent", "build", "cause_of"]
 
 KINDS = ("tensor", "cache_fragmentation", "native", "unknown")
 
@@ -68,51 +78,6 @@ class _FaultStat:
     message: str = ""
     gpu: str | None = None
     last: float = 0.0
-
-
-#: ``inferwatch_gpu_leak_kind``'s values (kept for the alerts that read them) as the causes ``gpu analyze``
-#: names (``allocator_log.CAUSES``); cache growth is fragmentation while the fragmentation warning holds.
-def cause_of(kind: str | None, a: _Alloc | None) -> str | None:
-    """The cause name of a live kind: tensor, allocator_cache, fragmentation, outside_allocator or unknown."""
-    if kind is None:
-        return None
-    if kind == "cache_fragmentation":
-        return "fragmentation" if a is not None and a.frag_warning else "allocator_cache"
-    return {"tensor": "tensor", "native": "outside_allocator"}.get(kind, "unknown")
-
-
-#: Leak episodes kept in ``/v1/status`` per component (live series and series of processes that exited).
-EPISODE_HISTORY = 32
-
-
-def _episode_dict(e: Episode) -> dict[str, Any]:
-    return {"onset_estimate": e.onset_estimate, "detected_at": e.detected_at, "cleared_at": e.cleared_at,
-            "end": e.end, "rate_bytes_per_s": e.rate, "rate_ci_bytes_per_s": list(e.rate_ci)}
-
-
-def _leak_dict(det: LeakDetector, headroom: float | None) -> dict[str, Any]:
-    eps = det.episodes
-    return {
-        "verdict": det.verdict,
-        "rate_bytes_per_s": det.rate,
-        "rate_ci_bytes_per_s": list(det.ci) if det.ci else None,
-        "time_to_oom_s": det.time_to_oom(headroom),
-        "detected_at": det.detected_at,
-        "onset_estimate": eps[-1].onset_estimate if eps and eps[-1].cleared_at is None else None,
-        "episodes": [_episode_dict(e) for e in eps],
-    }
-
-
-def _device_time_to_oom(headroom: float | None, growing_rate: float | None) -> float | None:
-    """Seconds until the device is full when its growing processes keep their summed rate, or None."""
-    if headroom is None or not growing_rate or growing_rate <= 0:
-        return None
-    return max(0.0, headroom) / growing_rate
-
-
-def _copies_dict(cp: Copies) -> dict[str, Any]:
-    return {"copies": cp.copies, "pids": list(cp.pids), "used_bytes": list(cp.sizes),
-            "copy_bytes": cp.copy_bytes, "extra_bytes": cp.extra_bytes}
 
 
 def _fake_sampler(cfg: GpuConfig, ctx: ComponentContext) -> NvmlSampler:
@@ -492,96 +457,10 @@ class GpuComponent(PeriodicComponent):
                 put(gm.GPU_LEAK_KIND, (*lab, k), 1.0 if k == kind else 0.0)
 
     def status(self) -> dict[str, Any]:
-        """JSON-able state for /v1/status: backend, versions, devices, processes, leaks, faults."""
+        """JSON-able state for /v1/status: backend, versions, devices, processes, leaks, faults (gpu/report.py)."""
         now = self.ctx.monotonic()
         with self._lock:
-            sampler = self.sampler
-            absent = self.backend == "auto" and self.last_good is None and self.absent_reason is not None
-            faults = [
-                {"error": reason, "op": op, "gpu": st.gpu, "count": st.count, "message": st.message,
-                 "fix": FIX.get(reason, FIX["unknown"]), "last_seen_s_ago": round(now - st.last, 3)}
-                for (reason, op), st in sorted(self.errors.items())
-            ]
-            procs_by_gpu: dict[str, list[dict[str, Any]]] = {}
-            leaks = []
-            growing = self._growing()
-            for gpu, pid, cont, det, kind, _a in self._process_view():
-                entry: dict[str, Any] = {"pid": pid, "container": cont, **_leak_dict(det, self._headroom(gpu))}
-                entry["device_time_to_oom_s"] = _device_time_to_oom(self._headroom(gpu), growing.get(gpu))
-                st = self.procs.get((gpu, pid))
-                entry["used_bytes"] = st.used if st else None
-                entry["series"] = "nvml" if st else "allocator_reserved"
-                if det.verdict == "leak":
-                    entry["kind"] = kind
-                    entry["cause"] = cause_of(kind, _a)
-                    leaks.append({"gpu": gpu, "pid": pid, "kind": kind, "cause": entry["cause"],
-                                  "rate_bytes_per_s": det.rate,
-                                  "time_to_oom_s": entry["time_to_oom_s"], "detected_at": det.detected_at})
-                procs_by_gpu.setdefault(gpu, []).append(entry)
-            devices = []
-            copies = []
-            for gpu, (cp, since) in sorted(self.copies.items()):
-                copies.append({"gpu": gpu, **_copies_dict(cp), "since": since, "fix": DUPLICATES_FIX})
-            for gpu, d in self.devices.items():
-                det = self.dev_det[gpu]
-                leak = _leak_dict(det, self._headroom(gpu))
-                if det.verdict == "leak":
-                    leaks.append({"gpu": gpu, "pid": None, "kind": None, "rate_bytes_per_s": det.rate,
-                                  "time_to_oom_s": leak["time_to_oom_s"], "detected_at": det.detected_at})
-                devices.append({
-                    "gpu": gpu, "uuid": d.uuid, "name": d.name, "parent": d.parent, "total_bytes": d.total,
-                    "used_bytes": d.used, "free_bytes": d.free, "reserved_bytes": d.reserved,
-                    "utilization": d.util_gpu, "temperature_c": d.temperature_c, "power_w": d.power_w,
-                    "per_process_memory": d.processes is not None,
-                    "leak": leak, "processes": procs_by_gpu.get(gpu, []),
-                    "device_time_to_oom_s": _device_time_to_oom(self._headroom(gpu), growing.get(gpu)),
-                    "duplicate_model_copies": next((c for c in copies if c["gpu"] == gpu), None),
-                })
-            episodes = list(self.past_episodes)
-            for gpu, pid, _c, det, kind, a in self._process_view():
-                st = self.procs.get((gpu, pid))
-                k = kind or (st.kind if st is not None else None)
-                episodes += [{"gpu": gpu, "pid": pid, "kind": k if a is not None else None, **_episode_dict(e)}
-                             for e in det.episodes]
-            for gpu, det in self.dev_det.items():
-                episodes += [{"gpu": gpu, "pid": None, "kind": None, **_episode_dict(e)} for e in det.episodes]
-            episodes.sort(key=lambda e: e["detected_at"])
-            allocator = []
-            for a in self.allocs.values():
-                if a.rec is None:
-                    continue
-                allocator.append({
-                    "pid": a.pid, "device": a.device, "allocated_bytes": a.rec[3], "reserved_bytes": a.rec[4],
-                    "inactive_split_bytes": a.rec[6], "alloc_retries": a.rec[7], "ooms": a.rec[8],
-                    "fragmentation_ratio": a.rec[6] / a.rec[4] if a.rec[4] else 0.0,
-                    "fragmentation_warning": a.frag_warning, "fragmentation_reason": a.frag_reason or None,
-                })
-            state = "absent" if absent else ("ok" if self.up and not any(
-                f["last_seen_s_ago"] < 3 * self.cfg.interval_s for f in faults) else ("degraded" if self.up else
-                                                                                      "failing"))
-            if self.samples == 0:
-                state = "starting"
-            out: dict[str, Any] = {
-                "backend": "absent" if absent else self.backend,
-                "state": state,
-                "driver_version": getattr(sampler, "driver_version", None),
-                "nvml_version": getattr(sampler, "nvml_version", None),
-                "memory_info_version": getattr(sampler, "memory_info_version", None),
-                "interval_s": self.cfg.interval_s,
-                "samples": self.samples,
-                "sampler_cpu_s": round(self.cpu_s, 6),
-                "last_good_sample_age_s": None if self.last_good is None else round(now - self.last_good, 3),
-                "devices": devices,
-                "allocator": allocator,
-                "leaks": leaks,
-                "duplicate_model_copies": copies,
-                "episodes": episodes[-EPISODE_HISTORY:],
-                "faults": faults,
-                "allocator_records_dropped": dict(self.alloc_drops),
-            }
-            if absent and self.absent_reason is not None:
-                out["message"] = f"no GPU monitoring: {self.absent_reason.message}. Fix: {self.absent_reason.fix}"
-            return out
+            return report.status(self, now)
 
 
 def build(config: GpuConfig, ctx: ComponentContext, sampler: Any = None) -> GpuComponent:

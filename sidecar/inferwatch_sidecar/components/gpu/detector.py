@@ -51,126 +51,48 @@ from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
-from scipy.special import ndtri
 
 from inferwatch_sidecar.components.gpu import glr
 from inferwatch_sidecar.components.gpu.config import DetectorConfig
 
+# The floor's statistics live in trend.py (issue 23); every name stays importable from here.
+from inferwatch_sidecar.components.gpu.trend import (
+    HIST_MIN_FALLS,
+    HIST_MIN_WINDOWS,
+    HIST_Q,
+    HIST_Q_Z,
+    HIST_WINDOWS,
+    MAX_BLOCKS,
+    PRE_WINDOW,
+    RELEASE_K,
+    RELEASE_MIN,
+    STEP_UP_MIN,
+    MiB,
+    TrendResult,
+    _ar1_inflation,
+    _Blocks,
+    _decel,
+    _destep,
+    _floor_blocks,
+    _hinge,
+    _hist_spread,
+    _norm_ppf,
+    _quarter_share,
+    _Scale,
+    _slope,
+    sen_mann_kendall,
+)
+
 if TYPE_CHECKING:
     from typing_extensions import Self  # typing.Self is 3.11+; annotations only
 
+__all__ = [
+    "HIST_MIN_FALLS", "HIST_MIN_WINDOWS", "HIST_Q", "HIST_Q_Z", "HIST_WINDOWS", "MAX_BLOCKS", "PRE_WINDOW",
+    "RELEASE_K", "RELEASE_MIN", "STEP_UP_MIN", "VERDICTS", "Episode", "LeakDetector", "MiB", "TrendResult",
+    "sen_mann_kendall",
+]
+
 VERDICTS = ("leak", "no_leak", "insufficient_data")
-MiB = 2**20
-#: Releases are drops of at least this much below the peak since the previous release, and of
-#: RELEASE_K per-sample SDs (the peak is the highest of many noisy samples, 4-5 SDs up by itself).
-RELEASE_MIN = 64 * MiB
-RELEASE_K = 12.0
-#: Smallest block-to-block rise ever treated as a level shift.
-STEP_UP_MIN = 32 * MiB
-#: At most this many floor blocks per window (bounds the O(n^2) Theil-Sen pass).
-MAX_BLOCKS = 60
-#: A window is judged once the series also holds this share of a window before it, so that the
-#: deceleration test sees a warm-up's curvature (from the series' first sample on, a warm-up's rise
-#: looks straight over one window).
-PRE_WINDOW = 0.5
-#: The null spread of a scale's slope is measured over this many of its windows of history ...
-HIST_WINDOWS = 12
-#: ... once the judgements that ended at least one window ago span this many windows.
-HIST_MIN_WINDOWS = 2
-#: Fewer falling windows than this in the history: the floor has only risen, there is no background
-#: spread to measure (the parametric standard error alone applies).
-HIST_MIN_FALLS = 10
-#: The spread is this quantile of the falling windows' |slope| over the half-normal's quantile.
-HIST_Q = 0.9
-HIST_Q_Z = 1.645
-
-_PAIRS: dict[int, tuple[np.ndarray, np.ndarray]] = {}
-
-
-def _pairs(n: int) -> tuple[np.ndarray, np.ndarray]:
-    p = _PAIRS.get(n)
-    if p is None:
-        p = _PAIRS[n] = np.triu_indices(n, k=1)
-    return p
-
-
-def _norm_ppf(p: float) -> float:
-    """Inverse standard normal CDF (scipy's ``ndtri``)."""
-    return float(ndtri(p))
-
-
-def sen_mann_kendall(t: np.ndarray, y: np.ndarray, confidence: float) -> tuple[float, float, float, float]:
-    """Theil-Sen slope, Sen's ``confidence`` interval, and the Mann-Kendall z of ``y`` over ``t``."""
-    n = len(y)
-    i, j = _pairs(n)
-    dy = y[j] - y[i]
-    slopes = dy / (t[j] - t[i])
-    npairs = len(slopes)
-    s = float(np.sign(dy).sum())
-    # Variance of S with the tie correction: allocator memory is quantised (2 MiB
-    # blocks), so equal floors are common and ignoring ties would inflate z.
-    _, counts = np.unique(y, return_counts=True)
-    ties = counts[counts > 1].astype(float)
-    var_s = (n * (n - 1) * (2 * n + 5) - float((ties * (ties - 1) * (2 * ties + 5)).sum())) / 18.0
-    sd = math.sqrt(var_s) if var_s > 0 else 0.0
-    z = (s - math.copysign(1.0, s)) / sd if sd > 0 and s != 0 else 0.0
-    # Sen's interval: ranks (N -+ C)/2 of the sorted pairwise slopes.
-    c = _norm_ppf(0.5 + confidence / 2) * sd
-    lo_rank = max(0, int(math.floor((npairs - c) / 2)))
-    hi_rank = min(npairs - 1, int(math.ceil((npairs + c) / 2)))
-    # A partial sort (O(N)) is enough: only the median and the two ranks are needed.
-    mid = [npairs // 2] if npairs % 2 else [npairs // 2 - 1, npairs // 2]
-    part = np.partition(slopes, sorted({lo_rank, hi_rank, *mid}))
-    slope = float(part[mid].mean())
-    lower, upper = float(part[lo_rank]), float(part[hi_rank])
-    return slope, lower, upper, z
-
-
-@dataclass(frozen=True)
-class TrendResult:
-    """The statistics of one scale at one evaluation.
-
-    Attributes:
-        window_s: the scale's window.
-        block_s: the floor block length used (at least one release per block).
-        n: floor blocks in the window.
-        slope: Theil-Sen slope of the de-stepped floor, bytes/s.
-        lower: lower bound of its interval (slope -+ q x spread), bytes/s.
-        upper: upper bound, bytes/s.
-        z: slope over its spread under the background (``LeakDetector._null_spread``).
-        steps: level shifts removed in the window and the one before.
-        quarter_share: largest share of the window's rise carried by one quarter.
-        decel_ratio: end slope over start slope of a quadratic fit over the window and the half window
-            before (None when the fit is not concave).
-        passed: whether every leak condition held.
-        onset: hinge-fit onset estimate (only when passed).
-        rate: hinge-fit slope after the onset, bytes/s (only when passed).
-        rate_lower: lower bound of its interval (only when passed).
-        rate_upper: upper bound (only when passed).
-        floor: the latest raw floor block, bytes.
-        base: the lowest raw floor since the onset estimate (only when passed).
-    """
-
-    window_s: float
-    block_s: float
-    n: int
-    slope: float
-    lower: float
-    upper: float
-    z: float
-    steps: int
-    quarter_share: float
-    decel_ratio: float | None
-    passed: bool
-    onset: float | None
-    rate: float | None
-    rate_lower: float | None
-    rate_upper: float | None
-    floor: float
-    base: float | None
-    #: the GLR statistic and its threshold (method ``glr`` only)
-    glr: float | None = None
-    glr_threshold: float | None = None
 
 
 @dataclass(frozen=True)
@@ -193,154 +115,6 @@ class Episode:
     rate: float
     rate_ci: tuple[float, float]
     end: str | None
-
-
-def _slope(t: np.ndarray, y: np.ndarray, sigma: float) -> tuple[float, float]:
-    """Theil-Sen slope of ``y`` over ``t`` and its standard error for independent noise of SD ``sigma``."""
-    n = len(t)
-    if n < 2:
-        return 0.0, math.inf
-    i, j = _pairs(n)
-    slope = float(np.median((y[j] - y[i]) / (t[j] - t[i])))
-    sxx = float(((t - t.mean()) ** 2).sum())
-    return slope, sigma / math.sqrt(sxx)
-
-
-def _row_nanmedian(m: np.ndarray) -> np.ndarray:
-    """``np.nanmedian(m, axis=1)`` for rows with at least one value (a sort, not numpy.ma's slow path)."""
-    srt = np.sort(np.where(np.isnan(m), np.inf, m), axis=1)
-    cnt = (~np.isnan(m)).sum(axis=1)
-    r = np.arange(len(m))
-    out: np.ndarray = 0.5 * (srt[r, np.maximum(cnt - 1, 0) // 2] + srt[r, cnt // 2])
-    return out
-
-
-def _shift_sizes(fy: np.ndarray, jump: np.ndarray, m: int = 4) -> np.ndarray:
-    """Size of each level shift (``jump[i]``: between blocks i and i+1), else 0.
-
-    The size is the median of up to ``m`` blocks after the shift minus that of up to ``m`` before
-    (not crossing another shift): the change between the two adjacent blocks alone would carry
-    their noise into the de-stepped level for good.
-    """
-    out = np.zeros(len(jump))
-    idx = np.flatnonzero(jump)
-    if not len(idx):
-        return out
-    runs = np.split(idx, np.flatnonzero(np.diff(idx) > 1) + 1)  # adjacent changes form one shift
-    bounds = [(int(r[0]), int(r[-1])) for r in runs]
-    for k, (lo, hi) in enumerate(bounds):
-        left = bounds[k - 1][1] + 1 if k else 0
-        right = bounds[k + 1][0] if k + 1 < len(bounds) else len(fy) - 1
-        before = fy[max(left, lo + 1 - m): lo + 1]
-        after = fy[hi + 1: min(right + 1, hi + 1 + m)]
-        out[lo] = float(np.median(after)) - float(np.median(before))
-    return out
-
-
-def _decel(t: np.ndarray, y: np.ndarray) -> float | None:
-    """Slope at the end over slope at the start of a quadratic fit, when its curvature is negative (else None)."""
-    if len(t) < 5:
-        return None
-    x = (t - t[0]) / (t[-1] - t[0])
-    xx = np.stack([np.ones_like(x), x, x * x], axis=1)
-    c0, c1, c2 = np.linalg.inv(xx.T @ xx) @ (xx.T @ y)
-    if c2 >= 0:
-        return None
-    start, end = float(c1), float(c1 + 2 * c2)
-    return end / start if start > 0 else 0.0
-
-
-def _best_hinge(t: np.ndarray, g: np.ndarray, last_knot: float) -> tuple[float, float, float, np.ndarray]:
-    """Least-squares ``g = a + r * max(0, t - c)`` over knots ``c`` at the block times up to ``last_knot``.
-
-    Returns (c, r, the sum of squares of the centred hinge regressor, the residuals).
-    """
-    n = len(t)
-    knots = t[: max(1, min(n - 4, int(np.searchsorted(t, last_knot, side="right"))))]
-    x = np.maximum(0.0, t[None, :] - knots[:, None])
-    xm = x.mean(axis=1, keepdims=True)
-    gm = g.mean()
-    sxx = ((x - xm) ** 2).sum(axis=1)
-    sxy = ((x - xm) * (g - gm)[None, :]).sum(axis=1)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        r = np.where(sxx > 0, sxy / sxx, 0.0)
-    sse = ((g - gm) ** 2).sum() - r * sxy
-    i = int(np.argmin(sse))
-    return float(knots[i]), float(r[i]), float(sxx[i]), (g - gm) - r[i] * (x[i] - xm[i])
-
-
-def _hinge(t: np.ndarray, g: np.ndarray, sigma: float, q: float, last_knot: float) -> tuple[float, float, float, float]:
-    """Fit ``g = a + r * max(0, t - c)`` over knots ``c`` at the block times up to ``last_knot``: (c, r, r - q SE, r + q SE)."""
-    c, r, sxx, _ = _best_hinge(t, g, last_knot)
-    se = sigma / math.sqrt(sxx) if sxx > 0 else 0.0
-    return c, r, r - q * se, r + q * se
-
-
-def _ar1_inflation(t: np.ndarray, g: np.ndarray, last_knot: float) -> float:
-    """sqrt((1 + rho) / (1 - rho)): how much serial correlation widens a trend slope's standard error.
-
-    ``rho`` is the lag-1 autocorrelation (0 to 0.9) of the residuals of the best hinge (flat, then a
-    slope) over the blocks: a leak's own onset is fitted and does not count; a warm-up's curvature, a
-    fill below the shift threshold, or a slow wander leaves correlated residuals.
-    """
-    if len(t) < 5:
-        return 1.0
-    res = _best_hinge(t, g, last_knot)[3]
-    den = float((res * res).sum())
-    if den <= 0:
-        return 1.0
-    rho = min(0.9, max(0.0, float((res[1:] * res[:-1]).sum()) / den))
-    return math.sqrt((1 + rho) / (1 - rho))
-
-
-def _hist_spread(sc: _Scale, now: float) -> float | None:
-    """Spread of the scale's window slope under the series' own background, from its falls; None: too little history.
-
-    The judgements used ended at least a window ago (they do not overlap the one being judged) and must
-    span HIST_MIN_WINDOWS windows. A stationary background lowers its floor as often and as fast as it
-    raises it, while a leak only adds rises: the spread is read off the falling windows, which a leak
-    cannot inflate: the 90th percentile of their |slope| over 1.645 (the half-normal's).
-    """
-    if not sc.hist or sc.hist[0][0] > now - (1 + HIST_MIN_WINDOWS) * sc.window_s:
-        return None
-    falls = [-v for t, v in sc.hist if t <= now - sc.window_s and v < 0]
-    if len(falls) < HIST_MIN_FALLS:
-        return 0.0
-    return float(np.quantile(falls, HIST_Q)) / HIST_Q_Z
-
-
-class _Scale:
-    """Bin floors of one (window, bin width) pair, bounded to two windows and a block."""
-
-    __slots__ = ("window_s", "bin_s", "eval_s", "bins", "cur_key", "cur_min", "closed_at", "hist")
-
-    def __init__(self, window_s: float, bin_s: float) -> None:
-        self.window_s = window_s
-        self.bin_s = bin_s
-        #: the scale is judged at a closed bin at most this often (a thirtieth of its window)
-        self.eval_s = max(bin_s, window_s / 30)
-        #: (bin centre, floor) per closed bin: two windows, for the deceleration test, plus a block.
-        self.bins: deque[tuple[float, float]] = deque(maxlen=int(round(2.2 * window_s / bin_s)) + 2)
-        self.cur_key: int | None = None
-        self.cur_min = math.inf
-        #: time of the sample at which the scale was last judged
-        self.closed_at: float | None = None
-        #: (time, de-stepped floor slope) of every judgement over the last HIST_WINDOWS windows
-        self.hist: deque[tuple[float, float]] = deque(maxlen=int(HIST_WINDOWS * window_s / self.eval_s) + 2)
-
-    def add(self, t: float, v: float) -> bool:
-        """Add a sample; True when it closed a bin."""
-        key = int(t // self.bin_s)
-        if key == self.cur_key:
-            if v < self.cur_min:
-                self.cur_min = v
-            return False
-        closed = self.cur_key is not None
-        if closed:
-            self.bins.append(((self.cur_key + 0.5) * self.bin_s, self.cur_min))  # type: ignore[operator]
-        self.cur_key = key
-        self.cur_min = v
-        return closed
 
 
 class LeakDetector:
@@ -485,58 +259,11 @@ class LeakDetector:
         young = (cfg.warmup_s if cfg.method == "glr" else max((1 + PRE_WINDOW) * sc.window_s, cfg.warmup_s))
         if age < young or not sc.bins or now - sc.bins[-1][0] > sc.window_s / 4:
             return None
-        a = np.asarray(sc.bins, dtype=float)
-        t, y = a[:, 0], a[:, 1]
-        n_w = int(round(sc.window_s / sc.bin_s))
-        stride = max(math.ceil(self.release_window() / sc.bin_s - 1e-9), math.ceil(n_w / MAX_BLOCKS), 1)
-        block = stride * sc.bin_s
-        nb = int(sc.window_s // block)
-        if nb < cfg.min_blocks:
-            return None  # the sawtooth is too slow for this window: longer windows judge it
-        edge = t[-1] + sc.bin_s / 2
-        j = ((edge - t) // block).astype(np.int64)
-        keep = j < 2 * nb
-        t, y, j = t[keep], y[keep], j[keep]
-        starts = np.flatnonzero(np.r_[True, j[1:] != j[:-1]])
-        counts = np.diff(np.r_[starts, len(y)])
-        fy = np.minimum.reduceat(y, starts)
-        fj = j[starts]
-        full = counts * 2 >= stride  # a block with too many missing bins may miss its release
-        fy, fj = fy[full], fj[full]
-        ft = edge - (fj + 0.5) * block
-        win = fj < nb
-        if int(win.sum()) < cfg.min_blocks or len(fy) < 3:
+        fb = _floor_blocks(sc, self.release_window(), cfg.min_blocks)
+        if fb is None:
             return None
-        # De-step: a rise far above the typical block-to-block change is a level shift (a load, traffic
-        # filling the cache) and is removed. A shift that straddles a block boundary shows in two
-        # changes: a neighbour beyond 2.5 SDs belongs to it. Falls are kept: removing only rises can
-        # bias the floor down, never up, so a busy/idle swing cannot add up to a false leak.
-        d = np.diff(fy)
-        med = float(np.median(d))
-        if cfg.method == "glr" and len(d) >= 3:
-            # Against the neighbouring changes (three on each side): a warm-up's changes fall smoothly and
-            # none stands out from its neighbours, while a shift is one change far above both sides.
-            pad = np.r_[np.full(3, np.nan), d, np.full(3, np.nan)]
-            nb = np.lib.stride_tricks.sliding_window_view(pad, 7).copy()
-            nb[:, 3] = np.nan
-            dev = d - _row_nanmedian(nb)
-            sd = 1.4826 * float(np.median(np.abs(dev - np.median(dev))))
-        else:
-            sd = 1.4826 * float(np.median(np.abs(d - med)))
-            dev = d - med
-        jump = dev > max(STEP_UP_MIN, cfg.step_k * sd)
-        if jump.any():
-            near = np.zeros_like(jump)
-            near[1:] |= jump[:-1]
-            near[:-1] |= jump[1:]
-            jump |= near & (dev > 2.5 * sd)
-        g = fy - np.r_[0.0, np.cumsum(_shift_sizes(fy, jump))]
-        # Block noise from the changes that are not shifts (a difference of two blocks: / sqrt 2).
-        rest = d[~jump]
-        # Quantised floors (2 MiB granules) often repeat exactly: the MAD can be 0. A block minimum of
-        # Gaussian samples has an SD of at least 0.3 of theirs, and never less than one granule.
-        mad = 1.4826 * float(np.median(np.abs(rest - np.median(rest)))) / math.sqrt(2) if len(rest) else 0.0
-        sigma = max(2 * MiB, 0.3 * self._sigma, mad)
+        jump, g, sigma = _destep(fb.fy, cfg.method == "glr", cfg.step_k, self._sigma)
+        ft, fy, win = fb.ft, fb.fy, fb.win
         tw, gw = ft[win], g[win]
         slope, se = _slope(tw, gw, sigma)
         if cfg.method == "glr":
@@ -548,8 +275,16 @@ class LeakDetector:
                 for run in np.split(idx, np.flatnonzero(np.diff(idx) > 1) + 1):
                     ramp[run[0] + 1: run[-1] + 1] = True
             sel = win & ~ramp
-            return self._glr_result(sc, now, ft[sel], g[sel], sigma, block, int(jump.sum()), slope, se,
-                                    float(fy[-1]), ft, fy, g, edge)
+            return self._glr_result(sc, now, ft[sel], g[sel], sigma, fb.block, int(jump.sum()), slope, se,
+                                    float(fy[-1]), ft, fy, g, fb.edge)
+        return self._trend_result(sc, now, fb, jump, g, sigma, slope, se)
+
+    def _trend_result(self, sc: _Scale, now: float, fb: _Blocks, jump: np.ndarray, g: np.ndarray, sigma: float,
+                      slope: float, se: float) -> TrendResult:
+        """The slope test with its shape conditions (method ``trend``) on the window's de-stepped floor blocks."""
+        cfg = self.cfg
+        ft, fy, edge = fb.ft, fb.fy, fb.edge
+        tw, gw = ft[fb.win], g[fb.win]
         # The standard error above holds for independent blocks. A floor that wanders slowly (the
         # sawtooths of several processes beating, a daily cycle) has dependent blocks, and its window
         # slopes spread far wider: the series' own history of window slopes measures that spread.
@@ -564,13 +299,7 @@ class LeakDetector:
         q = _norm_ppf(0.5 + cfg.confidence / 2)
         lower, upper = slope - q * se, slope + q * se
         z = slope / se
-        # Rise per quarter of the window (medians of the blocks in each quarter).
-        qi = np.minimum(3, ((tw - (edge - sc.window_s)) * 4 // sc.window_s).astype(np.int64))
-        levels = [float(np.median(gw[qi == k])) for k in range(4) if (qi == k).any()]
-        rises = np.diff(levels)
-        total = levels[-1] - levels[0] if len(levels) > 1 else 0.0
-        share = float(rises.max()) / total if total > 0 and len(rises) else 1.0
-        quarter_ok = total > 0 and len(rises) > 0 and float(rises.max()) <= cfg.max_quarter_share * total + sigma
+        share, quarter_ok = _quarter_share(tw, gw, edge, sc.window_s, cfg.max_quarter_share, sigma)
         # Deceleration over the two windows (as much of them as the series has): a floor whose slope
         # now is below ``decel`` x its slope at the start is a warm-up approaching its plateau. The
         # point estimate decides, not a significance test: the burden of proof is on the leak.
@@ -585,7 +314,7 @@ class LeakDetector:
             onset = self._change_point(ft, g, sigma, onset)
             base = float(fy[ft >= onset].min())
             passed = rate > cfg.min_rate_bytes_per_s
-        return TrendResult(sc.window_s, block, len(tw), slope, lower, upper, z, int(jump.sum()), share, ratio,
+        return TrendResult(sc.window_s, fb.block, len(tw), slope, lower, upper, z, int(jump.sum()), share, ratio,
                            bool(passed), onset, rate, r_lo, r_hi, float(fy[-1]), base)
 
     def _glr_result(self, sc: _Scale, now: float, tw: np.ndarray, gw: np.ndarray, sigma: float, block: float,

@@ -15,7 +15,10 @@ Data flow:
    ``evaluate_seconds`` each window that changed is diagnosed with the same code as ``inferwatch skew``
    (:mod:`.diagnose`): the match ratio and the kind of skew per feature, published as gauges.
 
-Memory: ``2 x max_ids`` waiting rows plus ``max_models x window_rows`` joined rows, whatever the traffic.
+Memory: ``2 x max_ids`` waiting rows of at most ``max_pending_bytes`` (estimated, both sides together), plus
+``max_models x window_rows`` joined rows of at most ``max_window_bytes``, whatever the traffic: offline rows come
+from an unauthenticated route and served rows from any producer, and 64 values of 255 characters a row make
+row counts alone worth gigabytes.
 """
 
 from __future__ import annotations
@@ -64,6 +67,15 @@ def sampled(request_id: str, ratio: float) -> bool:
     return id_in_sample(request_id, ratio)
 
 
+def row_bytes(feats: dict[str, Any]) -> int:
+    """Estimated bytes one row's ``name -> value`` dict holds (its entries and its strings; names are shared)."""
+    n = 232 + 72 * len(feats)
+    for v in feats.values():
+        if type(v) is str:
+            n += 49 + len(v)
+    return n
+
+
 def _features(feats: Any) -> dict[str, Any]:
     """A decoded RECORD's ``(schema, numeric values, categorical values)`` as a name -> value dict."""
     schema, nums, cats = feats
@@ -82,10 +94,12 @@ class _Served:
 class _Window:
     """The last ``size`` joined rows of one model version and the result of their last diagnosis."""
 
-    __slots__ = ("rows", "joined", "dirty", "report")
+    __slots__ = ("rows", "joined", "dirty", "report", "bytes")
 
     def __init__(self, size: int) -> None:
-        self.rows: deque[tuple[dict[str, Any], dict[str, Any]]] = deque(maxlen=size)
+        #: (served features, offline features, their estimated bytes)
+        self.rows: deque[tuple[dict[str, Any], dict[str, Any], int]] = deque(maxlen=size)
+        self.bytes = 0
         self.joined = 0
         self.dirty = False
         self.report: dict[str, Any] | None = None
@@ -105,7 +119,7 @@ class SkewComponent(StagedComponent):
     name = "skew"
     record_types = frozenset({EV_RECORD})
     metrics = METRICS
-    drop_reasons = ("staging_full", "no_request_id", "too_many_models", "error")
+    drop_reasons = ("staging_full", "no_request_id", "too_many_models", "window_full", "error")
 
     def __init__(self, config: SkewConfig, ctx: ComponentContext) -> None:
         super().__init__(ctx, interval_s=1.0, max_staged=config.max_staged, log=log)
@@ -113,7 +127,11 @@ class SkewComponent(StagedComponent):
         self._served: OrderedDict[str, _Served] = OrderedDict()
         self._offline: OrderedDict[str, dict[str, Any]] = OrderedDict()
         self.windows: dict[Key, _Window] = {}
-        self.expired = {"max_ids": 0, "max_age": 0}
+        self.expired = {"max_ids": 0, "max_age": 0, "max_pending_bytes": 0}
+        #: estimated bytes of the rows waiting on both sides (bounded by max_pending_bytes)
+        self.pending_bytes = 0
+        #: estimated bytes of the joined rows in the windows (bounded by max_window_bytes)
+        self.window_bytes = 0
         self.offline_rows = {"joined": 0, "waiting": 0, "unmatched": 0, "duplicate": 0, "bad": 0}
         self.joined: dict[Key, int] = {}
         self._last_eval = -math.inf
@@ -145,7 +163,7 @@ class SkewComponent(StagedComponent):
         """Join the served rows (the state lock held); the sampled ones wait in ``_to_write`` for the writer."""
         to_write = self._to_write
         ratio = self.cfg.sample_ratio if self.writer is not None else 0.0
-        served, limit = self._served, self.cfg.max_ids
+        served, limit, max_bytes = self._served, self.cfg.max_ids, self.cfg.max_pending_bytes
         for ev in batch:
             try:
                 feats, rid = ev[7], ev[3]
@@ -160,13 +178,17 @@ class SkewComponent(StagedComponent):
                     to_write.append((rid, row.unix_ns, key, row.feats))
                 off = self._offline.pop(rid, None)
                 if off is not None:
+                    self.pending_bytes -= row_bytes(off)
                     self._join(row, off)
                     continue
+                old = served.pop(rid, None)
+                if old is not None:
+                    self.pending_bytes -= row_bytes(old.feats)
                 served[rid] = row
-                served.move_to_end(rid)
-                if len(served) > limit:
-                    served.popitem(last=False)
-                    self.expired["max_ids"] += 1
+                self.pending_bytes += row_bytes(row.feats)
+                while served and (len(served) > limit or self.pending_bytes > max_bytes):
+                    self.expired["max_ids" if len(served) > limit else "max_pending_bytes"] += 1
+                    self.pending_bytes -= row_bytes(served.popitem(last=False)[1].feats)
             except Exception:
                 self.dropped["error"] += 1
         self._expire(now)
@@ -179,6 +201,7 @@ class SkewComponent(StagedComponent):
             if row.unix_ns >= cutoff:
                 break
             served.popitem(last=False)
+            self.pending_bytes -= row_bytes(row.feats)
             self.expired["max_age"] += 1
 
     def _join(self, row: _Served, offline: dict[str, Any]) -> bool:
@@ -188,12 +211,26 @@ class SkewComponent(StagedComponent):
         if w is None:
             self.dropped["too_many_models"] += 1
             return False
-        w.rows.append((row.feats, offline))
+        if len(w.rows) == w.rows.maxlen:
+            self._drop_oldest(w)
+        nbytes = row_bytes(row.feats) + row_bytes(offline)
+        w.rows.append((row.feats, offline, nbytes))
+        w.bytes += nbytes
+        self.window_bytes += nbytes
+        while self.window_bytes > self.cfg.max_window_bytes:
+            # The window holding most gives its oldest row: one version's fat rows cannot push out the others.
+            self._drop_oldest(max(self.windows.values(), key=lambda x: x.bytes))
+            self.dropped["window_full"] += 1
         w.joined += 1
         w.dirty = True
         self.joined[row.key] = self.joined.get(row.key, 0) + 1
         self.offline_rows["joined"] += 1
         return True
+
+    def _drop_oldest(self, w: _Window) -> None:
+        _, _, nbytes = w.rows.popleft()
+        w.bytes -= nbytes
+        self.window_bytes -= nbytes
 
     def post_offline(self, body: bytes) -> tuple[int, dict[str, Any]]:
         """``POST /v1/skew``: ``{"rows": [{"request_id": ..., "features": {...}}, ...]}`` -> (status, answer).
@@ -224,15 +261,18 @@ class SkewComponent(StagedComponent):
                 rid, feats = r["request_id"], r["features"]
                 row = self._served.pop(rid, None)
                 if row is not None:
+                    self.pending_bytes -= row_bytes(row.feats)
                     out["joined"] += self._join(row, feats)
                     continue
                 if rid in self._offline:
                     out["duplicate"] += 1
                     continue
                 self._offline[rid] = feats
+                self.pending_bytes += row_bytes(feats)
                 out["waiting"] += 1
-                if len(self._offline) > self.cfg.max_ids:
-                    self._offline.popitem(last=False)
+                offline = self._offline
+                while offline and (len(offline) > self.cfg.max_ids or self.pending_bytes > self.cfg.max_pending_bytes):
+                    self.pending_bytes -= row_bytes(offline.popitem(last=False)[1])
                     self.offline_rows["unmatched"] += 1
             for k in ("waiting", "duplicate", "bad"):
                 self.offline_rows[k] += out[k]
@@ -266,15 +306,15 @@ class SkewComponent(StagedComponent):
                     snap.put(SKEW_EXPLAINED_RATIO, (*lab, f["kind"]), f["explained_ratio"])
         self.publish(snap)
 
-    def _diagnose(self, rows: list[tuple[dict[str, Any], dict[str, Any]]]) -> dict[str, Any]:
+    def _diagnose(self, rows: list[tuple[dict[str, Any], dict[str, Any], int]]) -> dict[str, Any]:
         names: list[str] = []
-        for s, o in rows:
+        for s, o, _ in rows:
             for n in s:
                 if n in o and n not in names and len(names) < self.cfg.max_features:
                     names.append(n)
         key = pa.array(range(len(rows)), pa.int64())
-        served = pa.table({"__row": key, **{n: _column([s.get(n) for s, _ in rows]) for n in names}})
-        offline = pa.table({"__row": key, **{n: _column([o.get(n) for _, o in rows]) for n in names}})
+        served = pa.table({"__row": key, **{n: _column([r[0].get(n) for r in rows]) for n in names}})
+        offline = pa.table({"__row": key, **{n: _column([r[1].get(n) for r in rows]) for n in names}})
         return diagnose(served, offline, "__row", options=self._options)
 
     # -- export -----------------------------------------------------------------------------------------------------
@@ -308,9 +348,12 @@ class SkewComponent(StagedComponent):
                 models.append({"service": k[0], "model": k[1], "version": k[2], "joined": w.joined,
                                "window_rows": len(w.rows), "features": feats})
             pending = {"served": len(self._served), "offline": len(self._offline)}
+            pending_bytes, window_bytes = self.pending_bytes, self.window_bytes
         return {
             "max_ids": self.cfg.max_ids,
             "pending": pending,
+            "pending_bytes": pending_bytes,
+            "window_bytes": window_bytes,
             "offline_rows": dict(self.offline_rows),
             "expired": dict(self.expired),
             "dropped": dict(self.dropped),

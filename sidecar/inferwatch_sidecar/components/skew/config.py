@@ -23,6 +23,11 @@ class SkewConfig(BaseModel):
         enabled: build the skew component (off by default: it holds served rows waiting for a batch job).
         max_ids: most request IDs the live join holds on each side: served rows waiting for their offline
             values, and offline rows posted before their served row arrived. The oldest go first (counted).
+        max_pending_bytes: estimated bytes of the rows waiting on both sides together (their values); past it
+            the oldest rows of the side that grew leave (served: ``expired{reason="max_pending_bytes"}``,
+            offline: ``unmatched``). Offline rows come from an unauthenticated route, 64 values each.
+        max_window_bytes: estimated bytes of the joined rows in every model version's window; past it the window
+            holding most drops its oldest rows (``dropped{reason="window_full"}``).
         max_age_seconds: a served row older than this is no longer joined (counted as ``expired``).
         window_rows: the match ratio and the diagnosis cover the last ``window_rows`` joined rows of each
             model version.
@@ -46,6 +51,8 @@ class SkewConfig(BaseModel):
 
     enabled: bool = False
     max_ids: int = Field(default=50_000, ge=10, le=5_000_000)
+    max_pending_bytes: int = Field(default=32 << 20, ge=1 << 16)
+    max_window_bytes: int = Field(default=32 << 20, ge=1 << 16)
     max_age_seconds: float = Field(default=3600.0, gt=0)
     window_rows: int = Field(default=1000, ge=10, le=100_000)
     evaluate_seconds: float = Field(default=10.0, gt=0)

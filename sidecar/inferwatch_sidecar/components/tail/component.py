@@ -16,7 +16,9 @@ Data flow:
 
 Memory: per model version ``max_tail + reservoir`` kept requests, each holding
 at most ``max_features`` feature values of at most 64 characters (what the
-analysis can use), plus the pending join tables of ``max_pending`` entries and
+analysis can use), their features at most ``max_window_bytes`` over all versions
+(past it a kept request keeps its latency and stages but no features, counted as
+``window_full``), plus the pending join tables of ``max_pending`` entries and
 ``max_pending_bytes`` each, and the staging list of ``max_staged_bytes``,
 whatever the traffic.
 """
@@ -115,7 +117,7 @@ class TailComponent(StagedComponent):
     record_types = frozenset({EV_REQUEST, EV_RECORD})
     metrics = METRICS
     dropped_metric: ClassVar[Metric | None] = TAIL_DROPPED_EVENTS_TOTAL
-    drop_reasons = ("staging_full", "too_many_models", "unmatched_record", "error")
+    drop_reasons = ("staging_full", "too_many_models", "unmatched_record", "window_full", "error")
 
     def __init__(self, config: TailConfig, ctx: ComponentContext) -> None:
         super().__init__(ctx, interval_s=min(1.0, config.window_seconds / 10), max_staged=config.max_staged,
@@ -127,8 +129,10 @@ class TailComponent(StagedComponent):
         #: estimated bytes of ``_pending`` (bounded by max_pending_bytes)
         self.pending_bytes = 0
         self._trim_cache: dict[Any, _Trimmed] = {}
-        #: request ID -> a kept request waiting for its record's features
-        self._awaiting: OrderedDict[str, Row] = OrderedDict()
+        #: request ID -> a kept request (and its window) waiting for its record's features
+        self._awaiting: OrderedDict[str, tuple[TailWindow, Row]] = OrderedDict()
+        #: estimated bytes of the features the windows' kept rows hold (bounded by max_window_bytes)
+        self.window_bytes = 0
         self.window_end: float | None = None
         #: The last complete window's report per model version.
         self.reports: dict[Key, dict[str, Any]] = {}
@@ -151,7 +155,6 @@ class TailComponent(StagedComponent):
             self.window_end = (math.floor(now / W) + 1) * W
         pending, awaiting, limit = self._pending, self._awaiting, self.cfg.max_pending
         max_bytes = self.cfg.max_pending_bytes
-        nfeat, tcache = self.cfg.max_features, self._trim_cache
         cache: dict[Any, TailWindow | None] = {}
         for ev in batch:
             try:
@@ -165,18 +168,22 @@ class TailComponent(StagedComponent):
                     feats = pending.pop(rid, None) if rid is not None else None
                     if feats is not None:
                         self.pending_bytes -= feats_bytes(feats)
-                    row = Row(ev[3] * 1e-9, ev[8], feats)
+                    row = Row(ev[3] * 1e-9, ev[8], None)
+                    before = w.bytes
                     kept = w.add(row)
-                    if kept and feats is not None:
-                        row.feats = trim(feats, nfeat, tcache)
-                    if kept and row.feats is None and rid is not None:
-                        awaiting[rid] = row
+                    self.window_bytes += w.bytes - before  # rows it pushed out
+                    if not kept:
+                        continue
+                    if feats is not None:
+                        self._attach(w, row, feats)
+                    elif rid is not None:
+                        awaiting[rid] = (w, row)
                         if len(awaiting) > limit:
                             awaiting.popitem(last=False)
                 elif ev[7] is not None and ev[3] is not None:  # a record with features and a request ID
                     rid = ev[3]
                     if rid in awaiting:
-                        awaiting.pop(rid).feats = trim(ev[7], nfeat, tcache)
+                        self._attach(*awaiting.pop(rid), ev[7])
                         continue
                     old = pending.pop(rid, None)
                     if old is not None:
@@ -192,6 +199,17 @@ class TailComponent(StagedComponent):
             self._close(self.window_end)
             self.window_end = (math.floor(now / W) + 1) * W
 
+    def _attach(self, w: TailWindow, row: Row, feats: Any) -> None:
+        """Give a kept row what it keeps of its record's features, within ``max_window_bytes`` over all windows."""
+        kept = trim(feats, self.cfg.max_features, self._trim_cache)
+        nbytes = feats_bytes(kept)
+        if self.window_bytes + nbytes > self.cfg.max_window_bytes:
+            self.dropped["window_full"] += 1  # the row stays, for its latency and stages, without features
+            return
+        before = w.bytes
+        w.attach(row, kept, nbytes)
+        self.window_bytes += w.bytes - before
+
     def _close(self, end: float) -> None:
         """Analyse every version's window (lock held), publish the reports and start new windows."""
         reports: dict[Key, dict[str, Any]] = {}
@@ -201,6 +219,7 @@ class TailComponent(StagedComponent):
             except Exception:
                 log.exception("tail: analysis failed for %s", key)
         self.windows = {}
+        self.window_bytes = 0
         self._awaiting.clear()
         snap = self._samples(reports)
         snap.put(TAIL_LAST_WINDOW_END_TIMESTAMP_SECONDS, (), end)
@@ -258,6 +277,7 @@ class TailComponent(StagedComponent):
             "staged": staged,
             "pending_records": pending,
             "pending_bytes": self.pending_bytes,
+            "window_bytes": self.window_bytes,
             "awaiting_records": awaiting,
             "dropped": dict(self.dropped),
             "current_window": current,

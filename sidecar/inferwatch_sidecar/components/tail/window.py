@@ -13,7 +13,9 @@ A :class:`TailWindow` keeps, for the requests of one window:
 Each kept request is a :class:`Row` that references the decoded event's own
 stage tuple and the record's feature tuple, so keeping one allocates a single
 small object. Memory is bounded by ``max_tail + reservoir`` rows whatever the
-traffic.
+traffic, and :attr:`TailWindow.bytes` is the estimated bytes of the features the
+kept rows hold (a row's ``nbytes``, counted while the sample or the slowest hold
+it), which the component holds under ``tail.max_window_bytes`` over all windows.
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ from typing import Any
 class Row:
     """One kept request: latency (seconds), the event's stages, and the joined record's features (or None)."""
 
-    __slots__ = ("latency", "stages", "feats")
+    __slots__ = ("latency", "stages", "feats", "nbytes", "held")
 
     def __init__(self, latency: float, stages: Any, feats: Any) -> None:
         self.latency = latency
@@ -34,6 +36,10 @@ class Row:
         self.stages = stages
         #: The RECORD event's decoded ``(schema, numeric_values, categorical_values)``, once joined.
         self.feats = feats
+        #: Estimated bytes of ``feats``, as counted in its window's ``bytes`` (set by :meth:`TailWindow.attach`).
+        self.nbytes = 0
+        #: How many of the window's two lists (the sample, the slowest) hold the row: 0 once it left both.
+        self.held = 0
 
 
 class TailWindow:
@@ -46,7 +52,7 @@ class TailWindow:
         seed: seed of the sampling.
     """
 
-    __slots__ = ("key", "n", "max_tail", "size", "sample", "top", "_rng", "_seq")
+    __slots__ = ("key", "n", "max_tail", "size", "sample", "top", "_rng", "_seq", "bytes")
 
     def __init__(self, key: tuple[str, str, str], max_tail: int, reservoir: int, seed: int) -> None:
         self.key = key
@@ -58,28 +64,53 @@ class TailWindow:
         self.top: list[tuple[float, int, Row]] = []
         self._rng = random.Random(f"{seed}/{'/'.join(key)}")
         self._seq = 0
+        #: Estimated bytes of the features the kept rows hold.
+        self.bytes = 0
+
+    def _release(self, row: Row) -> None:
+        row.held -= 1
+        if row.held == 0 and row.nbytes:
+            self.bytes -= row.nbytes
 
     def add(self, row: Row) -> bool:
-        """Count a request; return whether it was kept (in the sample, the slowest, or both)."""
+        """Count a request; return whether it was kept (in the sample, the slowest, or both).
+
+        A row is added without features; :meth:`attach` gives it them, so their bytes are counted.
+        """
         self.n += 1
         kept = False
         if len(self.sample) < self.size:
             self.sample.append(row)
+            row.held += 1
             kept = True
         else:
             j = self._rng.randrange(self.n)
             if j < self.size:
+                old = self.sample[j]
                 self.sample[j] = row
+                row.held += 1
+                self._release(old)
                 kept = True
         top = self.top
         self._seq += 1
         if len(top) < self.max_tail:
             heapq.heappush(top, (row.latency, self._seq, row))
+            row.held += 1
             kept = True
         elif row.latency > top[0][0]:
-            heapq.heapreplace(top, (row.latency, self._seq, row))
+            row.held += 1
+            self._release(heapq.heapreplace(top, (row.latency, self._seq, row))[2])
             kept = True
         return kept
+
+    def attach(self, row: Row, feats: Any, nbytes: int) -> None:
+        """Give a kept row its (trimmed) features of ``nbytes`` estimated bytes; a row no longer kept takes none."""
+        if row.held <= 0:
+            return
+        if row.nbytes:
+            self.bytes -= row.nbytes
+        row.feats, row.nbytes = feats, nbytes
+        self.bytes += nbytes
 
     def slowest(self) -> list[Row]:
         """The kept slowest requests, slowest first (ties: the earlier first)."""
