@@ -203,6 +203,31 @@ def test_retry_storm_clients_give_up_and_retry_with_the_same_id(tmp_path: Path) 
     assert retries <= counts.get("retries", 0), (st.detail, counts)
 
 
+@pytest.mark.slow
+def test_retry_storm_fires_its_alerts_end_to_end_in_the_demo_command() -> None:
+    """Issue 27 item 3: ``inferwatch demo --faults retry_storm`` with Prometheus (and Alertmanager): the fault is
+    detected, InferwatchRetryStorm and InferwatchTimeoutMismatch reach firing for v1 (the fast rules: 5 s and
+    15 s windows, ``for:`` 5 s and 10 s), and Alertmanager delivers both to the model's team with runbooks."""
+    from alerts import source
+    from tests.conftest import require_binary
+
+    require_binary("prometheus")
+    out, err = run_demo("--faults", "retry_storm", "--duration", "50", "--inject-at", "10", "--no-ui", timeout=170)
+    assert "PASS: 1 of 1 injected faults detected" in out, out
+    row = re.search(r"^retry storm: clients time out at 0\.5 s.*$", out, re.M)
+    assert row is not None and re.search(r"(\d+) retries of (\d+) attempts", row.group(0)), out
+    for alert in ("InferwatchRetryStorm", "InferwatchTimeoutMismatch"):
+        assert re.search(rf"^ +alert {alert}: firing$", out, re.M), f"{alert} did not fire\n{out}\n{err}"
+    if alertmanager_binary() is None:
+        assert not IN_CI, "CI installs prometheus-alertmanager"
+        return
+    section = out[out.index("notifications (Alertmanager):"):]
+    runbooks = {a.name: a.runbook_url for a in source.ALERTS}
+    for alert in ("InferwatchRetryStorm", "InferwatchTimeoutMismatch"):
+        m = re.search(rf"^  credit-risk-team +{alert} +firing\S* +runbook (\S+)$", section, re.M)
+        assert m is not None and m.group(1) == runbooks[alert], section
+
+
 #: PyTriton pins numpy<2: scripts/test builds its venv from tests/traces/triton-requirements.txt.
 TRITON_PYTHON = Path(__file__).resolve().parents[2] / ".venv-triton" / "bin" / "python"
 
