@@ -28,12 +28,6 @@ LONG_FUNCTIONS: dict[str, str] = {
     "sidecar/inferwatch_sidecar/aggregate/aggregator.py::Aggregator.process": "hot path (i23c)",
     "sdk/inferwatch/_asgi.py::InferwatchMiddleware.__call__": "hot path, counted in instructions",
     # To split by their owners.
-<<<<<<< HEAD
-    "bench/leak_detection.py::main": "benchmark driver, to split",
-=======
-    "sidecar/inferwatch_sidecar/cli/demo.py::run": "to split",
-    "dashboards/src/saturation.py::build": "to split: one function per row of panels (came with #25)",
->>>>>>> w-shape
     "bench/soak.py::main": "benchmark driver, to split",
 }
 
