@@ -16,6 +16,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from _harness import STABLE_HASH_ENV
 from _ingest_trees import REPO, baseline_tree, tree_env
 
 #: The script whose ``--replica-child`` runs the replica (with the tree under test on its path).
@@ -108,7 +109,10 @@ def callgrind_count(tree: Path | None, components: str, n_req: int, measure: int
         out = Path(tmp) / "cg.out"
         cmd = ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}", sys.executable, str(INGEST),
                "--replica-child", str(measure), components, str(n_req)]
-        r = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO, env=tree_env(tree), check=False)
+        # One string hashing for every run: dict and set layouts (label caches, schemas) then match, and two
+        # runs differ only in the work measured (the counts moved by 3-5% between runs without it).
+        env = {**tree_env(tree), **STABLE_HASH_ENV}
+        r = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO, env=env, check=False)
         if r.returncode != 0:
             raise RuntimeError(r.stderr.strip().splitlines()[-1] if r.stderr.strip() else f"rc {r.returncode}")
         m = re.search(r"^summary:\s+(\d+)", out.read_text(), re.M)
