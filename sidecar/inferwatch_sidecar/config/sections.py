@@ -128,7 +128,7 @@ class HttpConfig(Section):
         "other Origin is answered 403, so a web page cannot post events or read /metrics.",
     )
     metrics_wait_s: float = Field(
-        0.05, ge=0, le=60,
+        0.01, ge=0, le=60,
         description="How long a scrape waits for a render of /metrics that started after it arrived, while events "
         "keep arriving; past it the scrape gets the last complete render (one render older). Without ingest "
         "under way a scrape always waits for the fresh render. Renders run on a thread of their own.",
