@@ -132,7 +132,8 @@ class Sidecar(Wiring, StatusReport):
                                            cfg.labels.max_family_series)
         self.heap = HeapTrimmer(cfg.heap_trim_free_bytes, cfg.heap_trim_interval_s)
         self.scrapes = ScrapeRenderer(self._render_scrape, self._scrape_format, self._ingested_bytes,
-                                      cfg.http.metrics_wait_s)
+                                      cfg.http.metrics_wait_s, cfg.http.metrics_max_age_s,
+                                      urgent=self._scrape_priority)
 
     def check(self) -> None:
         """Check everything :meth:`startup` checks, binding no socket and starting no thread.
