@@ -13,7 +13,11 @@ on SIGUSR1, writes to OUT.json from inside the process:
   every component) and in rendering the text, OpenMetrics and protobuf expositions, and the
   samples per family; each taken as the median of 3 runs;
 - **rss**: the resident set, then after a garbage collection, then after glibc's ``malloc_trim``
-  (what freed memory the allocator still held).
+  (what freed memory the allocator still held);
+- **gc**: the pauses of Python's cyclic garbage collector during the traffic, per generation (count,
+  total, max, p99 in ms): a collection holds the interpreter, so every thread, the scrape's too, waits;
+- **scrape_wait_ms**: how long the ``/metrics`` route itself took (waiting for, or taking, a render),
+  as the server measured it, apart from the time to send the body.
 
 It measures the live process the soak attacked, so the figures are of the state the attack left.
 """
@@ -115,12 +119,67 @@ def _scrape(side: Any) -> dict[str, Any]:
         "text": _median_time(lambda: generate_latest(side.exposition))[0],  # type: ignore[arg-type]
         "openmetrics": _median_time(lambda: generate_om(side.exposition))[0],  # type: ignore[arg-type]
         "protobuf": _median_time(lambda: protobuf.encode(side.exposition))[0],
-        "route /metrics text": _median_time(lambda: side._scrape("text/plain"))[0],
+        "route /metrics text": _median_time(lambda: side._render_scrape("text/plain"))[0],
     }
     return {"collect_s": {k: round(v, 4) for k, v in collect.items()},
             "render_s": {k: round(v, 4) for k, v in render.items()},
             "samples": dict(sorted(samples.items(), key=lambda kv: -kv[1])),
             "text_bytes": len(generate_latest(side.exposition))}  # type: ignore[arg-type]
+
+
+class _GcPauses:
+    """Collects the duration of every cyclic garbage collection, per generation (``gc.callbacks``)."""
+
+    def __init__(self) -> None:
+        self.ms: dict[int, list[float]] = {0: [], 1: [], 2: []}
+        self._t0 = 0.0
+        gc.callbacks.append(self._cb)
+
+    def _cb(self, phase: str, info: dict[str, Any]) -> None:
+        if phase == "start":
+            self._t0 = time.perf_counter()
+        else:
+            self.ms[int(info["generation"])].append((time.perf_counter() - self._t0) * 1e3)
+
+    def summary(self) -> dict[str, Any]:
+        return {f"gen{g}": _ms_summary(v) for g, v in self.ms.items()}
+
+
+def _ms_summary(v: list[float]) -> dict[str, float]:
+    if not v:
+        return {"count": 0}
+    v = sorted(v)
+    return {"count": len(v), "total_ms": round(sum(v), 1), "p50_ms": round(v[len(v) // 2], 2),
+            "p99_ms": round(v[min(len(v) - 1, int(len(v) * 0.99))], 2), "max_ms": round(v[-1], 2)}
+
+
+def _pymalloc() -> dict[str, float]:
+    """Python's small-object allocator: MiB in its arenas, in live blocks, and free inside them (fragmentation)."""
+    import os
+    import tempfile
+
+    with tempfile.TemporaryFile() as f:
+        saved = os.dup(2)
+        try:
+            os.dup2(f.fileno(), 2)
+            sys._debugmallocstats()
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+        f.seek(0)
+        text = f.read().decode(errors="replace")
+    out: dict[str, float] = {}
+    for line in text.splitlines():
+        key, _, val = line.rpartition("=")
+        key = key.strip().lstrip("#").strip()
+        if key in ("arenas allocated current", "bytes in allocated blocks", "bytes in available blocks",
+                   "bytes in arenas"):
+            try:
+                n = float(val.replace(",", "").strip())
+            except ValueError:
+                continue
+            out[key] = round(n / 2**20, 1) if key.startswith("bytes") else n
+    return out
 
 
 def _rss_mib() -> float:
@@ -144,11 +203,26 @@ def main() -> int:
         holder.append(self)
 
     daemon.Sidecar.__init__ = init  # type: ignore[method-assign]
+    pauses = _GcPauses()
+    waits: list[float] = []
+    orig_scrape = daemon.Sidecar._scrape
+
+    def timed_scrape(self: Any, accept: str) -> Any:
+        t = time.perf_counter()
+        try:
+            return orig_scrape(self, accept)
+        finally:
+            waits.append((time.perf_counter() - t) * 1e3)
+
+    daemon.Sidecar._scrape = timed_scrape  # type: ignore[method-assign]
 
     def probe(signum: int, frame: Any) -> None:
         def work() -> None:
             side = holder[0]
-            doc: dict[str, Any] = {"scrape": _scrape(side), "heap": _heap(side)}
+            doc: dict[str, Any] = {"gc": {**pauses.summary(), "tracked_objects": len(gc.get_objects()),
+                                          "frozen_objects": gc.get_freeze_count(), "thresholds": gc.get_threshold()},
+                                   "scrape_wait_ms": _ms_summary(list(waits)),
+                                   "scrape": _scrape(side), "heap": _heap(side)}
             import tracemalloc
 
             if tracemalloc.is_tracing():
@@ -157,6 +231,7 @@ def main() -> int:
                 doc["tracemalloc"] = [f"{s.size / 2**20:8.2f} MiB {s.count:9d} {s.traceback[0]}"
                                       for s in snap.statistics("lineno")[:25]]
             doc["rss_mib"] = _rss_mib()
+            doc["pymalloc_mib"] = _pymalloc()
             gc.collect()
             doc["rss_mib_after_gc"] = _rss_mib()
             try:

@@ -71,3 +71,20 @@ def test_trimming_can_be_turned_off(tmp_path: Path) -> None:
 def test_a_heap_with_little_free_is_not_trimmed() -> None:
     t = HeapTrimmer(min_free_bytes=1 << 40, interval_s=0.0)
     assert t.maybe_trim(1.0) == 0 and t.trims == 0
+
+
+def test_the_served_process_runs_with_the_configured_collector_and_is_restored() -> None:
+    import gc
+    import threading
+
+    from inferwatch_sidecar.daemon.heap import tuned_gc
+
+    before = gc.get_threshold()
+    seen: list[tuple[object, ...]] = []
+    with tuned_gc((12_345, 7, 99)):
+        seen.append((gc.get_threshold(), gc.get_freeze_count() > 0))
+        t = threading.Thread(target=lambda: seen.append((gc.get_threshold(),)))  # the setting is process-wide
+        t.start()
+        t.join()
+    assert seen == [((12_345, 7, 99), True), ((12_345, 7, 99),)]
+    assert gc.get_threshold() == before and gc.get_freeze_count() == 0

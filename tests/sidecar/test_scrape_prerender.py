@@ -1,9 +1,9 @@
 """Issue 28: /metrics is rendered off the request path, so a scrape under ingest never waits for a render.
 
 A render here is made slow on purpose (a collector that sleeps), standing for the 3 MB exposition
-of the hostile soak on two busy cores. While events keep arriving, a scrape answers within
-``http.metrics_wait_s`` with the last complete render; without ingest under way it waits for a
-render that started after it arrived, so what was ingested before a scrape is in it.
+of the hostile soak on two busy cores. While events keep arriving, a scrape answers at once with
+the render made ahead of it; without ingest under way it waits for a render that started after it
+arrived, so what was ingested before a scrape is in it.
 """
 
 from __future__ import annotations
@@ -88,18 +88,18 @@ def test_a_scrape_under_ingest_takes_the_last_render_instead_of_waiting(slow_sid
         assert took >= RENDER_S * 0.9 and first >= 5
         seen = [first]
         times = []
-        for _ in range(6):
+        for _ in range(12):  # 2 s: renders of RENDER_S made ahead of the scrapes land meanwhile
             took, n = _scrape(s)
             times.append(took)
             seen.append(n)
-            time.sleep(0.1)
+            time.sleep(0.15)
     finally:
         stop.set()
         feeder.join(5)
     # Rendering on the request path, every scrape took at least RENDER_S.
     assert max(times) < RENDER_S / 2, times
     assert seen == sorted(seen) and seen[-1] > first, seen  # a little old, never going back, and moving
-    assert s.scrapes.stale >= 6
+    assert s.scrapes.ahead >= 12 and s.scrapes.renders_ahead >= 1
 
 
 def test_without_ingest_a_scrape_waits_for_a_render_that_includes_what_came_before(slow_sidecar: Any) -> None:
@@ -111,7 +111,7 @@ def test_without_ingest_a_scrape_waits_for_a_render_that_includes_what_came_befo
     took, n = _scrape(s)  # the render takes longer than metrics_wait_s, but nothing arrives meanwhile
     assert n == 7 and took >= RENDER_S * 0.9
     st = s.status()["scrape"]
-    assert st["stale"] == 0 and st["fresh"] == 2
+    assert st["ahead"] == 0 and st["fresh"] == 2
 
 
 def test_renderer_errors_reach_the_scrape_and_the_thread_survives() -> None:
@@ -149,3 +149,39 @@ def test_formats_are_rendered_and_kept_apart() -> None:
         assert out["y"] == (b"y", "ct/y") and out["x"][1] == "ct/x" and out["x;q=1"][1] == "ct/x"
     finally:
         r.stop()
+
+
+def test_bodies_are_rendered_ahead_of_regular_scrapes_and_never_too_old() -> None:
+    ticks = iter(range(10**9))
+    renders: list[float] = []
+
+    def render(accept: str) -> tuple[bytes, str]:
+        renders.append(time.monotonic())
+        time.sleep(0.05)
+        return str(len(renders)).encode(), "text/plain"
+
+    r = ScrapeRenderer(render, key=lambda a: a, activity=lambda: next(ticks), wait_s=0.01, max_age_s=5.0)
+    try:
+        took, bodies = [], []
+        for _ in range(8):  # every 0.3 s, events arriving all along
+            t0 = time.monotonic()
+            bodies.append(int(r.scrape("")[0]))
+            took.append(time.monotonic() - t0)
+            time.sleep(0.3)
+        assert r.renders_ahead >= 5 and r.ahead >= 5, (r.renders_ahead, r.ahead)
+        assert max(took[2:]) < 0.04, took  # the body was there: no render waited for
+        assert bodies == sorted(bodies) and bodies[-1] >= 6, bodies
+        time.sleep(1.2)  # scrapes stopped for more than 3 intervals: nothing more is rendered ahead
+        n = len(renders)
+        time.sleep(0.7)
+        assert len(renders) == n
+    finally:
+        r.stop()
+    old = ScrapeRenderer(render, key=lambda a: a, activity=lambda: next(ticks), wait_s=0.01, max_age_s=0.001)
+    try:
+        old.scrape("")
+        time.sleep(0.01)
+        old.scrape("")  # events arrive, but the last body is older than max_age_s: a fresh one is waited for
+        assert old.fresh == 2 and old.ahead == 0
+    finally:
+        old.stop()

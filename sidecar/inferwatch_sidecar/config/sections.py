@@ -128,10 +128,15 @@ class HttpConfig(Section):
         "other Origin is answered 403, so a web page cannot post events or read /metrics.",
     )
     metrics_wait_s: float = Field(
-        0.05, ge=0, le=60,
-        description="How long a scrape waits for a render of /metrics that started after it arrived, while events "
-        "keep arriving; past it the scrape gets the last complete render (one render older). Without ingest "
-        "under way a scrape always waits for the fresh render. Renders run on a thread of their own.",
+        0.01, ge=0, le=60,
+        description="/metrics is rendered on a thread of its own, ahead of each expected scrape. A scrape that finds "
+        "such a render (at most metrics_max_age_s old) takes it if events arrive within this time; otherwise, and "
+        "on an idle sidecar, it waits for a render that starts after it arrived.",
+    )
+    metrics_max_age_s: float = Field(
+        5.0, gt=0, le=3600,
+        description="The oldest render (by when it started) a scrape takes while events arrive, instead of "
+        "waiting for a fresh one.",
     )
 
     @field_validator("admin_token")

@@ -16,11 +16,13 @@ MiB). On a C library without these functions (musl, macOS) it does nothing.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import ctypes.util
+import gc
 import logging
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 log = logging.getLogger("inferwatch.sidecar")
@@ -44,6 +46,27 @@ def _glibc() -> tuple[Callable[[int], int] | None, Callable[[], Any] | None]:
     if info is not None:
         info.argtypes, info.restype = [], _MallInfo2
     return trim, info
+
+
+@contextlib.contextmanager
+def tuned_gc(thresholds: tuple[int, int, int]) -> Iterator[None]:
+    """Inside the block: what start-up made is frozen out of the collector's scans, and its thresholds set.
+
+    ``Sidecar.run`` (the process's own entry) serves inside it: a full collection walks every live
+    container while holding the interpreter, so its cost grows with the state an attack makes the
+    sidecar hold, and its frequency with the containers that decoded bodies promote; both showed as
+    scrape latency (issue 28). The previous thresholds come back after the block, and the frozen
+    objects are scanned again, so a process that runs a sidecar and goes on (tests) is left as it was.
+    """
+    before = gc.get_threshold()
+    gc.collect()
+    gc.freeze()
+    gc.set_threshold(*thresholds)
+    try:
+        yield
+    finally:
+        gc.set_threshold(*before)
+        gc.unfreeze()
 
 
 def rss_bytes() -> int:

@@ -43,7 +43,7 @@ from inferwatch_sidecar.components import registry
 from inferwatch_sidecar.components.base import ComponentContext
 from inferwatch_sidecar.components.canary.config import CanaryConfig
 from inferwatch_sidecar.config import SidecarConfig
-from inferwatch_sidecar.daemon.heap import HeapTrimmer
+from inferwatch_sidecar.daemon.heap import HeapTrimmer, tuned_gc
 from inferwatch_sidecar.daemon.status import StatusReport
 from inferwatch_sidecar.daemon.wiring import COMPONENT_METRICS, CORE_METRICS, ComponentSlot, StartupError, Wiring
 from inferwatch_sidecar.export.budget import ExpositionBudget
@@ -132,7 +132,8 @@ class Sidecar(Wiring, StatusReport):
                                            cfg.labels.max_family_series)
         self.heap = HeapTrimmer(cfg.heap_trim_free_bytes, cfg.heap_trim_interval_s)
         self.scrapes = ScrapeRenderer(self._render_scrape, self._scrape_format, self._ingested_bytes,
-                                      cfg.http.metrics_wait_s)
+                                      cfg.http.metrics_wait_s, cfg.http.metrics_max_age_s,
+                                      urgent=self._scrape_priority)
 
     def check(self) -> None:
         """Check everything :meth:`startup` checks, binding no socket and starting no thread.
@@ -294,7 +295,8 @@ class Sidecar(Wiring, StatusReport):
         with self.install_signal_handlers():
             self.startup()
             try:
-                self.main_loop()
+                with tuned_gc(self.cfg.gc_thresholds):
+                    self.main_loop()
             finally:
                 ok = self._shutdown_from_main_thread()
         if self.force_exit:

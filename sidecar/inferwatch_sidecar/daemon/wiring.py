@@ -37,7 +37,7 @@ from inferwatch_sidecar.components.base import (
 from inferwatch_sidecar.config import SidecarConfig
 from inferwatch_sidecar.export.budget import ExpositionBudget
 from inferwatch_sidecar.export.prerender import ScrapeRenderer
-from inferwatch_sidecar.export.priority import PRIORITY
+from inferwatch_sidecar.export.priority import PRIORITY, ScrapePriority
 from inferwatch_sidecar.export.render import negotiate
 from inferwatch_sidecar.http.routes import AdminHandler, Endpoints, Route, sidecar_routes
 from inferwatch_sidecar.http.server import HttpServer, refused_family
@@ -194,9 +194,13 @@ class Wiring:
         return self.scrapes.scrape(accept)
 
     def _render_scrape(self, accept: str) -> tuple[bytes, str]:
-        """One ``/metrics`` render, while the ingest and worker loops step aside (export/priority.py)."""
-        with PRIORITY:
-            return self.exposition.render(accept, protobuf=self.cfg.aggregate.native.protobuf)
+        """One ``/metrics`` render (the renderer makes ingest step aside while a scrape waits for it)."""
+        return self.exposition.render(accept, protobuf=self.cfg.aggregate.native.protobuf)
+
+    @staticmethod
+    def _scrape_priority() -> ScrapePriority:
+        """Entered around a render a scrape waits for: the ingest and worker loops step aside (export/priority.py)."""
+        return PRIORITY
 
     def _scrape_format(self, accept: str) -> str:
         return negotiate(accept, self.cfg.aggregate.native.protobuf)[0]

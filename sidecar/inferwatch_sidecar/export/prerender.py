@@ -5,43 +5,63 @@ CPU, and several times that of wall clock while ingest threads and load generato
 cores: every scrape that rendered its own body waited that long (``/metrics`` p99 1.9 s). So one
 thread of its own (:class:`ScrapeRenderer`) renders, and a scrape takes a rendered body:
 
-- a scrape asks for a render of its format and waits for one that *started after it arrived*, so
-  what it returns includes everything ingested before it (an idle sidecar, and every test that
-  ingests and then scrapes, see fresh values, exactly as when the scrape rendered);
-- if that takes longer than ``wait_s`` (``http.metrics_wait_s``) *while events keep arriving*,
-  the scrape returns the last complete render of its format instead: taken at most one render
-  earlier, so its counters are a little old but never go back. The render it asked for goes on
-  and serves the next scrape.
+- **ahead of the scrape**: for each format scraped, the thread renders again shortly before the
+  next scrape is due (the last interval between two scrapes, less 1.5 times the last render's
+  duration), so a regularly scraped sidecar has a body ready, about one render old;
+- **under ingest**: a scrape that finds such a body (started at most ``max_age_s``,
+  ``http.metrics_max_age_s``, before it) and sees events arrive within ``wait_s``
+  (``http.metrics_wait_s``) takes it at once: its counters are a little old but never go back;
+- **otherwise** (an idle sidecar, a first or an irregular scrape, and every test that ingests and
+  then scrapes) the scrape waits for a render that *started after it arrived*, so what it returns
+  includes everything ingested before it, exactly as when the scrape rendered on its own.
 
-Renders happen only when a scrape asks, one at a time (never two of the same body at once, as the
-two scrape threads could before), and the render still makes ingest step aside
-(export/priority.py). A scrape of a format never asked for before waits for its first render.
+Renders happen one at a time (never two of the same body at once, as the two scrape threads could
+before), only for formats scraped in the last few intervals. A render a scrape waits for makes
+ingest step aside (``urgent``, export/priority.py); one made ahead does not, since nobody waits.
 
 Memory: the last body of each format asked for (text, OpenMetrics, protobuf: at most three).
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import time
 from collections.abc import Callable
+from contextlib import AbstractContextManager
+from typing import Any
 
 log = logging.getLogger("inferwatch.sidecar.scrape")
 
+#: A format not scraped for this many of its intervals is no longer rendered ahead.
+_IDLE_INTERVALS = 3
+
 
 class _Rendered:
-    """One complete render: its body and content type, or the error it raised, and its sequence number."""
+    """One complete render: its body and content type, or the error it raised; its number and start time."""
 
-    __slots__ = ("seq", "body", "ctype", "error")
+    __slots__ = ("seq", "started", "act", "body", "ctype", "error")
 
-    def __init__(self, seq: int, body: bytes, ctype: str, error: BaseException | None) -> None:
-        self.seq, self.body, self.ctype, self.error = seq, body, ctype, error
+    def __init__(self, seq: int, started: float, act: int, body: bytes, ctype: str,
+                 error: BaseException | None) -> None:
+        self.seq, self.started, self.act, self.body, self.ctype, self.error = seq, started, act, body, ctype, error
 
     def result(self) -> tuple[bytes, str]:
         if self.error is not None:
             raise self.error
         return self.body, self.ctype
+
+
+class _Format:
+    """What the thread knows of one format's scrapes: the Accept header, the last arrival and interval."""
+
+    __slots__ = ("accept", "arrived", "interval", "render_s")
+
+    def __init__(self, accept: str, arrived: float) -> None:
+        self.accept, self.arrived = accept, arrived
+        self.interval: float | None = None
+        self.render_s = 0.0
 
 
 class ScrapeRenderer:
@@ -51,52 +71,65 @@ class ScrapeRenderer:
         render: the ``Accept`` header -> (body, content type), the whole render.
         key: the ``Accept`` header -> the format it selects (its content type); equal keys, equal bodies.
         activity: a number that changes while events arrive (the ingested byte count).
-        wait_s: how long a scrape waits for a fresh render while events arrive before it takes the last one.
+        urgent: entered around a render a scrape waits for (the scrape priority), not around one made ahead.
+        wait_s: how long a scrape looks for arriving events before it asks for a fresh render.
+        max_age_s: the oldest render (by its start) a scrape under ingest takes instead of a fresh one.
+        clock: monotonic seconds.
     """
 
     def __init__(self, render: Callable[[str], tuple[bytes, str]], key: Callable[[str], str],
-                 activity: Callable[[], int], wait_s: float) -> None:
-        self._render, self._key, self._activity, self.wait_s = render, key, activity, wait_s
+                 activity: Callable[[], int], wait_s: float, max_age_s: float = 5.0,
+                 clock: Callable[[], float] = time.monotonic,
+                 urgent: Callable[[], AbstractContextManager[Any]] = contextlib.nullcontext) -> None:
+        self._render, self._key, self._activity, self._urgent = render, key, activity, urgent
+        self.wait_s, self.max_age_s, self._clock = wait_s, max_age_s, clock
         self._cond = threading.Condition()
-        #: format -> the Accept header to render it with, for the next render
+        #: format -> the Accept header to render it with, asked for by a waiting scrape
         self._wanted: dict[str, str] = {}
         #: format -> its last complete render
         self._done: dict[str, _Rendered] = {}
+        self._formats: dict[str, _Format] = {}
         #: sequence number of the next render to start
         self._next = 0
         self._thread: threading.Thread | None = None
         self._stopping = False
-        #: scrapes answered with a fresh render, and with the last one while a fresh one was under way
+        #: scrapes answered with a render that started after they arrived, and with one made ahead of them
         self.fresh = 0
-        self.stale = 0
+        self.ahead = 0
+        #: renders made ahead of a scrape
+        self.renders_ahead = 0
 
     def scrape(self, accept: str) -> tuple[bytes, str]:
         """The body and content type for a scrape with this ``Accept`` header (module docstring)."""
         key = self._key(accept)
-        t0 = time.monotonic()
+        t0 = self._clock()
         act0 = self._activity()
         with self._cond:
             if self._stopping:
                 return self._render(accept)
             self._ensure_thread()
+            self._note_arrival(key, accept, t0)
+            done = self._done.get(key)
+            if done is not None and t0 - done.started <= self.max_age_s:
+                # A recent body: take it if events are arriving, else ask for a fresh one.
+                deadline = t0 + self.wait_s
+                while self._activity() == act0 and (left := deadline - self._clock()) > 0:
+                    self._cond.wait(min(left, 0.002))
+                if self._activity() != act0:
+                    self.ahead += 1
+                    return self._done[key].result()
             need = self._next
             self._wanted[key] = accept
             self._cond.notify_all()
-            while True:
+            while not self._stopping:
                 done = self._done.get(key)
                 if done is not None and done.seq >= need:
                     self.fresh += 1
                     return done.result()
-                left = t0 + self.wait_s - time.monotonic()
-                if left <= 0 and done is not None and self._activity() != act0:
-                    self.stale += 1
-                    return done.result()
-                if self._stopping:
-                    break
                 if self._thread is None or not self._thread.is_alive():  # ended by a BaseException: again
                     self._ensure_thread()
                     self._wanted[key] = accept
-                self._cond.wait(left if left > 0 else self.wait_s)
+                self._cond.wait(0.5)
         return self._render(accept)  # stopped under way: render here, as before the renderer existed
 
     def stop(self, timeout: float = 5.0) -> None:
@@ -108,28 +141,77 @@ class ScrapeRenderer:
         if thread is not None:
             thread.join(timeout)
 
+    def _note_arrival(self, key: str, accept: str, now: float) -> None:
+        f = self._formats.get(key)
+        if f is None:
+            self._formats[key] = _Format(accept, now)
+            return
+        f.interval, f.arrived, f.accept = now - f.arrived, now, accept
+        self._cond.notify_all()  # the thread plans its next render ahead from the new interval
+
     def _ensure_thread(self) -> None:
         if self._thread is None or not self._thread.is_alive():
             self._thread = threading.Thread(target=self._run, name="inferwatch-metrics-render", daemon=True)
             self._thread.start()
 
+    def _due(self, now: float) -> tuple[float, str] | None:
+        """(when, format) of the next render ahead of a scrape, or None (lock held)."""
+        best: tuple[float, str] | None = None
+        for key, f in self._formats.items():
+            if f.interval is None or f.interval <= 0 or now - f.arrived > _IDLE_INTERVALS * f.interval:
+                continue
+            at = f.arrived + f.interval - 1.5 * f.render_s - 0.05
+            done = self._done.get(key)
+            if done is not None and done.act == self._activity():
+                continue  # nothing arrived since that render: a scrape gets a fresh one quickly
+            if done is not None and done.started >= at - 0.5 * f.interval:
+                at = max(at, done.started) + f.interval  # this scrape's body is made: the next one's
+                if at - f.arrived > _IDLE_INTERVALS * f.interval:
+                    continue
+            if best is None or at < best[0]:
+                best = (at, key)
+        return best
+
+    def _take(self) -> tuple[dict[str, str], int, bool] | None:
+        """Wait for work (lock held): the formats to render, the render's number, whether ahead; None: stop."""
+        while not self._stopping:
+            if self._wanted:
+                wanted, self._wanted = self._wanted, {}
+                break
+            now = self._clock()
+            due = self._due(now)
+            if due is not None and due[0] <= now:
+                wanted = {due[1]: self._formats[due[1]].accept}
+                self.renders_ahead += 1
+                seq = self._next
+                self._next += 1
+                return wanted, seq, True
+            self._cond.wait(None if due is None else min(due[0] - now, 60.0))
+        else:
+            return None
+        seq = self._next
+        self._next += 1
+        return wanted, seq, False
+
     def _run(self) -> None:
         while True:
             with self._cond:
-                while not self._wanted and not self._stopping:
-                    self._cond.wait()
-                if self._stopping:
-                    return
-                wanted, self._wanted = self._wanted, {}
-                seq = self._next
-                self._next += 1
+                work = self._take()
+            if work is None:
+                return
+            wanted, seq, ahead = work
             for key, accept in wanted.items():
+                started, act = self._clock(), self._activity()
                 try:
-                    body, ctype = self._render(accept)
-                    out = _Rendered(seq, body, ctype, None)
+                    with contextlib.nullcontext() if ahead else self._urgent():
+                        body, ctype = self._render(accept)
+                    out = _Rendered(seq, started, act, body, ctype, None)
                 except Exception as e:  # the scrape that waits for it answers 500 with the error
                     log.exception("scrape render failed")
-                    out = _Rendered(seq, b"", "", e)
+                    out = _Rendered(seq, started, act, b"", "", e)
                 with self._cond:
                     self._done[key] = out
+                    f = self._formats.get(key)
+                    if f is not None:
+                        f.render_s = self._clock() - started
                     self._cond.notify_all()

@@ -18,16 +18,19 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import Any, cast
 
 from prometheus_client.exposition import choose_encoder, generate_latest
 from prometheus_client.metrics_core import Metric
-from prometheus_client.utils import floatToGoString
+from prometheus_client.utils import floatToGoString as _untyped_float_to_go
 from prometheus_client.validation import _is_valid_legacy_labelname, _is_valid_legacy_metric_name
 
 from inferwatch_sidecar.metrics import protobuf
 
 _EOF = b"# EOF\n"
+
+#: prometheus_client's value formatting (untyped there).
+floatToGoString = cast(Callable[[float], str], _untyped_float_to_go)
 
 
 class _One:
@@ -64,7 +67,7 @@ def text_family(fam: Metric) -> bytes:
     munge = _TEXT_TYPES.get(fam.type)
     mname = fam.name + munge[0] if munge else ""
     if munge is None or not _is_valid_legacy_metric_name(mname):
-        return generate_latest(_One(fam))  # type: ignore[arg-type]
+        return generate_latest(_One(fam))
     doc = fam.documentation.replace("\\", r"\\").replace("\n", r"\n")
     out = [f"# HELP {mname} {doc}\n# TYPE {mname} {munge[1]}\n"]
     names_ok: dict[str, bool] = {}
@@ -77,7 +80,7 @@ def text_family(fam: Metric) -> bytes:
             ok = names_ok[name] = _is_valid_legacy_metric_name(name) and not any(
                 name == fam.name + x for x in _OM_SUFFIXES)
         if not ok or smp.timestamp is not None:
-            return generate_latest(_One(fam))  # type: ignore[arg-type]
+            return generate_latest(_One(fam))
         labels = smp.labels
         if labels:
             parts = []
@@ -86,7 +89,7 @@ def text_family(fam: Metric) -> bytes:
                 if good is None:
                     good = label_ok[k] = _is_valid_legacy_labelname(k)
                 if not good:
-                    return generate_latest(_One(fam))  # type: ignore[arg-type]
+                    return generate_latest(_One(fam))
                 v = labels[k]
                 e = values.get(v)
                 if e is None:
@@ -108,13 +111,13 @@ def negotiate(accept: str, allow_protobuf: bool = True) -> tuple[str, Encoder]:
     whole, ctype = choose_encoder(accept)
     if ctype.startswith("application/openmetrics-text"):
         def one(fam: Metric) -> bytes:
-            out = whole(_One(fam))  # type: ignore[arg-type]
+            out = whole(_One(fam))
             return out[: -len(_EOF)] if out.endswith(_EOF) else out
 
         return ctype, one
     if whole is generate_latest:
         return ctype, text_family
-    return ctype, lambda fam: whole(_One(fam))  # type: ignore[arg-type]
+    return ctype, lambda fam: whole(_One(fam))
 
 
 class FamilyRenderer:

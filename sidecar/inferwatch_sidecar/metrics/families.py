@@ -36,6 +36,7 @@ family with no labels of its own: ``fam.add_metric([], {"gpu": "0", ...})``.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from typing import TypeVar
 
 from prometheus_client.metrics_core import (
     CounterMetricFamily,
@@ -44,6 +45,7 @@ from prometheus_client.metrics_core import (
     InfoMetricFamily,
 )
 from prometheus_client.metrics_core import Metric as PromMetric
+from prometheus_client.samples import Sample
 
 from inferwatch_sidecar.metrics.entry import Metric
 
@@ -124,6 +126,9 @@ def from_snapshot(metrics: Iterable[Metric], snapshot: Snapshot) -> Iterator[Pro
         yield _LAZY[m.type](m.name, m.help, labels=m.labels, unit=m.unit).pending(samples)
 
 
+_L = TypeVar("_L", bound="_LazySamples")
+
+
 class _LazySamples:
     """A snapshot family whose samples are built on first access (mixed into the counter and gauge families).
 
@@ -137,23 +142,24 @@ class _LazySamples:
     #: Identifies the snapshot list (the component replaces it, never changes it in place).
     snapshot_key: tuple[int, int] | None = None
 
-    def pending(self, values: Sequence[tuple[Sequence[str], float]]) -> _LazySamples:
+    def pending(self: _L, values: Sequence[tuple[Sequence[str], float]]) -> _L:
         self.snapshot_values = values
         self.snapshot_key = (id(values), len(values))
         self.__dict__["_todo"] = values
         return self
 
     @property
-    def samples(self) -> list[object]:
+    def samples(self) -> list[Sample]:
         todo = self.__dict__.get("_todo")
         if todo is not None:
             self.__dict__["_todo"] = None
             for labels, v in todo:
                 self.add_metric(list(labels), v)  # type: ignore[attr-defined]
-        return self.__dict__["_samples"]  # type: ignore[no-any-return]
+        out: list[Sample] = self.__dict__["_samples"]
+        return out
 
     @samples.setter
-    def samples(self, value: list[object]) -> None:
+    def samples(self, value: list[Sample]) -> None:
         self.__dict__["_samples"] = value
 
 
