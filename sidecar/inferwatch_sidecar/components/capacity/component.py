@@ -36,6 +36,9 @@ class CapacityComponent(StagedComponent):
         self._last_end = 0
         #: context tuple -> its capped key (the limiters answer the same for the same context)
         self._key_cache: dict[Any, Any] = {}
+        #: context tuple -> (its capped key, its model version's table series): one lookup on the inline path
+        #: (a series is never removed from the table, so an entry never goes stale)
+        self._series_by_ctx: dict[Any, Any] = {}
         self.goodput = Goodput(cfg.slo, cfg.goodput_window_seconds)
         self._report: dict[str, Any] = {}
         self.cold = ColdStarts(self._keys.of)
@@ -49,24 +52,55 @@ class CapacityComponent(StagedComponent):
             self.count_drop("error")
 
     def absorb(self, batch: list[tuple[Any, ...]], now: float) -> None:
-        observe = self.table.observe
-        keys = self._keys.of
-        cache = self._key_cache
+        """Fold the staged events into the windows (the state lock held).
+
+        The common case, a successful request ending inside its model version's open window, is two additions
+        inline here (no call per event: the live knee's bar is 0.3 us an event, bench/capacity_callgrind.py);
+        a new window, a new model version or a malformed event takes :meth:`_absorb_slow`.
+        """
+        by_ctx = self._series_by_ctx
         slo = self.goodput.observe if self.goodput.objectives else None
         refused = 0
         last = self._last_end
+        ok = OUTCOME_OK
         for ev in batch:
-            if ev[0] != EV_REQUEST or len(ev) < 9:
-                continue
-            try:
-                refused += self._absorb_request(ev, cache, keys, slo, observe)
-                if ev[4] == OUTCOME_OK and ev[2] > last:
+            try:  # free unless raised (Python 3.11's zero-cost exceptions)
+                if ev[0] != EV_REQUEST or len(ev) < 9:
+                    continue
+                ks = by_ctx.get(ev[1])
+                if ks is None or ev[4] != ok or ev[2] >= ks[1].next_ns:
+                    r = self._absorb_slow(ev, slo)
+                    if r < 0:
+                        continue
+                    refused += r
+                else:
+                    if slo is not None:
+                        slo(ks[0], ks[0][1], ok, ev[3], ev[8])
+                    s = ks[1]
+                    s.dur += ev[3]
+                    s.count += 1
+                if ev[4] == ok and ev[2] > last:
                     last = ev[2]
             except (TypeError, ValueError, IndexError, KeyError):
                 self.count_drop("error")  # a malformed request costs itself, never the batch
         self._last_end = last
         if refused:
             self.count_drop("too_many_models", refused)
+
+    def _absorb_slow(self, ev: tuple[Any, ...], slo: Any) -> int:
+        """One event off the inline path: 1 when its model version was refused, -1 when it was malformed."""
+        try:
+            r = self._absorb_request(ev, self._key_cache, self._keys.of, slo, self.table.observe)
+            ctx = ev[1]
+            if ctx not in self._series_by_ctx and len(self._series_by_ctx) < 4096:
+                key = self._key_cache.get(ctx)
+                s = self.table.series.get(key)
+                if s is not None:
+                    self._series_by_ctx[ctx] = (key, s)
+            return r
+        except (TypeError, ValueError, IndexError, KeyError):
+            self.count_drop("error")  # a malformed request costs itself, never the batch
+            return -1
 
     @staticmethod
     def _absorb_request(ev: tuple[Any, ...], cache: dict[Any, Any], keys: Any, slo: Any, observe: Any) -> int:
