@@ -673,7 +673,15 @@ def test_live_view_renders_latency_gpu_drift_faults_and_alerts(tmp_path: Path) -
 
     con = Console(width=200, record=True, file=io.StringIO())
     con.print(render(snap, sc))
-    assert "Alertmanager notifications" not in con.export_text()  # no receiver attached: no panel
+    first = con.export_text(clear=False)
+    assert "Alertmanager notifications" not in first  # no receiver attached: no panel
+    assert "capacity (live knee of v1): not identified yet" in first
+    # The live knee's headroom (issue 26): the scenario's trace of the sidecar's gauges, as the requests pile up.
+    for t, flight, head in ((30.0, 1.5, 0.4), (40.0, 2.2, 0.1), (50.0, 4.0, -0.6)):
+        sc.capacity.observe(t, promtext.Scrape(
+            f'inferwatch_capacity_knee_concurrency{{model="{MODEL}",model_version="v1"}} 2.5\n'
+            f'inferwatch_capacity_headroom_ratio{{model="{MODEL}",model_version="v1"}} {head}\n'
+            f'inferwatch_capacity_in_flight{{model="{MODEL}",model_version="v1"}} {flight}\n', t))
     with WebhookReceiver() as hook:
         sc.attach_alertmanager(hook)
         con.print(render(snap, sc))
@@ -682,7 +690,8 @@ def test_live_view_renders_latency_gpu_drift_faults_and_alerts(tmp_path: Path) -
                  "GPU memory leak in one worker", "29s (+9s)", "InferwatchGPUMemoryLeak (firing)", "pid 101 v1",
                  "Alertmanager notifications", runbook, "64.0% [58.0%-70.0%] (86.5%)",
                  "v1: queue is 94% of the slowest 1%", "latency: auc_shift 0.42 beyond tolerance 0.05",
-                 "130 vs 310"):
+                 "130 vs 310", "knee 2.50 requests in flight; now 4.00 in flight, headroom -60%",
+                 "headroom fell from 40% at 30s to -60% at 50s as requests in flight rose from 1.50 to 4.00"):
         assert want in text, want
     assert re.search(r"ml-platform-tickets +│ InferwatchGPUMemoryLeak +│ firing", text), text
     assert re.search(r"v2 vs v1 +│ FAIL +│ 35/100", text), text

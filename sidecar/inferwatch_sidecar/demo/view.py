@@ -102,6 +102,9 @@ def render(snap: Snapshot, sc: Scenario) -> Group:
     note = live.accuracy_note(snap, mdl.NAME)
     if note is not None:
         parts.append(note)
+    cap = getattr(sc, "capacity", None)  # the live knee's headroom (issue 26): how it falls as requests pile up
+    if cap is not None:
+        parts.append(Text("\n".join(cap.lines())))
     parts += [_canary_table(snap), _fault_table(snap), _alerts_text(snap, sc)]
     if sc.receiver is not None:
         parts.append(_notifications_table(snap))

@@ -45,17 +45,31 @@ class Goodput:
         self.window_s = window_s
         self.totals: dict[Any, list[int]] = {}
         self.history: deque[tuple[float, dict[Any, tuple[int, int]]]] = deque()
+        #: key -> (its totals, its objective, the end-to-end threshold in ns, whether that is the only threshold):
+        #: one lookup a request (the capacity component's per-event bar). Keys are capped upstream; bounded here too.
+        self._cache: dict[Any, tuple[list[int], Objective, float, bool]] = {}
 
-    def observe(self, key: Any, model: str, outcome: int, duration_ns: int, stages: Any) -> None:
-        if not self.objectives or outcome in (OUTCOME_CANCELLED, OUTCOME_CLIENT_ERROR):
-            return
-        o = objective_for(self.objectives, model)
+    def _entry(self, key: Any, model: str) -> tuple[list[int], Objective, float, bool] | None:
+        o = objective_for(self.objectives, model) if self.objectives else None
         if o is None:
-            return
+            return None
         t = self.totals.get(key)
         if t is None:
             t = self.totals[key] = [0, 0]
-        if outcome == OUTCOME_OK and is_good(o, duration_ns, stages):
+        e = (t, o, o.e2e_seconds * 1e9 if o.e2e_seconds is not None else float("inf"),
+             o.ttft_seconds is None and o.itl_seconds is None)
+        if len(self._cache) < 4096:
+            self._cache[key] = e
+        return e
+
+    def observe(self, key: Any, model: str, outcome: int, duration_ns: int, stages: Any) -> None:
+        if outcome in (OUTCOME_CANCELLED, OUTCOME_CLIENT_ERROR):
+            return
+        e = self._cache.get(key) or self._entry(key, model)
+        if e is None:
+            return
+        t, o, e2e_ns, e2e_only = e
+        if outcome == OUTCOME_OK and duration_ns <= e2e_ns and (e2e_only or is_good(o, duration_ns, stages)):
             t[0] += 1
         else:
             t[1] += 1
