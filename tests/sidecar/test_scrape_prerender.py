@@ -185,3 +185,27 @@ def test_bodies_are_rendered_ahead_of_regular_scrapes_and_never_too_old() -> Non
         assert old.fresh == 2 and old.ahead == 0
     finally:
         old.stop()
+
+
+def test_a_body_made_ahead_while_busy_is_taken_even_if_ingest_stalls_during_the_scrape() -> None:
+    """A starved ingest thread shows no event for a while; the body made ahead while events arrived still serves."""
+    act = [0]
+
+    def render(accept: str) -> tuple[bytes, str]:
+        time.sleep(0.03)
+        return str(act[0]).encode(), "text/plain"
+
+    r = ScrapeRenderer(render, key=lambda a: a, activity=lambda: act[0], wait_s=0.15, max_age_s=5.0)
+    try:
+        took = []
+        start = time.monotonic()
+        for k in range(8):  # a scrape every 0.5 s, as Prometheus keeps its interval
+            act[0] += 1  # events arrive between scrapes, none while a scrape looks
+            time.sleep(max(0.0, start + 0.5 * (k + 1) - time.monotonic()))
+            t0 = time.monotonic()
+            body = int(r.scrape("")[0])
+            took.append(time.monotonic() - t0)
+        assert r.ahead >= 4 and max(took[3:]) < 0.1, (r.ahead, took)
+        assert body == act[0]  # made after the last events: counters a render old at most
+    finally:
+        r.stop()

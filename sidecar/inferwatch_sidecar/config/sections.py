@@ -128,10 +128,11 @@ class HttpConfig(Section):
         "other Origin is answered 403, so a web page cannot post events or read /metrics.",
     )
     metrics_wait_s: float = Field(
-        0.01, ge=0, le=60,
+        0.05, ge=0, le=60,
         description="/metrics is rendered on a thread of its own, ahead of each expected scrape. A scrape that finds "
-        "such a render (at most metrics_max_age_s old) takes it if events arrive within this time; otherwise, and "
-        "on an idle sidecar, it waits for a render that starts after it arrived.",
+        "such a render (at most metrics_max_age_s old) takes it as soon as events arrive within this time; "
+        "otherwise, and on an idle sidecar, it waits for a render that starts after it arrived. Long enough that "
+        "a starved ingest thread still shows activity (10 ms was not, at a load of 9 on 2 cores).",
     )
     metrics_max_age_s: float = Field(
         5.0, gt=0, le=3600,

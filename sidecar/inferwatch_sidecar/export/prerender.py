@@ -8,9 +8,11 @@ thread of its own (:class:`ScrapeRenderer`) renders, and a scrape takes a render
 - **ahead of the scrape**: for each format scraped, the thread renders again shortly before the
   next scrape is due (the last interval between two scrapes, less 1.5 times the last render's
   duration), so a regularly scraped sidecar has a body ready, about one render old;
-- **under ingest**: a scrape that finds such a body (started at most ``max_age_s``,
-  ``http.metrics_max_age_s``, before it) and sees events arrive within ``wait_s``
-  (``http.metrics_wait_s``) takes it at once: its counters are a little old but never go back;
+- **under ingest**: a scrape takes such a body at once when events arrived between the format's
+  previous render and it (made since the last scrape, at most ``max_age_s``,
+  ``http.metrics_max_age_s``, old), or when it sees events arrive within ``wait_s``
+  (``http.metrics_wait_s``) and the body is at most ``max_age_s`` old: its counters are a little
+  old but never go back;
 - **otherwise** (an idle sidecar, a first or an irregular scrape, and every test that ingests and
   then scrapes) the scrape waits for a render that *started after it arrived*, so what it returns
   includes everything ingested before it, exactly as when the scrape rendered on its own.
@@ -41,11 +43,13 @@ _IDLE_INTERVALS = 3
 class _Rendered:
     """One complete render: its body and content type, or the error it raised; its number and start time."""
 
-    __slots__ = ("seq", "started", "act", "body", "ctype", "error")
+    __slots__ = ("seq", "started", "act", "body", "ctype", "error", "busy")
 
     def __init__(self, seq: int, started: float, act: int, body: bytes, ctype: str,
                  error: BaseException | None) -> None:
         self.seq, self.started, self.act, self.body, self.ctype, self.error = seq, started, act, body, ctype, error
+        #: made ahead of a scrape while events were arriving (they did since the format's previous render)
+        self.busy = False
 
     def result(self) -> tuple[bytes, str]:
         if self.error is not None:
@@ -56,12 +60,14 @@ class _Rendered:
 class _Format:
     """What the thread knows of one format's scrapes: the Accept header, the last arrival and interval."""
 
-    __slots__ = ("accept", "arrived", "interval", "render_s")
+    __slots__ = ("accept", "arrived", "interval", "render_s", "skipped")
 
     def __init__(self, accept: str, arrived: float) -> None:
         self.accept, self.arrived = accept, arrived
         self.interval: float | None = None
         self.render_s = 0.0
+        #: when a render ahead was due but left out, nothing having arrived since the last render
+        self.skipped = float("-inf")
 
 
 class ScrapeRenderer:
@@ -110,6 +116,13 @@ class ScrapeRenderer:
             self._ensure_thread()
             self._note_arrival(key, accept, t0)
             done = self._done.get(key)
+            f = self._formats[key]
+            if (done is not None and done.busy and f.interval is not None
+                    and done.started >= t0 - f.interval and t0 - done.started <= self.max_age_s):
+                # Made ahead of this scrape while events were arriving: the sidecar is busy, take it. (Seeing an
+                # event arrive, below, is not enough then: a starved ingest thread can show none for 50 ms.)
+                self.ahead += 1
+                return done.result()
             if done is not None and t0 - done.started <= self.max_age_s:
                 # A recent body: take it if events are arriving, else ask for a fresh one.
                 deadline = t0 + self.wait_s
@@ -162,10 +175,9 @@ class ScrapeRenderer:
                 continue
             at = f.arrived + f.interval - 1.5 * f.render_s - 0.05
             done = self._done.get(key)
-            if done is not None and done.act == self._activity():
-                continue  # nothing arrived since that render: a scrape gets a fresh one quickly
-            if done is not None and done.started >= at - 0.5 * f.interval:
-                at = max(at, done.started) + f.interval  # this scrape's body is made: the next one's
+            last = max(f.skipped, done.started if done is not None else float("-inf"))
+            if last >= at:
+                at = last + f.interval  # this scrape's body is made (or left out): the next one's
                 if at - f.arrived > _IDLE_INTERVALS * f.interval:
                     continue
             if best is None or at < best[0]:
@@ -181,7 +193,11 @@ class ScrapeRenderer:
             now = self._clock()
             due = self._due(now)
             if due is not None and due[0] <= now:
-                wanted = {due[1]: self._formats[due[1]].accept}
+                f, done = self._formats[due[1]], self._done.get(due[1])
+                if done is not None and done.act == self._activity():
+                    f.skipped = now  # nothing arrived since the last render: a scrape gets a fresh one quickly
+                    continue
+                wanted = {due[1]: f.accept}
                 self.renders_ahead += 1
                 seq = self._next
                 self._next += 1
@@ -202,6 +218,9 @@ class ScrapeRenderer:
             wanted, seq, ahead = work
             for key, accept in wanted.items():
                 started, act = self._clock(), self._activity()
+                with self._cond:
+                    prev = self._done.get(key)
+                busy = ahead and prev is not None and prev.act != act
                 try:
                     with contextlib.nullcontext() if ahead else self._urgent():
                         body, ctype = self._render(accept)
@@ -209,6 +228,7 @@ class ScrapeRenderer:
                 except Exception as e:  # the scrape that waits for it answers 500 with the error
                     log.exception("scrape render failed")
                     out = _Rendered(seq, started, act, b"", "", e)
+                out.busy = busy
                 with self._cond:
                     self._done[key] = out
                     f = self._formats.get(key)
