@@ -113,7 +113,7 @@ PLATFORM_ALERTS = {"InferwatchGPUMemoryLeak"}
 def test_demo_detects_every_injected_fault_lists_their_notifications_and_exits_0() -> None:
     from alerts import source
     from inferwatch_sidecar.demo.config import FAULTS
-    from inferwatch_sidecar.demo.judge import expected_alert_names
+    from inferwatch_sidecar.demo.judge import allowed_alert_names, expected_alert_names
 
     am_on_path = alertmanager_binary() is not None
     assert am_on_path or not IN_CI, "CI installs prometheus-alertmanager"
@@ -146,8 +146,10 @@ def test_demo_detects_every_injected_fault_lists_their_notifications_and_exits_0
     # A failing canary is the demo's only critical alert: it pages too (and reaches the model's team).
     want |= {(name, "oncall-pager") for name in expected_alert_names(FAULTS) & critical}
     assert want <= set(got), f"missing {want - set(got)}\n{out}"
-    # Nothing else was delivered: no other alert, and no other page.
-    assert set(got) == want, f"unexpected {set(got) - want}\n{out}"
+    # Nothing else was delivered: no other alert, and no other page (but the headroom alert the latency fault may
+    # bring, judge.MAY_FIRE, to the model's team).
+    may = {(name, "credit-risk-team") for name in allowed_alert_names(FAULTS) - expected_alert_names(FAULTS)}
+    assert set(got) - may == want, f"unexpected {set(got) - want - may}\n{out}"
     assert ("InferwatchCanaryFailing", "oncall-pager") in want
     for (name, _), (status, runbook) in got.items():
         # A drift alert may resolve before the end (its window moves on): it arrived firing first.

@@ -175,8 +175,7 @@ def test_firing_alerts_carry_their_labels_and_annotations(run: Run) -> None:
 def test_other_alerts_stay_quiet(run: Run) -> None:
     from alerts import source
 
-    expected = run.sc.expected_alert_names()
-    # Every alert was evaluated (loaded), and none outside the expected set was ever pending or firing.
+    # Every alert was evaluated (loaded), and none the faults do not explain fired.
     groups = run.prom.api("rules")["groups"]
     loaded = {r["name"] for g in groups for r in g["rules"] if r["type"] == "alerting"}
     assert loaded == set(source.alert_names())
@@ -185,7 +184,8 @@ def test_other_alerts_stay_quiet(run: Run) -> None:
     fired = {n for n, states in run.sc.unexpected_alerts().items() if "firing" in states}
     assert not fired, f"alerts that no injected fault explains fired: {sorted(fired)}"
     now = {a["labels"]["alertname"] for a in run.alerts if a["state"] == "firing"}
-    assert now <= expected, f"unexpected alerts firing now: {now - expected}"
+    allowed = run.sc.allowed_alert_names()
+    assert now <= allowed, f"unexpected alerts firing now: {now - allowed}"
 
 
 def test_the_demo_faults_arrive_as_notifications_and_nothing_else_does(run: Run) -> None:
@@ -196,7 +196,10 @@ def test_the_demo_faults_arrive_as_notifications_and_nothing_else_does(run: Run)
     missing = _undelivered(run.notes, run.sc)
     assert not missing, f"never delivered: {missing}\n{summary}\nAlertmanager log:\n{run.am_log}"
     names = {a["labels"]["alertname"] for n in run.notes for a in n.alerts if a["status"] == "firing"}
-    assert names == run.sc.expected_alert_names(), f"unexpected: {names - run.sc.expected_alert_names()}\n{summary}"
+    # Every alert the faults must fire, and nothing the faults do not explain (judge.MAY_FIRE: the latency
+    # fault can push the requests in flight past the live knee, so the headroom alert may come too).
+    expected, allowed = run.sc.expected_alert_names(), run.sc.allowed_alert_names()
+    assert expected <= names <= allowed, f"unexpected: {names - allowed}\n{summary}"
     by_name = {a.name: a for a in source.ALERTS}
     got = set()
     for n in run.notes:

@@ -308,6 +308,10 @@ class Scenario:
     def expected_alert_names(self) -> set[str]:
         return judge.expected_alert_names(self.faults, self.expected_alerts)
 
+    def allowed_alert_names(self) -> set[str]:
+        """The alerts the faults must fire, and those they may fire as a consequence."""
+        return judge.allowed_alert_names(self.faults, self.expected_alerts)
+
     def unexpected_alerts(self) -> dict[str, set[str]]:
         """Alerts seen pending or firing that no injected fault explains."""
         return judge.unexpected_alerts(self.observer.alerts_seen, self.faults, self.expected_alerts)
