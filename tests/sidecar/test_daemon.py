@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 from prometheus_client.metrics_core import GaugeMetricFamily
 
-from inferwatch.wire import EV_RECORD, EV_REQUEST, Encoder
+from inferwatch.wire import EV_HELLO, EV_RECORD, EV_REQUEST, Encoder
 from inferwatch_sidecar.config import load_config
 from inferwatch_sidecar.daemon import HANDLED_SIGNALS, ComponentSlot, Sidecar
 from tests.helpers.sidecar import parse_metrics, sample, total, wait_until
@@ -243,7 +243,9 @@ def test_status_reports_versions_producers_components(daemon: tuple[Sidecar, Fak
 def test_lost_frames_counted_from_sequence_gaps(daemon: tuple[Sidecar, FakeComponent], tmp_path: Path) -> None:
     sc, _ = daemon
     enc = Encoder(5, 0xBEEF)
-    frames = [enc.encode([(EV_REQUEST, ("g", "m", "v"), 1, 1, 0, None, None, None, [])])[0] for _ in range(10)]
+    hello = [(EV_HELLO, "0.0.0", "python", "host", 0)]  # the SDK's first frame says HELLO; gaps count from it
+    frames = [enc.encode([(EV_REQUEST, ("g", "m", "v"), 1, 1, 0, None, None, None, [])], hello if i == 0 else None)[0]
+              for i in range(10)]
     sender = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
     for i, f in enumerate(frames):
         if i not in (3, 4, 7):  # three frames "lost on the way"

@@ -20,6 +20,7 @@ from inferwatch import _core
 from inferwatch.wire import (
     EV_BATCH,
     EV_DROPS,
+    EV_HELLO,
     EV_RECORD,
     EV_SCHEMA,
     Decoder,
@@ -37,6 +38,8 @@ from tests.helpers.sidecar import parse_metrics, sample, wait_until
 
 REPO = Path(__file__).resolve().parents[2]
 CTX = ("svc", "m", "v1")
+#: What the SDK says in its first frame (sdk/inferwatch/_sender.py): a producer's gaps count from then on.
+HELLO = (EV_HELLO, "0.0.0", "python", "host", 0)
 
 
 def _rec(feats: dict[str, Any]) -> tuple[Any, ...]:
@@ -144,7 +147,7 @@ def test_a_forged_sequence_gap_is_not_counted_as_lost_frames() -> None:
     p = Pipeline(Aggregator(ComponentContext()), clock=clock)
     enc = Encoder(1, 0x55)
     batch = [(EV_BATCH, CTX, 1)]
-    p.datagram(enc.encode(batch)[0], "unix")
+    p.datagram(enc.encode(batch, [HELLO])[0], "unix")
     clock.t += 1
     enc._seq += 3  # three frames really lost
     p.datagram(enc.encode(batch)[0], "unix")
@@ -316,7 +319,7 @@ def test_mutated_sequence_numbers_cannot_add_up_to_millions_of_lost_frames() -> 
     enc = Encoder(1, 0x56)
     batch = [(EV_BATCH, CTX, 1)]
     rng = random.Random(28)
-    p.datagram(enc.encode(batch)[0], "unix")
+    p.datagram(enc.encode(batch, [HELLO])[0], "unix")
     for _ in range(1000):  # 1,000 frames in one second, each jumping the sequence by up to 65,535
         clock.t += 0.001
         enc._seq = (enc._seq + rng.randrange(1, 1 << 16)) & 0xFFFFFFFF
@@ -330,3 +333,33 @@ def test_mutated_sequence_numbers_cannot_add_up_to_millions_of_lost_frames() -> 
         enc._seq += 1000
         p.datagram(enc.encode(batch)[0], "unix")
     assert p.lost_frames >= 50 * 999
+
+
+def test_forged_producer_ids_add_no_lost_frames_and_a_late_hello_counts_the_gaps_it_waited_for() -> None:
+    """Issue 28: mutated datagrams made up producer IDs, each with its own allowance: 35 million lost frames in a
+    10-minute soak. Gaps count only for a producer that said HELLO, as the SDK does in its first frame."""
+    clock = _Clock()
+    p = Pipeline(Aggregator(ComponentContext()), clock=clock)
+    rng = random.Random(280)
+    batch = [(EV_BATCH, CTX, 1)]
+    for _ in range(2000):  # 2,000 made-up producers, each jumping its sequence within its allowance
+        enc = Encoder(1, rng.getrandbits(64))
+        p.datagram(enc.encode(batch)[0], "unix")
+        clock.t += 0.5
+        enc._seq += rng.randrange(1, 40_000)
+        p.datagram(enc.encode(batch)[0], "unix")
+    assert p.lost_frames == 0
+    # A producer whose HELLO came late (a sidecar restarted under it): its gaps wait, then count in full.
+    enc = Encoder(2, 0x77)
+    p.datagram(enc.encode(batch)[0], "unix")
+    clock.t += 1
+    enc._seq += 5
+    p.datagram(enc.encode(batch)[0], "unix")
+    assert p.lost_frames == 0
+    clock.t += 1
+    p.datagram(enc.encode(batch, [HELLO])[0], "unix")
+    assert p.lost_frames == 5
+    clock.t += 1
+    enc._seq += 2
+    p.datagram(enc.encode(batch)[0], "unix")
+    assert p.lost_frames == 7

@@ -14,7 +14,9 @@ writer, so they are bounded by what one producer can do between two of its
 frames: ``max_event_rate`` events (``max_frame_rate`` frames) per second times
 the seconds since its previous frame (at least 1 s; ``MAX_INTERVAL_S`` for a
 producer's first frame). A count past that is not added and is counted in
-``inferwatch_ingest_implausible_total{field}``.
+``inferwatch_ingest_implausible_total{field}``. A producer's sequence gaps count as lost
+only once it has said HELLO (the SDK does in its first frame): a producer ID that a mutated
+datagram made up never says it, so any number of forged IDs adds no lost frames.
 """
 
 from __future__ import annotations
@@ -97,7 +99,8 @@ class Producer:
 
     __slots__ = (
         "pid", "producer_id", "transport", "first_seen", "last_seen", "last_seq",
-        "frames", "lost_frames", "lost_budget", "hello", "drops", "interval", "max_events", "implausible",
+        "frames", "lost_frames", "pending_lost", "lost_budget", "hello", "drops", "interval", "max_events",
+        "implausible",
     )
 
     def __init__(
@@ -112,6 +115,10 @@ class Producer:
         self.last_seq = seq
         self.frames = 0
         self.lost_frames = 0
+        #: Sequence gaps seen before the producer's first HELLO: counted as lost once it says HELLO (the SDK
+        #: sends one in its first frame, after a failed send and every hello interval). A producer ID that a
+        #: mutated datagram made up never does, so forged IDs cannot add up lost frames.
+        self.pending_lost = 0
         #: Frames this producer may still be counted as having lost: a token bucket filled at
         #: ``max_frame_rate`` per second of real time (a gap beyond it is a forged sequence number).
         self.lost_budget = 0.0
@@ -227,6 +234,13 @@ class Pipeline:
             if not records:
                 return
             self._process(records, transport, p, frame.pid, frame.producer_id)
+            if p.pending_lost and p.hello is not None:  # the HELLO came in this frame
+                self._commit_lost(p)
+
+    def _commit_lost(self, p: Producer) -> None:
+        p.lost_frames += p.pending_lost
+        self.lost_frames += p.pending_lost
+        p.pending_lost = 0
 
     def _lag_index(self, v: float) -> int:
         return bisect_left(self.lag.bounds, v)
@@ -355,9 +369,10 @@ class Pipeline:
                     self.implausible["lost_frames"] += 1  # a forged sequence number: resynchronise
                 elif gap:
                     p.lost_budget -= gap
-                    p.lost_frames += gap
-                    self.lost_frames += gap
+                    p.pending_lost += gap
                 p.last_seq = seq
+            if p.pending_lost and p.hello is not None:
+                self._commit_lost(p)
             # else: a late or duplicated frame; keep the newer sequence number.
             p.last_seen = now
             producers.move_to_end(producer_id)
