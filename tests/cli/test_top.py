@@ -140,16 +140,25 @@ def test_top_once_in_a_pipe_against_a_live_sidecar(sidecar_factory: Any) -> None
     assert "25.00%" in out
     assert "stage latency since the sidecar started" in out
     # Refreshing, in a pipe: a frame every interval, the second with stage rates; Ctrl-C ends it with status 0.
+    # SIGINT's default disposition in the child: a shell's background job (nohup, CI wrappers) starts with SIGINT
+    # ignored, which Python then keeps, and Ctrl-C would never reach `top`.
     p2 = subprocess.Popen([*CMD, "top", "--sidecar", sc.url, "--interval", "0.3"], stdout=subprocess.PIPE,
-                          stderr=subprocess.PIPE, text=True, env=env)
-    assert p2.stdout is not None
-    frames = 0
-    for line in p2.stdout:
-        frames += line.startswith("inferwatch top")
-        if frames == 3:
-            break
-    p2.send_signal(signal.SIGINT)
-    rest, err = p2.communicate(timeout=30)
+                          stderr=subprocess.PIPE, text=True, env=env,
+                          preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    with p2:
+        try:
+            assert p2.stdout is not None
+            frames = 0
+            for line in p2.stdout:
+                frames += line.startswith("inferwatch top")
+                if frames == 3:
+                    break
+            p2.send_signal(signal.SIGINT)
+            rest, err = p2.communicate(timeout=30)
+        finally:
+            if p2.poll() is None:
+                p2.kill()
+                p2.communicate()
     assert p2.returncode == 0, err
     assert frames == 3
 

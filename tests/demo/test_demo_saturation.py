@@ -23,9 +23,10 @@ def test_saturation_fault_is_named_kv_cache_bound_then_host_cpu_bound_and_headro
     from inferwatch_sidecar.demo.config import ScenarioConfig
     from inferwatch_sidecar.demo.scenario import Scenario
 
-    # Bounded: 75 s at most (10 s of baseline, two 15 s phases, time to spare on a loaded machine, where the live
-    # knee can take longer to be identified); it stops once both phases were named and the headroom fell.
-    with Scenario(ScenarioConfig(duration_s=75, inject_at_s=10, faults=("saturation",),
+    # Bounded: 90 s at most (20 s of baseline, whose load steps up half-way so that the live knee has two levels
+    # to go by, two 15 s phases, time to spare on a loaded machine); it stops once both phases were named and the
+    # headroom fell.
+    with Scenario(ScenarioConfig(duration_s=90, inject_at_s=20, faults=("saturation",),
                                  workdir=str(tmp_path / "demo"))) as sc:
         sc.start(timeout=90)
         sc.run(until=lambda s: sc.all_detected() and sc.capacity.fell() is not None)
