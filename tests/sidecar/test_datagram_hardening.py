@@ -253,6 +253,30 @@ def test_the_default_schema_byte_bound_fits_the_shipped_memory_limit() -> None:
     assert IngestConfig().max_schema_bytes * 2 < limit // 2
 
 
+def test_long_strings_are_cut_as_the_frame_is_decoded_and_counted() -> None:
+    """Issue 28: 64 categorical values of 255 characters made every buffered record ~20 KB; they wait cut."""
+    enc = Encoder(1, 0x78)
+    cats = {f"c{j}": f"{j}." + "x" * 253 for j in range(64)}
+    frames = enc.encode([_rec({"n": 1.0, "short": "ok", "long-naïve": "é" * 120, **cats})])
+    p = Pipeline(Aggregator(ComponentContext()), max_string_chars=IngestConfig().max_string_chars)
+    got: list[tuple[Any, ...]] = []
+    p.dispatch = [("probe", frozenset({EV_RECORD}), lambda _p, _q, recs: got.extend(recs))]
+    for f in frames:
+        p.datagram(f, "unix")
+    (r,) = got
+    schema, nums, values = r[7]
+    by_name = dict(zip(schema.categorical, values, strict=True))
+    assert nums == (1.0,) and by_name["short"] == "ok"
+    assert by_name["long-naïve"] == "é" * 120  # 240 bytes, 120 characters: under the cap, whole
+    assert all(by_name[f"c{j}"] == (f"{j}." + "x" * 253)[:128] for j in range(64))
+    assert p.decoder.truncated_strings == 64
+    fams = {f.name: f for f in p.collect(time.time(), 60, {})}
+    assert fams["inferwatch_ingest_truncated_strings"].samples[0].value == 64
+    # The SDK's own decoder (and a pipeline built without the setting) keeps strings whole.
+    whole = [Decoder().decode(f) for f in frames]
+    assert [len(v) for fr in whole for rec in fr.records for v in rec[7][2]].count(255) == 64
+
+
 # -- the bounded datagram fuzz (a bounded scripts/fuzz_datagrams.py) ----------------------------
 
 _spec = importlib.util.spec_from_file_location("fuzz_datagrams", REPO / "scripts" / "fuzz_datagrams.py")

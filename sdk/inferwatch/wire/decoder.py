@@ -83,13 +83,20 @@ class Decoder:
     refused (``evicted["too_large"]``, and the record's error is
     ``schema_too_large``). A schema of more than ``MAX_FEATURES`` fields, which
     no encoder writes, is a bad record.
+
+    ``max_string_chars`` cuts every string of a frame's string table (names,
+    categorical values, error types) to that many characters as it is decoded,
+    and counts the strings it cut in ``truncated_strings``: the wire allows 255
+    bytes, and a receiver that keeps values for a while (the sidecar) need not
+    hold 255 characters of each. ``None`` keeps them whole.
     """
 
     #: Decode on the generated fast paths. Tests turn it off on an instance to
     #: check that both paths give the same frames.
     _fast = True
 
-    def __init__(self, max_schemas: int = 4096, max_schema_bytes: int = 64 << 20) -> None:
+    def __init__(self, max_schemas: int = 4096, max_schema_bytes: int = 64 << 20,
+                 max_string_chars: int | None = None) -> None:
         # (producer_id << 32 | schema_id) -> Schema, in announcement order.
         self._schemas: dict[int, Schema] = {}
         self._sizes: dict[int, int] = {}
@@ -99,6 +106,10 @@ class Decoder:
         self.schema_bytes = 0
         #: Schemas forgotten or refused, by reason: count, bytes, too_large.
         self.evicted = {"count": 0, "bytes": 0, "too_large": 0}
+        #: Longest string kept from a string table (a string is at most 255 bytes, so 255 cuts none).
+        self.max_string_chars = 255 if max_string_chars is None else max(1, min(255, max_string_chars))
+        #: Strings cut to ``max_string_chars``.
+        self.truncated_strings = 0
 
     def decode(self, buf: bytes | bytearray | memoryview) -> Frame:
         """Decode one frame.
@@ -124,12 +135,21 @@ class Decoder:
         off = HEADER.size
         strings: list[str] = []
         append = strings.append
+        cap = self.max_string_chars
         try:
             for _ in range(n_str):
-                end = off + 1 + buf[off]
+                ln = buf[off]
+                end = off + 1 + ln
                 if end > n:
                     raise WireError("truncated", "string table")
-                append(buf[off + 1 : end].decode("utf-8"))
+                if ln > cap:  # more bytes than the cap allows characters: decoded whole (it is checked), kept cut
+                    s = buf[off + 1 : end].decode("utf-8")
+                    if len(s) > cap:
+                        s = s[:cap]
+                        self.truncated_strings += 1
+                    append(s)
+                else:
+                    append(buf[off + 1 : end].decode("utf-8"))
                 off = end
         except IndexError:
             raise WireError("truncated", "string table") from None

@@ -69,10 +69,17 @@ class IngestConfig(Section):
     producer_timeout_s: float = Field(60.0, gt=0, description="A producer silent for this long no longer counts as connected.")
     max_schemas: int = Field(4096, ge=1, description="Feature schemas remembered across producers; the one announced longest ago is forgotten first.")
     max_schema_bytes: int = Field(
-        64 << 20, ge=1 << 20,
+        16 << 20, ge=1 << 20,
         description="Memory the remembered feature schemas may hold (estimated); past it the ones announced longest "
         "ago are forgotten, and a schema larger on its own is refused. The default keeps a flood of crafted "
         "schemas well inside the shipped manifest's 512Mi limit.",
+    )
+    max_string_chars: int = Field(
+        128, ge=16, le=255,
+        description="Longest string kept from an SDK frame (categorical values, feature and stage names): longer "
+        "ones are cut as the frame is decoded and counted in inferwatch_ingest_truncated_strings_total. The wire "
+        "allows 255 bytes; 64 categorical values of 255 characters made each record ~20 KB in every buffer "
+        "that holds it (staging, tail, drift warm-up). Label values are cut further to labels.max_length.",
     )
     max_producer_event_rate: float = Field(
         1e7, gt=0,
@@ -235,7 +242,7 @@ class TracesConfig(Section):
     )
     max_spans_per_export: int = Field(10000, ge=1, description="Spans taken from one export; the rest are rejected.")
     max_pending_bytes: int = Field(
-        32 << 20, ge=1 << 16,
+        16 << 20, ge=1 << 16,
         description="Estimated bytes the join buffer holds over all traces; past it the oldest traces are evicted.",
     )
     max_spans_per_trace: int = Field(

@@ -108,6 +108,7 @@ class Sidecar(Wiring, StatusReport):
             self.aggregator, max_producers=cfg.ingest.max_producers, max_schemas=cfg.ingest.max_schemas,
             max_schema_bytes=cfg.ingest.max_schema_bytes, max_event_rate=cfg.ingest.max_producer_event_rate,
             max_frame_rate=cfg.ingest.max_producer_frame_rate, clock=clock,
+            max_string_chars=cfg.ingest.max_string_chars,
         )
         self.json_ingest = JsonIngest(self.pipeline, JsonDecoder(cfg.ingest.max_json_events))
         # Built even when traces.enabled is false (no route then), so its counters export at zero.

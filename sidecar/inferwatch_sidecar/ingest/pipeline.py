@@ -59,6 +59,7 @@ from inferwatch_sidecar.metrics.core import (
     INGEST_SCHEMA_CACHE_BYTES,
     INGEST_SCHEMAS_EVICTED_TOTAL,
     INGEST_SOCKET_QUEUE_DROPPED_TOTAL,
+    INGEST_TRUNCATED_STRINGS_TOTAL,
     LABEL_OVERFLOW_TOTAL,
     PRODUCERS,
 )
@@ -84,6 +85,7 @@ METRICS: tuple[Metric, ...] = (
     INGEST_FRAMES_TOTAL, INGEST_BYTES_TOTAL, INGEST_EVENTS_TOTAL, INGEST_DECODE_ERRORS_TOTAL, INGEST_DROPPED_TOTAL,
     INGEST_LOST_FRAMES_TOTAL, INGEST_SOCKET_QUEUE_DROPPED_TOTAL, PRODUCERS, INGEST_LAG_SECONDS, LABEL_OVERFLOW_TOTAL,
     COMPONENT_ERRORS_TOTAL, INGEST_IMPLAUSIBLE_TOTAL, INGEST_SCHEMA_CACHE_BYTES, INGEST_SCHEMAS_EVICTED_TOTAL,
+    INGEST_TRUNCATED_STRINGS_TOTAL,
 )
 #: Fields of ``inferwatch_ingest_implausible_total``.
 IMPLAUSIBLE_FIELDS = ("sdk_drops", "lost_frames")
@@ -164,6 +166,7 @@ class Pipeline:
         max_producers: bound of the producers table (least recently seen evicted).
         max_schemas: bound of the decoder's schema cache, by count.
         max_schema_bytes: bound of the decoder's schema cache, by estimated bytes.
+        max_string_chars: longest string kept from a frame's string table (None: whole, up to 255 bytes).
         max_event_rate: most events per second one producer can report as dropped.
         max_frame_rate: most frames per second one producer can send (bounds its sequence gaps).
         clock: wall-clock seconds.
@@ -179,11 +182,13 @@ class Pipeline:
         max_event_rate: float = 1e7,
         max_frame_rate: float = 1e5,
         clock: Callable[[], float] = time.time,
+        max_string_chars: int | None = None,
     ) -> None:
         self.agg = aggregator
         self.lock = aggregator.lock
         self.dispatch = dispatch or []
-        self.decoder = Decoder(max_schemas=max_schemas, max_schema_bytes=max_schema_bytes)
+        self.decoder = Decoder(max_schemas=max_schemas, max_schema_bytes=max_schema_bytes,
+                               max_string_chars=max_string_chars)
         self.max_schema_bytes = max_schema_bytes
         self.max_event_rate = max_event_rate
         self.max_frame_rate = max_frame_rate
@@ -421,6 +426,7 @@ class Pipeline:
             implausible = dict(self.implausible)
             schema_bytes = self.decoder.schema_bytes
             evicted = dict(self.decoder.evicted)
+            truncated = self.decoder.truncated_strings
         with self._err_lock:
             comp_errors = dict(self.component_errors)
         with self.lock:
@@ -484,4 +490,7 @@ class Pipeline:
         fam = families.counter(INGEST_SCHEMAS_EVICTED_TOTAL)
         for reason, n in evicted.items():
             fam.add_metric([reason], n)
+        yield fam
+        fam = families.counter(INGEST_TRUNCATED_STRINGS_TOTAL)
+        fam.add_metric([], truncated)
         yield fam

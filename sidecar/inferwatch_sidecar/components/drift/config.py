@@ -79,8 +79,8 @@ class DriftConfig(BaseModel):
     max_models: int = Field(default=16, ge=1, le=1000)
     max_features: int = Field(default=64, ge=1, le=256)
     max_staged: int = Field(default=200_000, ge=1000)
-    max_staged_bytes: int = Field(default=64 << 20, ge=1 << 20)
-    max_warmup_bytes: int = Field(default=96 << 20, ge=1 << 20)
+    max_staged_bytes: int = Field(default=32 << 20, ge=1 << 20)
+    max_warmup_bytes: int = Field(default=32 << 20, ge=1 << 20)
     max_pending_labels: int = Field(default=100_000, ge=0)
     label_ttl_s: float = Field(default=3600.0, gt=0)
     checkpoint_path: str | None = None

@@ -51,8 +51,8 @@ class SkewConfig(BaseModel):
 
     enabled: bool = False
     max_ids: int = Field(default=50_000, ge=10, le=5_000_000)
-    max_pending_bytes: int = Field(default=32 << 20, ge=1 << 16)
-    max_window_bytes: int = Field(default=32 << 20, ge=1 << 16)
+    max_pending_bytes: int = Field(default=16 << 20, ge=1 << 16)
+    max_window_bytes: int = Field(default=16 << 20, ge=1 << 16)
     max_age_seconds: float = Field(default=3600.0, gt=0)
     window_rows: int = Field(default=1000, ge=10, le=100_000)
     evaluate_seconds: float = Field(default=10.0, gt=0)

@@ -4,8 +4,8 @@ Data flow:
 
 1. ``handle`` (ingest thread) appends the decoded REQUEST and RECORD tuples to
    a bounded staging list under a lock held for one ``list.extend``.
-2. The component's thread drains the list every second. A record's features
-   wait (by request ID, at most ``max_pending``) for their request; a request
+2. The component's thread drains the list every second. A record's features,
+   trimmed to what a kept row holds, wait (by request ID, at most ``max_pending``) for their request; a request
    takes its record's features if they came first, and otherwise, when it is
    kept, waits for them. Each request goes into its model version's
    :class:`~inferwatch_sidecar.components.tail.window.TailWindow`.
@@ -175,7 +175,7 @@ class TailComponent(StagedComponent):
                     if not kept:
                         continue
                     if feats is not None:
-                        self._attach(w, row, feats)
+                        self._attach(w, row, feats, trimmed=True)
                     elif rid is not None:
                         awaiting[rid] = (w, row)
                         if len(awaiting) > limit:
@@ -188,8 +188,12 @@ class TailComponent(StagedComponent):
                     old = pending.pop(rid, None)
                     if old is not None:
                         self.pending_bytes -= feats_bytes(old)
-                    pending[rid] = ev[7]
-                    self.pending_bytes += feats_bytes(ev[7])
+                    # Trimmed as it starts waiting, not when it joins: what a kept row would hold, so the
+                    # record's full values (up to 64 x 255 characters) are freed with its batch, and the
+                    # pending budget holds several times more records for the same bytes.
+                    feats = trim(ev[7], self.cfg.max_features, self._trim_cache)
+                    pending[rid] = feats
+                    self.pending_bytes += feats_bytes(feats)
                     while pending and (len(pending) > limit or self.pending_bytes > max_bytes):
                         self.pending_bytes -= feats_bytes(pending.popitem(last=False)[1])
                         self.dropped["unmatched_record"] += 1
@@ -199,9 +203,10 @@ class TailComponent(StagedComponent):
             self._close(self.window_end)
             self.window_end = (math.floor(now / W) + 1) * W
 
-    def _attach(self, w: TailWindow, row: Row, feats: Any) -> None:
-        """Give a kept row what it keeps of its record's features, within ``max_window_bytes`` over all windows."""
-        kept = trim(feats, self.cfg.max_features, self._trim_cache)
+    def _attach(self, w: TailWindow, row: Row, feats: Any, trimmed: bool = False) -> None:
+        """Give a kept row what it keeps of its record's features (``trimmed``: already cut, as pending records
+        are), within ``max_window_bytes`` over all windows."""
+        kept = feats if trimmed else trim(feats, self.cfg.max_features, self._trim_cache)
         nbytes = feats_bytes(kept)
         if self.window_bytes + nbytes > self.cfg.max_window_bytes:
             self.dropped["window_full"] += 1  # the row stays, for its latency and stages, without features
