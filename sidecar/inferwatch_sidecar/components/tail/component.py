@@ -4,8 +4,9 @@ Data flow:
 
 1. ``handle`` (ingest thread) appends the decoded REQUEST and RECORD tuples to
    a bounded staging list under a lock held for one ``list.extend``.
-2. The component's thread drains the list every second. A record's features,
-   trimmed to what a kept row holds, wait (by request ID, at most ``max_pending``) for their request; a request
+2. The component's thread drains the list every second. A record's features
+   (trimmed to what a kept row holds when larger than a kept row can be) wait
+   (by request ID, at most ``max_pending``) for their request; a request
    takes its record's features if they came first, and otherwise, when it is
    kept, waits for them. Each request goes into its model version's
    :class:`~inferwatch_sidecar.components.tail.window.TailWindow`.
@@ -129,6 +130,9 @@ class TailComponent(StagedComponent):
         #: estimated bytes of ``_pending`` (bounded by max_pending_bytes)
         self.pending_bytes = 0
         self._trim_cache: dict[Any, _Trimmed] = {}
+        #: A waiting record estimated above this is trimmed as it starts waiting: the most a trimmed one can be
+        #: (``max_features`` categorical values of ``MAX_KEPT_VALUE`` characters).
+        self._trim_above = feats_bytes((None, (), ("x" * MAX_KEPT_VALUE,) * config.max_features))
         #: request ID -> a kept request (and its window) waiting for its record's features
         self._awaiting: OrderedDict[str, tuple[TailWindow, Row]] = OrderedDict()
         #: estimated bytes of the features the windows' kept rows hold (bounded by max_window_bytes)
@@ -175,7 +179,7 @@ class TailComponent(StagedComponent):
                     if not kept:
                         continue
                     if feats is not None:
-                        self._attach(w, row, feats, trimmed=True)
+                        self._attach(w, row, feats)
                     elif rid is not None:
                         awaiting[rid] = (w, row)
                         if len(awaiting) > limit:
@@ -188,12 +192,17 @@ class TailComponent(StagedComponent):
                     old = pending.pop(rid, None)
                     if old is not None:
                         self.pending_bytes -= feats_bytes(old)
-                    # Trimmed as it starts waiting, not when it joins: what a kept row would hold, so the
-                    # record's full values (up to 64 x 255 characters) are freed with its batch, and the
-                    # pending budget holds several times more records for the same bytes.
-                    feats = trim(ev[7], self.cfg.max_features, self._trim_cache)
+                    # A record larger than any kept row can be waits trimmed to what a kept row would hold, not
+                    # whole until it joins: its full values (up to 64 x 255 characters) are freed with its batch,
+                    # and the budget holds several times more records. Smaller ones (the common kind) wait as they
+                    # came: trimming them would gain little, at a cost per record.
+                    feats = ev[7]
+                    nbytes = feats_bytes(feats)
+                    if nbytes > self._trim_above:
+                        feats = trim(feats, self.cfg.max_features, self._trim_cache)
+                        nbytes = feats_bytes(feats)
                     pending[rid] = feats
-                    self.pending_bytes += feats_bytes(feats)
+                    self.pending_bytes += nbytes
                     while pending and (len(pending) > limit or self.pending_bytes > max_bytes):
                         self.pending_bytes -= feats_bytes(pending.popitem(last=False)[1])
                         self.dropped["unmatched_record"] += 1
@@ -203,10 +212,10 @@ class TailComponent(StagedComponent):
             self._close(self.window_end)
             self.window_end = (math.floor(now / W) + 1) * W
 
-    def _attach(self, w: TailWindow, row: Row, feats: Any, trimmed: bool = False) -> None:
-        """Give a kept row what it keeps of its record's features (``trimmed``: already cut, as pending records
-        are), within ``max_window_bytes`` over all windows."""
-        kept = feats if trimmed else trim(feats, self.cfg.max_features, self._trim_cache)
+    def _attach(self, w: TailWindow, row: Row, feats: Any) -> None:
+        """Give a kept row what it keeps of its record's features (trimmed unless a waiting record already was),
+        within ``max_window_bytes`` over all windows."""
+        kept = feats if type(feats[0]) is _Trimmed else trim(feats, self.cfg.max_features, self._trim_cache)
         nbytes = feats_bytes(kept)
         if self.window_bytes + nbytes > self.cfg.max_window_bytes:
             self.dropped["window_full"] += 1  # the row stays, for its latency and stages, without features
