@@ -77,3 +77,37 @@ def test_pause_waits_for_the_scrape_and_only_then() -> None:
     with p:
         p.pause(0.01)  # bounded: a stream of scrapes cannot stop ingest
     assert p.paused_s > 0.1
+
+
+def test_a_drift_snapshot_keeps_only_what_the_family_budget_shows_and_the_scrape_is_the_same() -> None:
+    """Issue 28's soak: 16 versions x 64 categorical features made a drift snapshot of 68k bin samples (14 MiB)
+    that the per-family budget cut to 5,000 at every scrape. Built within the budget, it gives the same body."""
+    import random
+
+    from inferwatch_sidecar.components.drift.component import build as build_drift
+    from inferwatch_sidecar.components.drift.config import DriftConfig
+    from tests.drift.helpers import context, rec, schema
+
+    sch = schema((), tuple(f"c{j}" for j in range(64)), sid=5)
+    rng = random.Random(7)
+    recs = [rec("m", f"v{i % 16}", sch, cats=tuple(f"{j}-{rng.randrange(60)}" for j in range(64)))
+            for i in range(16 * 150)]
+    bodies, rows, views = [], [], []
+    for budget in (None, 500):
+        ctx = context()
+        ctx.max_family_series = budget
+        comp = build_drift(DriftConfig(warmup_events=100, window_events=200), ctx)
+        comp.handle(1, 1, recs)
+        comp.drain()
+        comp.evaluate()
+        rows.append(max(len(v) for v in comp._snapshot._rows.values()))
+        reg = CollectorRegistry()
+        reg.register(comp)  # type: ignore[arg-type]
+        view = ExpositionBudget(reg, max_series=40_000, max_family_series=500)
+        body = generate_latest(view)  # type: ignore[arg-type]
+        bodies.append(b"\n".join(ln for ln in body.splitlines() if b"evaluation_duration_seconds " not in ln))
+        views.append(view)
+    assert rows[0] > 10_000 and rows[1] == 501  # 16 x 64 x 33 bins before; one over the budget after
+    assert bodies[0] == bodies[1] and bodies[1].count(b"inferwatch_drift_bin_events_total{") == 500
+    assert views[0].last_dropped == views[1].last_dropped > 20_000
+    assert views[0].overflow.overflowed == views[1].overflow.overflowed > 0

@@ -37,6 +37,9 @@ class ComponentContext:
     #: The stable version per model (``canary.baselines``), which every component's baseline honours
     #: (:func:`inferwatch_sidecar.components.identity.baseline`).
     baselines: Mapping[str, str] = field(default_factory=dict)
+    #: ``labels.max_family_series``: samples of one family a scrape can hold. A snapshot built for the
+    #: exposition keeps one more per family (so the cut still shows) and counts the rest (metrics/samples.py).
+    max_family_series: int | None = None
 
     def limiter(self, label: str) -> LabelLimiter:
         lim = self.limiters.get(label)

@@ -94,7 +94,8 @@ class Sidecar(Wiring, StatusReport):
         self._force_signal = 0
         self.ready = False
         self.ctx = ComponentContext(default_label_budget=cfg.labels.default_max_values,
-                                    baselines=dict(registry.config_of(cfg, CanaryConfig).baselines))
+                                    baselines=dict(registry.config_of(cfg, CanaryConfig).baselines),
+                                    max_family_series=cfg.labels.max_family_series)
         for label, budget in cfg.labels.max_values.items():
             self.ctx.limiters[label] = LabelLimiter(label, budget, cfg.labels.max_length)
         self.aggregator = Aggregator(self.ctx, frozenset(cfg.ingest.queue_stages), cfg.labels.max_label_sets,

@@ -52,14 +52,16 @@ class ExpositionBudget:
         for fam in self.registry.collect():
             values = getattr(fam, "snapshot_values", None)
             n = len(fam.samples) if values is None else len(values)
+            # Samples a snapshot left out as it was built (metrics/samples.py, max_rows): the family was cut.
+            before = getattr(fam, "snapshot_cut", 0)
             allow = min(left, self.max_family_series)
-            if n <= allow:
+            if n <= allow and not before:
                 left -= n
                 yield fam
                 continue
-            kept = self._cut(fam, allow)
+            kept = self._cut(fam, allow) if n > allow else fam
             left -= len(kept.samples)
-            dropped += n - len(kept.samples)
+            dropped += n - len(kept.samples) + before
             with self._lock:
                 self.overflow.overflowed += 1
             yield kept

@@ -18,6 +18,11 @@ Three ways in:
   combining keeps one sample per label set. Only NaN and None are left out.
 - :meth:`Samples.put_info`: the one value dict of an info entry's sample.
 
+``Samples(max_rows=N)`` keeps at most ``N`` samples per entry from :meth:`Samples.put` and counts
+the rest in :attr:`Samples.cut`: a snapshot need not hold what the exposition's per-family budget
+(``labels.max_family_series``) would leave out anyway. The exposition keeps a prefix of each
+family and adds the count to what it left out (export/budget.py), so the scrape is the same.
+
 Usage::
 
     out = Samples()
@@ -44,20 +49,29 @@ Labels = tuple[str, ...]
 class Samples:
     """Sample values of catalog entries: ``{entry: [(label values, value), ...]}``, filled once, read at scrape."""
 
-    __slots__ = ("_rows", "_index", "_info")
+    __slots__ = ("_rows", "_index", "_info", "max_rows", "cut")
 
-    def __init__(self) -> None:
+    def __init__(self, max_rows: int | None = None) -> None:
         self._rows: dict[str, list[tuple[Labels, float]]] = {}
         self._index: dict[tuple[str, Labels], int] = {}
         self._info: dict[str, list[dict[str, str]]] = {}
+        #: Most samples :meth:`put` keeps per entry (None: all), and the ones it left out, by entry name.
+        self.max_rows = max_rows
+        self.cut: dict[str, int] = {}
 
     def put(self, m: Metric, labels: Labels, value: float | None) -> None:
-        """Add one sample of ``m``; a None or non-finite value is left out."""
+        """Add one sample of ``m``; a None or non-finite value is left out (and one past ``max_rows`` counted)."""
         if value is None:
             return
         v = float(value)
         if math.isfinite(v):
-            self._rows.setdefault(m.name, []).append((labels, v))
+            rows = self._rows.get(m.name)
+            if rows is None:
+                rows = self._rows[m.name] = []
+            elif self.max_rows is not None and len(rows) >= self.max_rows:
+                self.cut[m.name] = self.cut.get(m.name, 0) + 1
+                return
+            rows.append((labels, v))
 
     def combine(self, m: Metric, labels: Labels, value: float | None) -> None:
         """Add a sample, or fold it into the one with the same labels (amounts add up, others keep the largest).
@@ -109,9 +123,13 @@ class Samples:
         out = Samples()
         out._rows = dict(self._rows)
         out._info = dict(self._info)
+        out.cut = dict(self.cut)
         if other is not None:
+            for name in other._rows:
+                out.cut.pop(name, None)
             out._rows.update(other._rows)
             out._info.update(other._info)
+            out.cut.update(other.cut)
         return out
 
     def __len__(self) -> int:
@@ -130,11 +148,17 @@ class Samples:
             infos = self._info.get(m.name)
             if not rows and not infos and not empty:
                 continue
+            cut = self.cut.get(m.name, 0)
             if rows and not infos and m.type in ("counter", "gauge"):
                 # Built when the exposition needs its samples, rendered once per snapshot (export/render.py).
-                out.extend(fam.from_snapshot((m,), {m.name: rows}))
+                for f in fam.from_snapshot((m,), {m.name: rows}):
+                    if cut:
+                        f.snapshot_cut = cut  # type: ignore[attr-defined]
+                    out.append(f)
                 continue
             f = fam.family(m)
+            if cut:
+                f.snapshot_cut = cut  # type: ignore[attr-defined]
             for labels, v in rows or ():
                 f.add_metric(list(labels), v)  # type: ignore[attr-defined]
             for d in infos or ():

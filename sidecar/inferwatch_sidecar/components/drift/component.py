@@ -152,7 +152,8 @@ class DriftComponent(StagedComponent):
                 except Exception:
                     log.exception("drift: evaluation failed for %s", mon.key)
             compare_canaries(self.monitors.values(), self.settings, self.ctx.baselines)
-            snap = build_snapshot(self.monitors.values(), self.dropped, self.ctx.limiter)
+            snap = build_snapshot(self.monitors.values(), self.dropped, self.ctx.limiter,
+                                  getattr(self.ctx, "max_family_series", None))
         self.last_eval_seconds = time.perf_counter() - t0
         self.last_eval_unix = self.ctx.clock()
         snap.put(DRIFT_EVALUATION_DURATION_SECONDS, (), self.last_eval_seconds)
