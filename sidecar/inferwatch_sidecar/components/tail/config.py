@@ -58,7 +58,7 @@ class TailConfig(BaseModel):
     max_features: int = Field(default=32, ge=1, le=256)
     max_pending: int = Field(default=50_000, ge=100)
     max_staged: int = Field(default=200_000, ge=1000)
-    max_pending_bytes: int = Field(default=16 << 20, ge=1 << 16)
-    max_window_bytes: int = Field(default=16 << 20, ge=1 << 16)
+    max_pending_bytes: int = Field(default=8 << 20, ge=1 << 16)
+    max_window_bytes: int = Field(default=8 << 20, ge=1 << 16)
     max_staged_bytes: int = Field(default=32 << 20, ge=1 << 20)
     seed: int = 0
