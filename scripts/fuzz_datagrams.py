@@ -18,7 +18,7 @@ Prints the inputs tried, the crashes (an exception out of ``Pipeline.datagram``
 or an ``internal_error``), the unaccounted items, and the sidecar's RSS before
 and after each flood; exits 1 unless crashes and unaccounted are both 0.
 The test suite runs the same checks on a bounded count
-(``tests/sidecar/test_datagram_hardening.py``).
+(``tests/ingest/test_datagram_hardening.py``).
 """
 
 from __future__ import annotations

@@ -15,7 +15,7 @@ Prints the inputs tried, crashes (the sidecar exited, or a scrape failed),
 unanswered connections, the p99 of ``/metrics`` during the attack, the
 sidecar's RSS before and after and what it refused by reason; exits 1 unless
 crashes and unanswered are both 0. The test suite runs a bounded count
-against an in-process daemon (``tests/sidecar/test_http_hardening.py``).
+against an in-process daemon (``tests/http/test_http_hardening.py``).
 """
 
 from __future__ import annotations

@@ -15,7 +15,7 @@ answer that is neither 200 nor 400, a scrape or OTLP conversion that fails) and
 the unaccounted items (events neither accepted nor rejected by reason, or
 counters that disagree with the answers); exits 1 unless both are 0.
 The test suite runs the same checks on a bounded count
-(``tests/sidecar/test_json_ingest_hardening.py``).
+(``tests/ingest/test_json_ingest_hardening.py``).
 """
 
 from __future__ import annotations

@@ -27,7 +27,7 @@ Usage:
 
 Prints the inputs tried, crashes, unaccounted items and RSS before/after; exits 1
 unless crashes and unaccounted are both 0. The test suite runs the same checks
-on a bounded count (``tests/traces/test_fuzz_otlp.py``).
+on a bounded count (``tests/ingest/otlp_traces/test_fuzz_otlp.py``).
 """
 
 from __future__ import annotations
@@ -49,7 +49,7 @@ from typing import Any
 
 from inferwatch_sidecar.demo.supervise import Process, child_env, wait_ready
 
-if str(Path(__file__).resolve().parent) not in sys.path:  # loaded by path (tests/traces): find the sibling
+if str(Path(__file__).resolve().parent) not in sys.path:  # loaded by path (tests/ingest/otlp_traces): find the sibling
     sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from otlp_fuzz_bodies import Body, _fixture_docs, body, parse_answer, spans_in  # noqa: E402

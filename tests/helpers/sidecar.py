@@ -18,11 +18,9 @@ from pathlib import Path
 from typing import Any
 
 from tests.helpers.net import free_port
+from tests.helpers.paths import REPO
 
 __all__ = ["REPO", "SidecarProc", "parse_metrics", "sample", "total", "wait_until"]
-
-#: The checkout's root.
-REPO = Path(__file__).resolve().parents[2]
 
 
 def wait_until(pred: Any, timeout: float = 10.0, interval: float = 0.02, what: str = "condition") -> Any:
