@@ -9,7 +9,6 @@ in process and in their ``--count`` child mode.
 from __future__ import annotations
 
 import http.client
-import importlib.util
 import os
 import shutil
 import signal
@@ -19,7 +18,6 @@ import sys
 import tempfile
 import time
 from collections.abc import Iterator
-from pathlib import Path
 from types import ModuleType
 from typing import Any
 
@@ -28,18 +26,13 @@ from prometheus_client.parser import text_string_to_metric_families
 
 import inferwatch
 from inferwatch.wire import EV_RECORD, EV_REQUEST, Decoder
+from tests.helpers.imports import load_file
 from tests.helpers.net import free_port
-
-BENCH = Path(__file__).resolve().parents[2] / "bench"
+from tests.helpers.paths import BENCH
 
 
 def load_bench(name: str) -> ModuleType:
-    spec = importlib.util.spec_from_file_location(f"bench_{name}", BENCH / f"{name}.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up there
-    spec.loader.exec_module(module)
-    return module
+    return load_file(BENCH / f"{name}.py", f"bench_{name}")
 
 
 @pytest.fixture

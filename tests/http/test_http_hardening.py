@@ -7,14 +7,12 @@ of ``scripts/fuzz_http.py``.
 
 from __future__ import annotations
 
-import importlib.util
 import logging
 import re
 import resource
 import selectors
 import socket
 import struct
-import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -27,6 +25,7 @@ from inferwatch_sidecar.config import HttpConfig, load_config
 from inferwatch_sidecar.daemon import Sidecar
 from inferwatch_sidecar.http.routes import Request, Response, Route
 from inferwatch_sidecar.http.server import HANDLER_THREADS, HttpServer
+from tests.helpers.imports import load_file
 from tests.helpers.paths import REPO
 
 _GET = frozenset({"GET", "HEAD"})
@@ -417,12 +416,7 @@ def test_the_daemon_answers_healthz_within_two_seconds_of_start(daemon: Sidecar)
 
 
 def _fuzz() -> Any:
-    spec = importlib.util.spec_from_file_location("fuzz_http", REPO / "scripts" / "fuzz_http.py")
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = mod  # its dataclasses look their module up
-    spec.loader.exec_module(mod)
-    return mod
+    return load_file(REPO / "scripts" / "fuzz_http.py")
 
 
 def test_fuzzed_request_framing_always_gets_an_answer_or_a_close_and_metrics_keeps_answering(daemon: Sidecar) -> None:

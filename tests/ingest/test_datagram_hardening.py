@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import random
 import socket
@@ -34,6 +33,7 @@ from inferwatch_sidecar.components.drift.config import DriftConfig
 from inferwatch_sidecar.config import IngestConfig
 from inferwatch_sidecar.ingest.pipeline import Pipeline
 from tests.components.drift.helpers import context, rec, schema
+from tests.helpers.imports import load_file
 from tests.helpers.paths import REPO
 from tests.helpers.sidecar import parse_metrics, sample, wait_until
 
@@ -255,10 +255,7 @@ def test_the_default_schema_byte_bound_fits_the_shipped_memory_limit() -> None:
 
 # -- the bounded datagram fuzz (a bounded scripts/fuzz_datagrams.py) ----------------------------
 
-_spec = importlib.util.spec_from_file_location("fuzz_datagrams", REPO / "scripts" / "fuzz_datagrams.py")
-assert _spec is not None and _spec.loader is not None
-fuzz = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(fuzz)
+fuzz = load_file(REPO / "scripts" / "fuzz_datagrams.py")
 
 
 def _accounted(p: Pipeline, sent: int) -> None:

@@ -7,11 +7,8 @@ sidecar on loopback. The fuzz tests are bounded versions of ``scripts/fuzz_json.
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
 import time
-from types import ModuleType
 from typing import Any
 
 import pytest
@@ -21,20 +18,11 @@ from prometheus_client.openmetrics.parser import text_string_to_metric_families 
 
 from inferwatch.wire import EV_BATCH, Decoder, Encoder, WireError
 from inferwatch_sidecar.export.otlp.convert import families_to_request
+from tests.helpers.imports import load_file
 from tests.helpers.paths import REPO
 from tests.helpers.sidecar import parse_metrics, sample
 
-
-def _fuzz_module() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("fuzz_json", REPO / "scripts" / "fuzz_json.py")
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = mod  # dataclasses look their module up by name
-    spec.loader.exec_module(mod)
-    return mod
-
-
-fuzz = _fuzz_module()
+fuzz = load_file(REPO / "scripts" / "fuzz_json.py")
 VALID = '{"type": "batch", "size": 4}'
 
 

@@ -2,28 +2,20 @@
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-
 import numpy as np
 import pytest
 
 from inferwatch_sidecar.components.gpu import glr
 from inferwatch_sidecar.components.gpu.config import DetectorConfig
 from inferwatch_sidecar.components.gpu.detector import LeakDetector
+from tests.helpers.imports import load_file
 from tests.helpers.paths import BENCH
 
 MiB = 2**20
-BENCH = BENCH
 
 
 def _mc() -> object:
-    spec = importlib.util.spec_from_file_location("leak_glr_threshold", BENCH / "leak_glr_threshold.py")
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules["leak_glr_threshold"] = mod
-    spec.loader.exec_module(mod)
-    return mod
+    return load_file(BENCH / "leak_glr_threshold.py")
 
 
 @pytest.mark.parametrize("seed", [1, 2, 3])

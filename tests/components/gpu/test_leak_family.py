@@ -8,27 +8,19 @@ effective onset, and a leak that a restart ends is cleared within 10 minutes.
 
 from __future__ import annotations
 
-import importlib.util
 import re
-import sys
 from types import ModuleType
 
 import numpy as np
 import pytest
 
 from inferwatch_sidecar.components.gpu.config import DetectorConfig
+from tests.helpers.imports import load_file
 from tests.helpers.paths import BENCH
-
-BENCH = BENCH
 
 
 def _load(name: str) -> ModuleType:
-    spec = importlib.util.spec_from_file_location(name, BENCH / f"{name}.py")
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[name] = mod
-    spec.loader.exec_module(mod)
-    return mod
+    return load_file(BENCH / f"{name}.py")
 
 
 fam = _load("leak_family")

@@ -6,17 +6,15 @@ what that fuzzing found, each on the smallest body that showed it.
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
 import time
-from types import ModuleType
 from typing import Any
 
 from prometheus_client.exposition import generate_latest
 from prometheus_client.openmetrics.exposition import generate_latest as generate_openmetrics
 
 from inferwatch_sidecar.export.otlp.convert import families_to_request
+from tests.helpers.imports import load_file
 from tests.helpers.paths import REPO
 from tests.ingest.otlp_traces.spans import export, span
 from tests.ingest.otlp_traces.test_receiver import make
@@ -26,16 +24,7 @@ TRACE = "0123456789abcdef0123456789abcdef"
 T0 = 1_700_000_000_000_000_000
 
 
-def _fuzz_module() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("fuzz_otlp", REPO / "scripts" / "fuzz_otlp.py")
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = mod  # dataclasses look their module up by name
-    spec.loader.exec_module(mod)
-    return mod
-
-
-fuzz = _fuzz_module()
+fuzz = load_file(REPO / "scripts" / "fuzz_otlp.py")
 
 
 def json_span(sid: str = "0123456789abcdef", start: Any = T0, end: Any = T0 + 10**6, kind: int = 2,
@@ -161,4 +150,4 @@ def test_fuzzed_otlp_bodies_over_http_are_all_answered_and_counted_and_metrics_s
 
 
 def test_the_issue_28_attacks_stay_within_every_bound() -> None:
-    assert _fuzz_module().attacks(120, seed=28) == []
+    assert fuzz.attacks(120, seed=28) == []
