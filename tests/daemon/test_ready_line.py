@@ -8,10 +8,8 @@ import re
 import selectors
 import subprocess
 import sys
-import tempfile
 import time
 import urllib.request
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -28,16 +26,6 @@ for _ in range(3):
 assert inferwatch.flush(timeout=5.0)
 inferwatch.shutdown(timeout=5.0)
 """
-
-
-@pytest.fixture
-def sock_path() -> Iterator[str]:
-    # Unix socket paths are limited to ~108 bytes; pytest's tmp_path can be longer.
-    d = tempfile.mkdtemp(prefix="iwready", dir="/tmp")
-    yield os.path.join(d, "ingest.sock")
-    for f in os.listdir(d):
-        os.unlink(os.path.join(d, f))
-    os.rmdir(d)
 
 
 def _ready_line(proc: subprocess.Popen[str], timeout: float = 20.0) -> tuple[str, list[str]]:

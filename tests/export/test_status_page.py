@@ -11,16 +11,13 @@ from __future__ import annotations
 
 import html
 import json
-import os
 import random
 import re
 import shutil
 import struct
 import subprocess
 import sys
-import tempfile
 import textwrap
-from collections.abc import Iterator
 from html.parser import HTMLParser
 from pathlib import Path
 from typing import Any
@@ -221,13 +218,6 @@ def _run_chromium(chromium: str, profile: Path, *args: str) -> subprocess.Comple
          f"--user-data-dir={profile}", *args],
         capture_output=True, text=True, timeout=120,
     )
-
-
-@pytest.fixture
-def sock_path() -> Iterator[str]:
-    d = tempfile.mkdtemp(prefix="iwpage", dir="/tmp")  # short: Unix socket paths stop at ~108 bytes
-    yield os.path.join(d, "ingest.sock")
-    shutil.rmtree(d, ignore_errors=True)
 
 
 def _post(sc: Any, model: str, events: list[dict[str, Any]]) -> None:

@@ -17,6 +17,7 @@ import subprocess
 import sys
 import tempfile
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -31,11 +32,9 @@ NOBODY = 65534
 
 
 @pytest.fixture
-def tmp_dir() -> Iterator[str]:
-    # In /tmp itself (sticky, world-writable), like the default /tmp/inferwatch; short for AF_UNIX.
-    d = tempfile.mkdtemp(prefix="iwsd", dir="/tmp")
-    yield d
-    shutil.rmtree(d, ignore_errors=True)
+def tmp_dir(sock_dir: Path) -> str:
+    """In /tmp itself (sticky, world-writable), like the default /tmp/inferwatch; short for AF_UNIX."""
+    return str(sock_dir)
 
 
 class Foreign:

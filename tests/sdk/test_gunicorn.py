@@ -6,10 +6,8 @@ A process becomes a producer with its first events: until then it sends nothing,
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import sys
-import tempfile
 import time
 import urllib.error
 import urllib.request
@@ -34,9 +32,8 @@ def _get(url: str) -> int:
         return int(r.read())
 
 
-def test_a_process_that_never_records_sends_nothing_not_even_hello() -> None:
-    sock_dir = tempfile.mkdtemp(prefix="iwgu", dir="/tmp")
-    rx = Receiver(os.path.join(sock_dir, "ingest.sock"))
+def test_a_process_that_never_records_sends_nothing_not_even_hello(sock_path: str) -> None:
+    rx = Receiver(sock_path)
     rx.start()
     inferwatch.shutdown(timeout=1.0)
     try:
@@ -52,7 +49,6 @@ def test_a_process_that_never_records_sends_nothing_not_even_hello() -> None:
     finally:
         inferwatch.shutdown(timeout=1.0)
         rx.stop()
-        shutil.rmtree(sock_dir, ignore_errors=True)
 
 
 @pytest.mark.slow
