@@ -6,16 +6,11 @@ give-ups (a plain handler whose client hangs up), probes, 4xx and 429/503 respon
 
 from __future__ import annotations
 
-import os
-import signal
-import subprocess
-import sys
 from typing import Any
 
 import pytest
 
-from tests.helpers.net import free_port
-from tests.helpers.paths import REPO
+from tests.helpers.apps import SdkApp
 from tests.helpers.sidecar import parse_metrics, sample, total, wait_until
 
 LAB = {"service": "shop", "model": "ranker", "model_version": "v3"}
@@ -24,29 +19,10 @@ LAB = {"service": "shop", "model": "ranker", "model_version": "v3"}
 def test_routes_outcomes_retries_and_giveups_are_counted_exactly(sidecar_factory: Any) -> None:
     httpx = pytest.importorskip("httpx")
     sc = sidecar_factory()
-    port = free_port()
-    env = {k: v for k, v in os.environ.items() if not k.startswith("INFERWATCH_")}
-    env.update({"INFERWATCH_SIDECAR": "unix://" + sc.sock, "INFERWATCH_SERVICE": LAB["service"],
-                "INFERWATCH_MODEL": LAB["model"], "INFERWATCH_MODEL_VERSION": LAB["model_version"]})
-    app = subprocess.Popen(
-        [sys.executable, "-m", "uvicorn", "tests.e2e.overload_app:app", "--host", "127.0.0.1",
-         "--port", str(port), "--log-level", "warning"],
-        cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-    )
-    base = f"http://127.0.0.1:{port}"
-    probes = 0
-
-    def up() -> bool:
-        nonlocal probes
-        try:
-            ok = httpx.get(base + "/healthz", timeout=1).status_code == 200
-        except httpx.HTTPError:
-            return False
-        probes += ok
-        return ok
-
+    app = SdkApp("tests.e2e.overload_app:app", sc.sock, LAB, probe="/healthz")
+    base = app.base
     try:
-        wait_until(up, timeout=40, what="uvicorn app up")
+        app.start()
         n_unique, n_same_id, n_header, n_envoy_first = 20, 5, 3, 2
         n_422, n_404, n_429, n_503, n_giveups, n_docs = 4, 2, 3, 2, 2, 1
         with httpx.Client(timeout=10) as c:
@@ -72,7 +48,7 @@ def test_routes_outcomes_retries_and_giveups_are_counted_exactly(sidecar_factory
                 assert c.get(f"{base}/docs").status_code == 200
             for _ in range(3):
                 assert c.get(f"{base}/healthz").status_code == 200
-                probes += 1
+                app.probes += 1
         for _ in range(n_giveups):  # the client gives up after 0.3 s; the handler answers after 3 s
             with httpx.Client(timeout=0.3) as c, pytest.raises(httpx.ReadTimeout):
                 c.get(f"{base}/slow")
@@ -82,7 +58,7 @@ def test_routes_outcomes_retries_and_giveups_are_counted_exactly(sidecar_factory
         def counted() -> Any:
             m = parse_metrics(sc.metrics())
             done = (sample(m, "inferwatch_request_attempts_total", **LAB) >= n_attempts
-                    and sample(m, "inferwatch_http_requests_total", **LAB, route="/healthz", outcome="ok") >= probes)
+                    and sample(m, "inferwatch_http_requests_total", **LAB, route="/healthz", outcome="ok") >= app.probes)
             return m if done else None
 
         s = wait_until(counted, timeout=30, what="every request counted")
@@ -101,8 +77,8 @@ def test_routes_outcomes_retries_and_giveups_are_counted_exactly(sidecar_factory
         assert http("_unmatched", "client_error") == n_404
         assert http("/shed", "shed") == n_429 and http("/busy", "shed") == n_503
         assert http("/slow", "cancelled") == n_giveups
-        assert http("/healthz", "ok") == probes and http("/docs", "ok") == n_docs
-        assert total(s, "inferwatch_http_requests_total", **LAB) == n_attempts + probes + n_docs
+        assert http("/healthz", "ok") == app.probes and http("/docs", "ok") == n_docs
+        assert total(s, "inferwatch_http_requests_total", **LAB) == n_attempts + app.probes + n_docs
         assert not any("/items/1" in dict(labs).get("route", "") for (_, labs) in s)
 
         assert sample(s, "inferwatch_request_attempts_total", **LAB) == n_attempts
@@ -121,9 +97,4 @@ def test_routes_outcomes_retries_and_giveups_are_counted_exactly(sidecar_factory
         assert slow_server == n_giveups
         assert total(s, "inferwatch_ingest_decode_errors_total") == 0
     finally:
-        app.send_signal(signal.SIGTERM)
-        try:
-            app.wait(15)
-        except subprocess.TimeoutExpired:
-            app.kill()
-            app.wait()
+        app.stop()

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from prometheus_client.openmetrics.parser import text_string_to_metric_families as om_families
 
-from tests.helpers.net import free_port
+from tests.helpers.apps import SdkApp
 from tests.helpers.sidecar import REPO, parse_metrics, sample, total, wait_until
 
 pytestmark = pytest.mark.slow
@@ -83,46 +83,24 @@ def test_sdk_processes_give_exact_counts_and_sensible_histograms(sidecar_factory
 def test_multiworker_uvicorn_app_exact_counts_and_exemplars(sidecar_factory: Any, tmp_path: Path) -> None:
     httpx = pytest.importorskip("httpx")
     sc = sidecar_factory()
-    port = free_port()
-    env = {k: v for k, v in os.environ.items() if not k.startswith("INFERWATCH_")}
-    env.update({
-        "INFERWATCH_SIDECAR": "unix://" + sc.sock, "INFERWATCH_SERVICE": "webapp",
-        "INFERWATCH_MODEL": "clf", "INFERWATCH_MODEL_VERSION": "v2",
-    })
-    app = subprocess.Popen(
-        [sys.executable, "-m", "uvicorn", "tests.e2e.sdk_app:app", "--workers", "2",
-         "--host", "127.0.0.1", "--port", str(port), "--log-level", "warning"],
-        cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-    )
+    lab = {"service": "webapp", "model": "clf", "model_version": "v2"}
+    app = SdkApp("tests.e2e.sdk_app:app", sc.sock, lab, probe="/predict", workers=2)
+    base = app.base
     try:
-        base = f"http://127.0.0.1:{port}"
-
-        probes = 0
-
-        def up() -> bool:
-            nonlocal probes
-            try:
-                ok = httpx.get(base + "/predict", timeout=1).status_code == 200
-            except httpx.HTTPError:
-                return False
-            probes += ok
-            return ok
-
-        wait_until(up, timeout=40, what="uvicorn app up")
+        app.start()
         # A worker becomes a producer with its first events: probe, each time on a new
         # connection, until both workers have served one.
-        wait_until(lambda: up() and len({p["pid"] for p in sc.status()["producers"]["table"]}) >= 2, timeout=30,
+        wait_until(lambda: app.up() and len({p["pid"] for p in sc.status()["producers"]["table"]}) >= 2, timeout=30,
                    what="two worker producers")
-        lab = {"service": "webapp", "model": "clf", "model_version": "v2"}
         # The probes that answered 200 are real requests too: wait until they are
         # counted, so the baseline does not race the SDK's background sender.
         base_s = wait_until(
             lambda: (m := parse_metrics(sc.metrics()))
-            and sample(m, "inferwatch_requests_total", **lab, outcome="ok") >= probes and m,
+            and sample(m, "inferwatch_requests_total", **lab, outcome="ok") >= app.probes and m,
             what="probe requests counted", timeout=30,
         )
         before_ok = sample(base_s, "inferwatch_requests_total", **lab, outcome="ok")
-        assert before_ok == probes
+        assert before_ok == app.probes
         n_ok, n_err = 150, 10
         with httpx.Client(timeout=10) as c:
             for i in range(n_ok):
@@ -164,12 +142,7 @@ def test_multiworker_uvicorn_app_exact_counts_and_exemplars(sidecar_factory: Any
         plain = sc.metrics()
         assert "req-1" not in plain
     finally:
-        app.send_signal(signal.SIGTERM)
-        try:
-            app.wait(15)
-        except subprocess.TimeoutExpired:
-            app.kill()
-            app.wait()
+        app.stop()
 
 
 def test_promtool_check_metrics_on_live_scrape(sidecar_factory: Any, promtool: str) -> None:

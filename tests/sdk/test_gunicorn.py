@@ -20,6 +20,7 @@ import pytest
 import inferwatch
 from inferwatch.wire import EV_BATCH, EV_HELLO
 from tests.conftest import IN_CI
+from tests.helpers.apps import stop_process
 from tests.helpers.net import free_port
 from tests.helpers.sidecar import REPO, parse_metrics, sample, wait_until
 from tests.sdk.conftest import Receiver
@@ -103,9 +104,4 @@ def test_under_gunicorn_preload_producers_are_the_workers_not_the_master(sidecar
         assert producer_pids() == served, f"master {app.pid} counted as a producer"
         assert sample(parse_metrics(sc.metrics()), "inferwatch_producers") == WORKERS
     finally:
-        app.terminate()
-        try:
-            app.wait(15)
-        except subprocess.TimeoutExpired:
-            app.kill()
-            app.wait()
+        stop_process(app)
