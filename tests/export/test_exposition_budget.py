@@ -86,7 +86,7 @@ def test_a_drift_snapshot_keeps_only_what_the_family_budget_shows_and_the_scrape
 
     from inferwatch_sidecar.components.drift.component import build as build_drift
     from inferwatch_sidecar.components.drift.config import DriftConfig
-    from tests.drift.helpers import context, rec, schema
+    from tests.components.drift.helpers import context, rec, schema
 
     sch = schema((), tuple(f"c{j}" for j in range(64)), sid=5)
     rng = random.Random(7)
