@@ -124,8 +124,8 @@ class TailComponent(StagedComponent):
                          max_staged_bytes=config.max_staged_bytes, log=log)
         self.cfg = config
         self.windows: dict[Key, TailWindow] = {}
-        #: request ID -> a record's features waiting for its request
-        self._pending: OrderedDict[str, Any] = OrderedDict()
+        #: request ID -> a record's features waiting for its request, and their estimated bytes
+        self._pending: OrderedDict[str, tuple[Any, int]] = OrderedDict()
         #: estimated bytes of ``_pending`` (bounded by max_pending_bytes)
         self.pending_bytes = 0
         self._trim_cache: dict[Any, _Trimmed] = {}
@@ -156,6 +156,7 @@ class TailComponent(StagedComponent):
         pending, awaiting, limit = self._pending, self._awaiting, self.cfg.max_pending
         max_bytes = self.cfg.max_pending_bytes
         cache: dict[Any, TailWindow | None] = {}
+        # A pending record is kept with its estimated bytes, (feats, bytes), so each is sized once.
         for ev in batch:
             try:
                 if ev[0] == EV_REQUEST:
@@ -165,17 +166,16 @@ class TailComponent(StagedComponent):
                         self.dropped["too_many_models"] += 1
                         continue
                     rid = ev[6]
-                    feats = pending.pop(rid, None) if rid is not None else None
-                    if feats is not None:
-                        self.pending_bytes -= feats_bytes(feats)
-                    row = Row(ev[3] * 1e-9, ev[8], None)
+                    got = pending.pop(rid, None) if rid is not None else None
+                    if got is not None:
+                        self.pending_bytes -= got[1]
                     before = w.bytes
-                    kept = w.add(row)
-                    self.window_bytes += w.bytes - before  # rows it pushed out
-                    if not kept:
+                    row = w.offer(ev[3] * 1e-9, ev[8])  # None: not kept (no Row made)
+                    if row is None:
                         continue
-                    if feats is not None:
-                        self._attach(w, row, feats)
+                    self.window_bytes += w.bytes - before  # rows it pushed out
+                    if got is not None:
+                        self._attach(w, row, got[0])
                     elif rid is not None:
                         awaiting[rid] = (w, row)
                         if len(awaiting) > limit:
@@ -187,12 +187,14 @@ class TailComponent(StagedComponent):
                         continue
                     old = pending.pop(rid, None)
                     if old is not None:
-                        self.pending_bytes -= feats_bytes(old)
-                    pending[rid] = ev[7]
-                    self.pending_bytes += feats_bytes(ev[7])
-                    while pending and (len(pending) > limit or self.pending_bytes > max_bytes):
-                        self.pending_bytes -= feats_bytes(pending.popitem(last=False)[1])
-                        self.dropped["unmatched_record"] += 1
+                        self.pending_bytes -= old[1]
+                    nb = feats_bytes(ev[7])
+                    pending[rid] = (ev[7], nb)
+                    self.pending_bytes += nb
+                    if len(pending) > limit or self.pending_bytes > max_bytes:
+                        while pending and (len(pending) > limit or self.pending_bytes > max_bytes):
+                            self.pending_bytes -= pending.popitem(last=False)[1][1]
+                            self.dropped["unmatched_record"] += 1
             except Exception:
                 self.dropped["error"] += 1
         if now >= self.window_end:
