@@ -156,19 +156,27 @@ class Monitor:
         groups: dict[tuple[tuple[str, ...], tuple[str, ...]], tuple[list[Any], list[Any]]] = {}
         preds: list[Any] = []
         confs: list[float] = []
+        # Records of one schema object (nearly every batch) share its group: looked up again when it changes.
+        last_schema: Any = None
+        g_nums: list[Any] = []
+        g_cats: list[Any] = []
         for r in recs:
-            if r[4] is not None or r[5] is not None:
+            pred, conf = r[4], r[5]
+            if pred is not None or conf is not None:
                 # Feature-only records say nothing about the prediction's missing rate.
-                preds.append(r[4])
-                confs.append(to_float(r[5]))
+                preds.append(pred)
+                confs.append(conf if conf.__class__ is float else to_float(conf))
             feats = r[7]
             if feats is not None:
                 schema = feats[0]
-                g = groups.get((schema.numeric, schema.categorical))
-                if g is None:
-                    g = groups[(schema.numeric, schema.categorical)] = ([], [])
-                g[0].append(feats[1])
-                g[1].append(feats[2])
+                if schema is not last_schema:
+                    g = groups.get((schema.numeric, schema.categorical))
+                    if g is None:
+                        g = groups[(schema.numeric, schema.categorical)] = ([], [])
+                    g_nums, g_cats = g
+                    last_schema = schema
+                g_nums.append(feats[1])
+                g_cats.append(feats[2])
         special = {self.pred_col, self.conf_col}
         for (num_names, cat_names), (nums, cats) in groups.items():
             n = len(nums)
