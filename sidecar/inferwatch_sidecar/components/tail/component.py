@@ -91,15 +91,22 @@ class _Trimmed:
         self.all_numeric = self.num_idx == list(range(len(schema.numeric)))
 
 
-def trim(feats: Any, limit: int, cache: dict[Any, _Trimmed]) -> Any:
+def trim(feats: Any, limit: int, cache: dict[int, tuple[Any, _Trimmed]]) -> Any:
     """What a kept row holds of ``feats``: the first ``limit`` feature names in sorted order (the ones
-    :func:`~.analysis._columns` can pick) and categorical values cut to :data:`MAX_KEPT_VALUE`."""
+    :func:`~.analysis._columns` can pick) and categorical values cut to :data:`MAX_KEPT_VALUE`.
+
+    ``cache`` is keyed by the schema object's ``id`` and holds the schema beside its trim (so the id
+    stays its own): a schema is a named tuple, and hashing it hashed every feature name, per kept row.
+    """
     schema, nums, cats = feats
-    t = cache.get(schema)
-    if t is None:
+    e = cache.get(id(schema))
+    if e is not None and e[0] is schema:
+        t = e[1]
+    else:
         if len(cache) >= 4096:
             cache.clear()
-        t = cache[schema] = _Trimmed(schema, limit)
+        t = _Trimmed(schema, limit)
+        cache[id(schema)] = (schema, t)
     if t.all_numeric and type(nums) is tuple and len(nums) <= len(t.num_idx):
         kept_nums = nums  # the same values in the same order: no copy
     else:
@@ -128,7 +135,7 @@ class TailComponent(StagedComponent):
         self._pending: OrderedDict[str, tuple[Any, int]] = OrderedDict()
         #: estimated bytes of ``_pending`` (bounded by max_pending_bytes)
         self.pending_bytes = 0
-        self._trim_cache: dict[Any, _Trimmed] = {}
+        self._trim_cache: dict[int, tuple[Any, _Trimmed]] = {}
         #: request ID -> a kept request (and its window) waiting for its record's features
         self._awaiting: OrderedDict[str, tuple[TailWindow, Row]] = OrderedDict()
         #: estimated bytes of the features the windows' kept rows hold (bounded by max_window_bytes)
