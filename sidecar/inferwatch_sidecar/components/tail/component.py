@@ -70,6 +70,8 @@ def feats_bytes(feats: Any) -> int:
         return 120
 
 
+#: No event's ctx (the identity check's start value in :meth:`TailComponent.absorb`).
+_NO_CTX = object()
 #: Longest categorical value a kept row holds: tail analysis compares categories, and 64 characters tell
 #: them apart; 64 features of 255 characters in 1,536 rows per version x 16 versions were 500 MB.
 MAX_KEPT_VALUE = 64
@@ -163,12 +165,18 @@ class TailComponent(StagedComponent):
         pending, awaiting, limit = self._pending, self._awaiting, self.cfg.max_pending
         max_bytes = self.cfg.max_pending_bytes
         cache: dict[Any, TailWindow | None] = {}
+        last_ctx: Any = _NO_CTX
+        last_w: TailWindow | None = None
         # A pending record is kept with its estimated bytes, (feats, bytes), so each is sized once.
         for ev in batch:
             try:
                 if ev[0] == EV_REQUEST:
                     ctx = ev[1]
-                    w = cache[ctx] if ctx in cache else cache.setdefault(ctx, self._window(ctx))
+                    if ctx is last_ctx:  # a frame's events share one ctx object: no tuple hashed
+                        w = last_w
+                    else:
+                        w = cache[ctx] if ctx in cache else cache.setdefault(ctx, self._window(ctx))
+                        last_ctx, last_w = ctx, w
                     if w is None:
                         self.dropped["too_many_models"] += 1
                         continue
