@@ -11,6 +11,7 @@ configured reference it first fills a :class:`~inferwatch_sidecar.components.dri
 from __future__ import annotations
 
 import logging
+from itertools import chain
 from typing import Any
 
 import numpy as np
@@ -28,6 +29,9 @@ from inferwatch_sidecar.stats.columns import to_float
 
 #: How a label reached its prediction (the ``result`` label of ``inferwatch_drift_labels_total``).
 LABEL_RESULTS = ("joined", "inline", "unmatched", "expired")
+
+#: The row type :meth:`Monitor._ingest_slot` reads with ``np.fromiter`` (the same values as ``np.array``).
+_TUPLE = {tuple}
 
 log = logging.getLogger("inferwatch.sidecar.drift")
 
@@ -182,7 +186,10 @@ class Monitor:
             n = len(nums)
             seen: set[str] = set()
             if num_names:
-                mat = np.array(nums, dtype=np.float64).reshape(n, len(num_names))
+                if set(map(type, nums)) == _TUPLE:  # the decoder's rows: read in one flat pass, no shape discovery
+                    mat = np.fromiter(chain.from_iterable(nums), dtype=np.float64).reshape(n, len(num_names))
+                else:
+                    mat = np.array(nums, dtype=np.float64).reshape(n, len(num_names))
                 for j, name in enumerate(num_names):
                     cw = cols.get(name)
                     if cw is not None and name not in special and name not in seen:
