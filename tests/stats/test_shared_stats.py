@@ -72,3 +72,27 @@ def test_mann_kendall_without_continuity_is_kendalls_tau_test_against_time() -> 
             continue
         assert mk.p_value == pytest.approx(float(ref.pvalue), rel=1e-9)
     assert mann_kendall(np.ones(10)).z == 0.0
+
+
+def test_categorical_summary_counts_strings_as_the_per_value_loop_does() -> None:
+    """summarize_categorical's Counter path (strings and None only) gives the per-value loop's counts,
+    missing and unseen categories (which, and in which order), over random families of values."""
+    import random
+
+    from inferwatch_sidecar.stats import compare
+    from inferwatch_sidecar.stats.columns import categorical_column
+
+    class Sub(str):  # a str subclass takes the per-value loop
+        pass
+
+    rng = random.Random(1)
+    for _ in range(200):
+        cats = [f"c{i}" for i in range(rng.randint(1, 40))]
+        vals = [rng.choice([*cats, None]) for _ in range(rng.randint(17, 400))]
+        ref = categorical_column("x", [rng.choice(cats[: max(1, len(cats) // 2)]) for _ in range(200)],
+                                 top_k=rng.randint(1, 10))
+        cap = rng.randint(0, 20)
+        fast = compare.summarize_categorical(ref, vals, max_unseen=cap)
+        loop = compare.summarize_categorical(ref, [None if v is None else Sub(v) for v in vals], max_unseen=cap)
+        assert fast.counts.tolist() == loop.counts.tolist() and fast.missing == loop.missing
+        assert list(fast.unseen.items()) == list(loop.unseen.items())

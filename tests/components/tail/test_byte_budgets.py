@@ -53,8 +53,10 @@ def test_tail_pending_records_are_bounded_by_bytes() -> None:
     assert held < 2 * budget, held  # the estimate is close to what is really held
     # Waiting records are trimmed as they start waiting (what a kept row would hold), so the 255-character
     # values are freed with their batch and the budget holds several times more records: ~500 instead of ~100.
-    assert all(len(v) <= 64 for feats in c._pending.values() for v in feats[2])
-    assert all(len(feats[2]) <= c.cfg.max_features for feats in c._pending.values())
+    # (each waiting record is kept with its estimated bytes: (feats, nbytes))
+    assert all(len(v) <= 64 for feats, _ in c._pending.values() for v in feats[2])
+    assert all(len(feats[2]) <= c.cfg.max_features for feats, _ in c._pending.values())
+    assert c.pending_bytes == sum(nb for _, nb in c._pending.values())
     assert len(c._pending) > 400 and c.dropped["unmatched_record"] == 1500 - len(c._pending) > 900
     assert c.status()["pending_bytes"] == c.pending_bytes
 

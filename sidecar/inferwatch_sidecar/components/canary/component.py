@@ -28,6 +28,7 @@ import math
 from typing import Any
 
 from inferwatch.wire import EV_RECORD, EV_REQUEST, OUTCOME_OK
+from inferwatch_sidecar.aggregate.labels import OVERFLOW
 from inferwatch_sidecar.components.base import ComponentContext, EstimatesAccuracy, Peers
 from inferwatch_sidecar.components.canary.config import CanaryConfig
 from inferwatch_sidecar.components.canary.judge import VERDICTS, Judgement, VerdictHold, judge
@@ -50,6 +51,8 @@ from inferwatch_sidecar.stats.columns import canon
 
 log = logging.getLogger("inferwatch.sidecar.canary")
 
+#: No event's ctx (the identity checks' start value in :meth:`CanaryComponent._gather`).
+_NO_CTX = object()
 #: (ctx, pid, producer ID) entries remembered for the per-replica load; past it the table starts over.
 _MAX_REPLICA_KEYS = 4096
 
@@ -128,60 +131,8 @@ class CanaryComponent(StagedComponent):
         slot = self._advance(now)
         if not batch:
             return
-        # Per raw ctx: outcomes, e2e seconds, stage seconds by name, confidences, predictions; then
-        # streamed stages' TTFTs and gaps (seconds) and the requests that met every SLO.
-        reqs: dict[Any, tuple[list[int], list[float], dict[str, list[float]]]] = {}
-        streams: dict[Any, tuple[list[float], list[float], list[int]]] = {}
-        recs: dict[Any, tuple[list[float], list[str]]] = {}
         slo = self.cfg.slo if self.cfg.slo.enabled else None
-        for ev in batch:
-            try:
-                if ev[0] == EV_REQUEST:
-                    # Outcome and latency are checked before either is added: their lists must stay paired.
-                    outcome, e2e = ev[4], ev[3] * 1e-9
-                    if outcome.__class__ is not int or not 0 <= outcome < N_OUTCOMES or e2e != e2e:
-                        raise ValueError("bad request event")
-                    r = reqs.get(ev[1])
-                    if r is None:
-                        r = reqs[ev[1]] = ([], [], {})
-                    r[0].append(outcome)
-                    r[1].append(e2e)
-                    good = ev[4] == OUTCOME_OK
-                    st = None
-                    for name, dur, stream in ev[8]:
-                        r[2].setdefault(self._lim_stage.get(name), []).append(dur * 1e-9)
-                        if stream is not None:
-                            if st is None:
-                                st = streams.get(ev[1])
-                                if st is None:
-                                    st = streams[ev[1]] = ([], [], [0])
-                            ttft = stream[0] * 1e-9
-                            if stream[1]:
-                                st[0].append(ttft)
-                            gaps = [g * 1e-6 for g in stream[2]]
-                            st[1].extend(gaps)
-                            if slo is not None and good:
-                                good = ((slo.ttft_s is None or (stream[1] > 0 and ttft <= slo.ttft_s))
-                                        and (slo.itl_s is None or not gaps or max(gaps) <= slo.itl_s))
-                    if slo is not None:
-                        good = good and (slo.latency_s is None or ev[3] * 1e-9 <= slo.latency_s)
-                        if good:
-                            g = streams.get(ev[1])
-                            if g is None:
-                                g = streams[ev[1]] = ([], [], [0])
-                            g[2][0] += 1
-                elif ev[4] is not None or ev[5] is not None:  # a record with a prediction or confidence
-                    c = recs.get(ev[1])
-                    if c is None:
-                        c = recs[ev[1]] = ([], [])
-                    conf = ev[5]
-                    if conf is not None and math.isfinite(conf):
-                        c[0].append(conf)
-                    pred = canon(ev[4])
-                    if pred is not None:
-                        c[1].append(pred)
-            except Exception:
-                self.dropped["error"] += 1
+        reqs, streams, recs = self._gather(batch, slo)
         for ctx, (outcomes, e2e, stages) in reqs.items():
             w = self._window(ctx)
             if w is None:
@@ -201,6 +152,92 @@ class CanaryComponent(StagedComponent):
                 self.dropped["too_many_versions"] += len(preds)
                 continue
             w.add_records(slot, confs, preds)
+
+    def _gather(self, batch: list[tuple[Any, ...]], slo: Any) -> tuple[
+            dict[Any, tuple[list[int], list[float], dict[str, list[float]]]],
+            dict[Any, tuple[list[float], list[float], list[int]]], dict[Any, tuple[list[float], list[str]]]]:
+        """Per raw ctx: outcomes, e2e seconds, stage seconds by name; streamed stages' TTFTs and gaps (seconds)
+        and the requests that met every SLO; confidences and predictions."""
+        # The fourth member of a ctx's entry is its stage lists by raw name (see below), dropped on return.
+        reqs: dict[Any, tuple[list[int], list[float], dict[str, list[float]], dict[Any, list[float]]]] = {}
+        streams: dict[Any, tuple[list[float], list[float], list[int]]] = {}
+        recs: dict[Any, tuple[list[float], list[str]]] = {}
+        # The events of a frame share one ctx tuple object, so its lists are looked up again only when the
+        # object changes; a stage's list is found by its raw name (``by_name``, per ctx), the label limiter
+        # asked once per name, except a name it refuses (each refusal is counted, as before).
+        lim = self._lim_stage
+        last_req: Any = _NO_CTX
+        last_rec: Any = _NO_CTX
+        r: Any = None
+        c: Any = None
+        by_name: dict[Any, list[float]] = {}
+        for ev in batch:
+            try:
+                if ev[0] == EV_REQUEST:
+                    # Outcome and latency are checked before either is added: their lists must stay paired.
+                    outcome, e2e = ev[4], ev[3] * 1e-9
+                    if outcome.__class__ is not int or not 0 <= outcome < N_OUTCOMES or e2e != e2e:
+                        raise ValueError("bad request event")
+                    ctx = ev[1]
+                    if ctx is not last_req:
+                        r = reqs.get(ctx)
+                        if r is None:
+                            r = reqs[ctx] = ([], [], {}, {})
+                        last_req, by_name = ctx, r[3]
+                    r[0].append(outcome)
+                    r[1].append(e2e)
+                    good = outcome == OUTCOME_OK
+                    for name, dur, stream in ev[8]:
+                        vals = by_name.get(name)
+                        if vals is None:
+                            label = lim.get(name)
+                            vals = r[2].setdefault(label, [])
+                            if label != OVERFLOW:
+                                by_name[name] = vals
+                        vals.append(dur * 1e-9)
+                        if stream is not None:
+                            good = self._stream(streams, ctx, stream, slo, good)
+                    if slo is not None:
+                        good = good and (slo.latency_s is None or ev[3] * 1e-9 <= slo.latency_s)
+                        if good:
+                            g = streams.get(ctx)
+                            if g is None:
+                                g = streams[ctx] = ([], [], [0])
+                            g[2][0] += 1
+                elif ev[4] is not None or ev[5] is not None:  # a record with a prediction or confidence
+                    ctx = ev[1]
+                    if ctx is not last_rec:
+                        c = recs.get(ctx)
+                        if c is None:
+                            c = recs[ctx] = ([], [])
+                        last_rec = ctx
+                    conf = ev[5]
+                    if conf is not None and math.isfinite(conf):
+                        c[0].append(conf)
+                    pred = ev[4]
+                    pred = pred if pred.__class__ is str else canon(pred)
+                    if pred is not None:
+                        c[1].append(pred)
+            except Exception:
+                self.dropped["error"] += 1
+        return {k: v[:3] for k, v in reqs.items()}, streams, recs
+
+    @staticmethod
+    def _stream(streams: dict[Any, tuple[list[float], list[float], list[int]]], ctx: Any, stream: Any, slo: Any,
+                good: bool) -> bool:
+        """Add a streamed stage's TTFT and gaps to ``streams[ctx]``; whether the request still meets the SLOs."""
+        st = streams.get(ctx)
+        if st is None:
+            st = streams[ctx] = ([], [], [0])
+        ttft = stream[0] * 1e-9
+        if stream[1]:
+            st[0].append(ttft)
+        gaps = [g * 1e-6 for g in stream[2]]
+        st[1].extend(gaps)
+        if slo is not None and good:
+            good = ((slo.ttft_s is None or (stream[1] > 0 and ttft <= slo.ttft_s))
+                    and (slo.itl_s is None or not gaps or max(gaps) <= slo.itl_s))
+        return good
 
     def _accuracy(self) -> dict[tuple[str, str], float]:
         """The estimated accuracy by (model, version), from the component that estimates it (drift)."""

@@ -57,6 +57,8 @@ from inferwatch_sidecar.metrics.drift import (
 from inferwatch_sidecar.metrics.samples import Samples
 
 log = logging.getLogger("inferwatch.sidecar.drift")
+#: No event's ctx (the identity check's start value in :meth:`DriftComponent.absorb`).
+_NO_CTX = object()
 
 
 class DriftComponent(StagedComponent):
@@ -100,29 +102,41 @@ class DriftComponent(StagedComponent):
         by_key: dict[tuple[str, str], list[tuple[Any, ...]]] = {}
         labels: list[tuple[Any, ...]] = []
         new_keys = 0
+        # The events of a frame share one ctx tuple object: its key and list are looked up again only when
+        # the object changes (``lst`` None: not looked up yet, or the version was refused).
+        last_ctx: Any = _NO_CTX
+        key: tuple[str, str] = ("", "")
+        lst: list[tuple[Any, ...]] | None = None
         for r in batch:
             try:
                 if r[0] != EV_RECORD:
                     continue
                 ctx = r[1]
-                key = (ctx[1] or "", ctx[2] or "")
+                if ctx is not last_ctx:
+                    key = (ctx[1] or "", ctx[2] or "")
+                    last_ctx, lst = ctx, None
                 feats = r[7]
                 if r[4] is None and feats is None:
                     if r[6] is not None:
                         labels.append(r)
                     continue
-                if feats is not None and not _well_formed(feats):
-                    # One record the windows cannot read is dropped alone, never its batch.
-                    self.dropped["bad_record"] = self.dropped.get("bad_record", 0) + 1
-                    continue
-                lst = by_key.get(key)
+                if feats is not None:
+                    # A schema with one value per feature (what ``Monitor.ingest`` reads): _well_formed inline.
+                    sc = feats[0]
+                    if not (isinstance(sc, Schema) and len(feats[1]) == len(sc.numeric)
+                            and len(feats[2]) == len(sc.categorical)):
+                        # One record the windows cannot read is dropped alone, never its batch.
+                        self.dropped["bad_record"] = self.dropped.get("bad_record", 0) + 1
+                        continue
                 if lst is None:
-                    if key not in self.monitors:
-                        if new_keys >= self.cfg.max_models - len(self.monitors):
-                            self.dropped["too_many_models"] += 1
-                            continue
-                        new_keys += 1
-                    lst = by_key[key] = []
+                    lst = by_key.get(key)
+                    if lst is None:
+                        if key not in self.monitors:
+                            if new_keys >= self.cfg.max_models - len(self.monitors):
+                                self.dropped["too_many_models"] += 1
+                                continue
+                            new_keys += 1
+                        lst = by_key[key] = []
                 lst.append(r)
             except Exception:
                 self.dropped["error"] += 1

@@ -39,20 +39,30 @@ class LabelJoiner:
         """Score the inline labels of ``mon``'s records and remember the other predictions."""
         cap = self.max_pending
         mono = self._monotonic()
-        for r in recs:
-            pred, rid, label = r[4], r[3], r[6]
-            if pred is None:
-                continue
-            if label is not None:
-                mon.count_label("inline", canon(pred) == canon(label))
-            elif rid is not None and cap > 0:
-                self.pending[rid] = (mon.key, canon(pred), mono)
-                self.pending.move_to_end(rid)
-                if len(self.pending) > cap:
-                    _, (k, _, _) = self.pending.popitem(last=False)
-                    m = monitors.get(k)
-                    if m is not None:
-                        m.count_label("expired")
+        pending, key = self.pending, mon.key
+        # Predictions pushed out of a full table, counted per model version after the loop (one
+        # ``count_label`` call per record was most of this method's time once the table is full).
+        expired: dict[tuple[str, str], int] = {}
+        try:
+            for r in recs:
+                pred, label = r[4], r[6]
+                if pred is None:
+                    continue
+                if label is not None:
+                    mon.count_label("inline", canon(pred) == canon(label))
+                else:
+                    rid = r[3]
+                    if rid is not None and cap > 0:
+                        pending[rid] = (key, pred if pred.__class__ is str else canon(pred), mono)
+                        pending.move_to_end(rid)
+                        if len(pending) > cap:
+                            k = pending.popitem(last=False)[1][0]
+                            expired[k] = expired.get(k, 0) + 1
+        finally:
+            for k, n in expired.items():
+                m = monitors.get(k)
+                if m is not None:
+                    m.label_counts["expired"] += n
 
     def join(self, r: tuple[Any, ...], monitors: Mapping[tuple[str, str], Monitor]) -> bool:
         """Score a label-only record against its prediction. False when no model version could count it."""

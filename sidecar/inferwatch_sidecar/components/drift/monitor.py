@@ -11,6 +11,7 @@ configured reference it first fills a :class:`~inferwatch_sidecar.components.dri
 from __future__ import annotations
 
 import logging
+from itertools import chain
 from typing import Any
 
 import numpy as np
@@ -28,6 +29,9 @@ from inferwatch_sidecar.stats.columns import to_float
 
 #: How a label reached its prediction (the ``result`` label of ``inferwatch_drift_labels_total``).
 LABEL_RESULTS = ("joined", "inline", "unmatched", "expired")
+
+#: The row type :meth:`Monitor._ingest_slot` reads with ``np.fromiter`` (the same values as ``np.array``).
+_TUPLE = {tuple}
 
 log = logging.getLogger("inferwatch.sidecar.drift")
 
@@ -156,25 +160,36 @@ class Monitor:
         groups: dict[tuple[tuple[str, ...], tuple[str, ...]], tuple[list[Any], list[Any]]] = {}
         preds: list[Any] = []
         confs: list[float] = []
+        # Records of one schema object (nearly every batch) share its group: looked up again when it changes.
+        last_schema: Any = None
+        g_nums: list[Any] = []
+        g_cats: list[Any] = []
         for r in recs:
-            if r[4] is not None or r[5] is not None:
+            pred, conf = r[4], r[5]
+            if pred is not None or conf is not None:
                 # Feature-only records say nothing about the prediction's missing rate.
-                preds.append(r[4])
-                confs.append(to_float(r[5]))
+                preds.append(pred)
+                confs.append(conf if conf.__class__ is float else to_float(conf))
             feats = r[7]
             if feats is not None:
                 schema = feats[0]
-                g = groups.get((schema.numeric, schema.categorical))
-                if g is None:
-                    g = groups[(schema.numeric, schema.categorical)] = ([], [])
-                g[0].append(feats[1])
-                g[1].append(feats[2])
+                if schema is not last_schema:
+                    g = groups.get((schema.numeric, schema.categorical))
+                    if g is None:
+                        g = groups[(schema.numeric, schema.categorical)] = ([], [])
+                    g_nums, g_cats = g
+                    last_schema = schema
+                g_nums.append(feats[1])
+                g_cats.append(feats[2])
         special = {self.pred_col, self.conf_col}
         for (num_names, cat_names), (nums, cats) in groups.items():
             n = len(nums)
             seen: set[str] = set()
             if num_names:
-                mat = np.array(nums, dtype=np.float64).reshape(n, len(num_names))
+                if set(map(type, nums)) == _TUPLE:  # the decoder's rows: read in one flat pass, no shape discovery
+                    mat = np.fromiter(chain.from_iterable(nums), dtype=np.float64).reshape(n, len(num_names))
+                else:
+                    mat = np.array(nums, dtype=np.float64).reshape(n, len(num_names))
                 for j, name in enumerate(num_names):
                     cw = cols.get(name)
                     if cw is not None and name not in special and name not in seen:

@@ -71,6 +71,8 @@ def feats_bytes(feats: Any) -> int:
         return 120
 
 
+#: No event's ctx (the identity check's start value in :meth:`TailComponent.absorb`).
+_NO_CTX = object()
 #: Longest categorical value a kept row holds: tail analysis compares categories, and 64 characters tell
 #: them apart; 64 features of 255 characters in 1,536 rows per version x 16 versions were 500 MB.
 MAX_KEPT_VALUE = 64
@@ -92,15 +94,22 @@ class _Trimmed:
         self.all_numeric = self.num_idx == list(range(len(schema.numeric)))
 
 
-def trim(feats: Any, limit: int, cache: dict[Any, _Trimmed]) -> Any:
+def trim(feats: Any, limit: int, cache: dict[int, tuple[Any, _Trimmed]]) -> Any:
     """What a kept row holds of ``feats``: the first ``limit`` feature names in sorted order (the ones
-    :func:`~.analysis._columns` can pick) and categorical values cut to :data:`MAX_KEPT_VALUE`."""
+    :func:`~.analysis._columns` can pick) and categorical values cut to :data:`MAX_KEPT_VALUE`.
+
+    ``cache`` is keyed by the schema object's ``id`` and holds the schema beside its trim (so the id
+    stays its own): a schema is a named tuple, and hashing it hashed every feature name, per kept row.
+    """
     schema, nums, cats = feats
-    t = cache.get(schema)
-    if t is None:
+    e = cache.get(id(schema))
+    if e is not None and e[0] is schema:
+        t = e[1]
+    else:
         if len(cache) >= 4096:
             cache.clear()
-        t = cache[schema] = _Trimmed(schema, limit)
+        t = _Trimmed(schema, limit)
+        cache[id(schema)] = (schema, t)
     if t.all_numeric and type(nums) is tuple and len(nums) <= len(t.num_idx):
         kept_nums = nums  # the same values in the same order: no copy
     else:
@@ -125,11 +134,11 @@ class TailComponent(StagedComponent):
                          max_staged_bytes=config.max_staged_bytes, log=log)
         self.cfg = config
         self.windows: dict[Key, TailWindow] = {}
-        #: request ID -> a record's features waiting for its request
-        self._pending: OrderedDict[str, Any] = OrderedDict()
+        #: request ID -> a record's features waiting for its request, and their estimated bytes
+        self._pending: OrderedDict[str, tuple[Any, int]] = OrderedDict()
         #: estimated bytes of ``_pending`` (bounded by max_pending_bytes)
         self.pending_bytes = 0
-        self._trim_cache: dict[Any, _Trimmed] = {}
+        self._trim_cache: dict[int, tuple[Any, _Trimmed]] = {}
         #: A waiting record estimated above this is trimmed as it starts waiting: the most a trimmed one can be
         #: (``max_features`` categorical values of ``MAX_KEPT_VALUE`` characters).
         self._trim_above = feats_bytes((None, (), ("x" * MAX_KEPT_VALUE,) * config.max_features))
@@ -160,26 +169,32 @@ class TailComponent(StagedComponent):
         pending, awaiting, limit = self._pending, self._awaiting, self.cfg.max_pending
         max_bytes = self.cfg.max_pending_bytes
         cache: dict[Any, TailWindow | None] = {}
+        last_ctx: Any = _NO_CTX
+        last_w: TailWindow | None = None
+        # A pending record is kept with its estimated bytes, (feats, bytes), so each is sized once.
         for ev in batch:
             try:
                 if ev[0] == EV_REQUEST:
                     ctx = ev[1]
-                    w = cache[ctx] if ctx in cache else cache.setdefault(ctx, self._window(ctx))
+                    if ctx is last_ctx:  # a frame's events share one ctx object: no tuple hashed
+                        w = last_w
+                    else:
+                        w = cache[ctx] if ctx in cache else cache.setdefault(ctx, self._window(ctx))
+                        last_ctx, last_w = ctx, w
                     if w is None:
                         self.dropped["too_many_models"] += 1
                         continue
                     rid = ev[6]
-                    feats = pending.pop(rid, None) if rid is not None else None
-                    if feats is not None:
-                        self.pending_bytes -= feats_bytes(feats)
-                    row = Row(ev[3] * 1e-9, ev[8], None)
+                    got = pending.pop(rid, None) if rid is not None else None
+                    if got is not None:
+                        self.pending_bytes -= got[1]
                     before = w.bytes
-                    kept = w.add(row)
-                    self.window_bytes += w.bytes - before  # rows it pushed out
-                    if not kept:
+                    row = w.offer(ev[3] * 1e-9, ev[8])  # None: not kept (no Row made)
+                    if row is None:
                         continue
-                    if feats is not None:
-                        self._attach(w, row, feats)
+                    self.window_bytes += w.bytes - before  # rows it pushed out
+                    if got is not None:
+                        self._attach(w, row, got[0])
                     elif rid is not None:
                         awaiting[rid] = (w, row)
                         if len(awaiting) > limit:
@@ -191,21 +206,22 @@ class TailComponent(StagedComponent):
                         continue
                     old = pending.pop(rid, None)
                     if old is not None:
-                        self.pending_bytes -= feats_bytes(old)
+                        self.pending_bytes -= old[1]
                     # A record larger than any kept row can be waits trimmed to what a kept row would hold, not
                     # whole until it joins: its full values (up to 64 x 255 characters) are freed with its batch,
                     # and the budget holds several times more records. Smaller ones (the common kind) wait as they
                     # came: trimming them would gain little, at a cost per record.
                     feats = ev[7]
-                    nbytes = feats_bytes(feats)
-                    if nbytes > self._trim_above:
+                    nb = feats_bytes(feats)
+                    if nb > self._trim_above:
                         feats = trim(feats, self.cfg.max_features, self._trim_cache)
-                        nbytes = feats_bytes(feats)
-                    pending[rid] = feats
-                    self.pending_bytes += nbytes
-                    while pending and (len(pending) > limit or self.pending_bytes > max_bytes):
-                        self.pending_bytes -= feats_bytes(pending.popitem(last=False)[1])
-                        self.dropped["unmatched_record"] += 1
+                        nb = feats_bytes(feats)
+                    pending[rid] = (feats, nb)
+                    self.pending_bytes += nb
+                    if len(pending) > limit or self.pending_bytes > max_bytes:
+                        while pending and (len(pending) > limit or self.pending_bytes > max_bytes):
+                            self.pending_bytes -= pending.popitem(last=False)[1][1]
+                            self.dropped["unmatched_record"] += 1
             except Exception:
                 self.dropped["error"] += 1
         if now >= self.window_end:

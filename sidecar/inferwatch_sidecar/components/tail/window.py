@@ -52,7 +52,7 @@ class TailWindow:
         seed: seed of the sampling.
     """
 
-    __slots__ = ("key", "n", "max_tail", "size", "sample", "top", "_rng", "_seq", "bytes")
+    __slots__ = ("key", "n", "max_tail", "size", "sample", "top", "_rng", "_randbelow", "_seq", "bytes")
 
     def __init__(self, key: tuple[str, str, str], max_tail: int, reservoir: int, seed: int) -> None:
         self.key = key
@@ -63,6 +63,8 @@ class TailWindow:
         #: (latency, arrival number, row): the number breaks ties without comparing rows.
         self.top: list[tuple[float, int, Row]] = []
         self._rng = random.Random(f"{seed}/{'/'.join(key)}")
+        #: ``randrange(n)`` without its argument checks: the draw it makes for one ``n > 0`` (the same stream).
+        self._randbelow = self._rng._randbelow  # type: ignore[attr-defined]
         self._seq = 0
         #: Estimated bytes of the features the kept rows hold.
         self.bytes = 0
@@ -78,30 +80,48 @@ class TailWindow:
         A row is added without features; :meth:`attach` gives it them, so their bytes are counted.
         """
         self.n += 1
-        kept = False
-        if len(self.sample) < self.size:
-            self.sample.append(row)
-            row.held += 1
-            kept = True
-        else:
-            j = self._rng.randrange(self.n)
-            if j < self.size:
-                old = self.sample[j]
-                self.sample[j] = row
+        j = len(self.sample) if len(self.sample) < self.size else self._randbelow(self.n)
+        self._seq += 1
+        top = self.top
+        if j >= self.size and len(top) >= self.max_tail and not row.latency > top[0][0]:
+            return False
+        self._place(row, j)
+        return True
+
+    def offer(self, latency: float, stages: Any) -> Row | None:
+        """:meth:`add` a request of ``latency`` seconds and ``stages``, making its :class:`Row` only when it is
+        kept (most requests of a busy window are not): the kept row, or None. The same draws and the same rows
+        kept as :meth:`add`."""
+        self.n += 1
+        j = len(self.sample) if len(self.sample) < self.size else self._randbelow(self.n)
+        self._seq += 1
+        top = self.top
+        if j >= self.size and len(top) >= self.max_tail and not latency > top[0][0]:
+            return None
+        row = Row(latency, stages, None)
+        self._place(row, j)
+        return row
+
+    def _place(self, row: Row, j: int) -> None:
+        """Keep ``row``: at sample index ``j`` (appended at the end, replacing past it, or not there when
+        ``j >= size``) and among the slowest when it is one of them."""
+        sample = self.sample
+        if j < self.size:
+            if j == len(sample):
+                sample.append(row)
+                row.held += 1
+            else:
+                old = sample[j]
+                sample[j] = row
                 row.held += 1
                 self._release(old)
-                kept = True
         top = self.top
-        self._seq += 1
         if len(top) < self.max_tail:
             heapq.heappush(top, (row.latency, self._seq, row))
             row.held += 1
-            kept = True
         elif row.latency > top[0][0]:
             row.held += 1
             self._release(heapq.heapreplace(top, (row.latency, self._seq, row))[2])
-            kept = True
-        return kept
 
     def attach(self, row: Row, feats: Any, nbytes: int) -> None:
         """Give a kept row its (trimmed) features of ``nbytes`` estimated bytes; a row no longer kept takes none."""
