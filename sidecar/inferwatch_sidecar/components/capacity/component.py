@@ -26,24 +26,28 @@ _NONE = object()
 
 class _Fast:
     """What the inline path needs of one context tuple: its key, its model version's series, the goodput
-    totals of its key (None without an objective) and the end-to-end threshold under which a successful
-    request is good without more checks (an int, so the comparison stays in integers)."""
+    totals of its key (None without an objective), the end-to-end threshold at or under which a successful
+    request is good without more checks (an int, so the comparison stays in integers) and whether that is the
+    objective's only threshold (then an int duration above it is bad without more checks)."""
 
-    __slots__ = ("key", "series", "totals", "thr")
+    __slots__ = ("key", "series", "totals", "thr", "e2e_only")
 
     def __init__(self, key: Any, series: Series, totals: list[int] | None, thr: Any) -> None:
         self.key = key
         self.series = series
         self.totals = totals
         self.thr = thr
+        self.e2e_only = totals is not None and thr != float("-inf")
 
-    def flush(self, n: int, dsum: Any) -> None:
-        """A run of ``n`` successful requests within the threshold, of summed duration ``dsum``."""
+    def flush(self, n: int, dsum: Any, bad: int, judged: int) -> None:
+        """A run of ``n`` successful requests of summed duration ``dsum``: ``bad`` of them over the end-to-end
+        objective, ``judged`` of them counted by :meth:`Goodput.observe`, the others good."""
         s = self.series
         s.dur += dsum
         s.count += n
         if self.totals is not None:
-            self.totals[0] += n
+            self.totals[0] += n - bad - judged
+            self.totals[1] += bad
 
 
 class CapacityComponent(StagedComponent):
@@ -80,12 +84,13 @@ class CapacityComponent(StagedComponent):
         """Fold the staged events into the windows (the state lock held).
 
         The common case is a run of successful requests of one context tuple (the decoder shares one tuple
-        among a frame's events) ending inside their model version's open window and, with an objective,
-        within its end-to-end threshold: each costs a tuple unpacking, four comparisons and two additions to
-        locals, and the run's sums go to its window and good count once, when the run ends (the live knee's
-        bar is 0.3 us an event, bench/capacity_callgrind.py). A successful request over the threshold (or
-        under an objective on TTFT or inter-token latency) is judged one by one; a new window, a new model
-        version, another outcome or an event that is not a 9-tuple takes :meth:`_general`.
+        among a frame's events) ending inside their model version's open window: each costs a tuple
+        unpacking, four comparisons and two additions to locals, and the run's sums go to its window and
+        goodput counts once, when the run ends (the live knee's bar is 0.3 us an event,
+        bench/capacity_callgrind.py). Under an objective on end-to-end time alone, a request within it is
+        good and one over it bad by that comparison; an objective on TTFT or inter-token latency has
+        :meth:`Goodput.observe` judge each request. A new window, a new model version, another outcome or an
+        event that is not a 9-tuple takes :meth:`_general`.
         """
         by_ctx = self._series_by_ctx
         slo = self.goodput.observe if self.goodput.objectives else None
@@ -95,14 +100,15 @@ class CapacityComponent(StagedComponent):
         cur: _Fast | None = None
         cur_c: Any = _NONE  # the run's context tuple (compared by identity)
         nxt = thr = 0
-        n = dsum = 0  # the run's requests and their summed durations
+        e2e_only = False
+        n = dsum = nb = nj = 0  # the run's requests, their summed durations, those bad and those judged apart
         for ev in batch:
             try:
                 typ, c, end, d, outcome, _, _, _, stages = ev
             except (TypeError, ValueError):  # not a 9-tuple: the general path judges it
                 if n:
-                    cur.flush(n, dsum)  # type: ignore[union-attr]
-                    n = dsum = 0
+                    cur.flush(n, dsum, nb, nj)  # type: ignore[union-attr]
+                    n = dsum = nb = nj = 0
                 cur_c = _NONE
                 r, last = self._general(ev, slo, last)
                 refused += r
@@ -112,19 +118,19 @@ class CapacityComponent(StagedComponent):
             try:  # free unless raised (Python 3.11's zero-cost exceptions)
                 if c is not cur_c:
                     if n:
-                        cur.flush(n, dsum)  # type: ignore[union-attr]
-                        n = dsum = 0
+                        cur.flush(n, dsum, nb, nj)  # type: ignore[union-attr]
+                        n = dsum = nb = nj = 0
                     cur = by_ctx.get(c)
                     if cur is None:
                         cur_c = _NONE
                         r, last = self._general(ev, slo, last)
                         refused += r
                         continue
-                    cur_c, nxt, thr = c, cur.series.next_ns, cur.thr
+                    cur_c, nxt, thr, e2e_only = c, cur.series.next_ns, cur.thr, cur.e2e_only
                 if outcome != ok or end >= nxt:
                     if n:
-                        cur.flush(n, dsum)  # type: ignore[union-attr]
-                        n = dsum = 0
+                        cur.flush(n, dsum, nb, nj)  # type: ignore[union-attr]
+                        n = dsum = nb = nj = 0
                     cur_c = _NONE  # the general path may open a new window
                     r, last = self._general(ev, slo, last)
                     refused += r
@@ -133,17 +139,20 @@ class CapacityComponent(StagedComponent):
                     n += 1
                     dsum += d
                 else:  # over the end-to-end threshold, or an objective that needs the stages
-                    s = cur.series  # type: ignore[union-attr]
-                    s.dur += d
-                    s.count += 1
-                    if slo is not None:
-                        slo(cur.key, cur.key[1], ok, d, stages)  # type: ignore[union-attr]
+                    n += 1
+                    dsum += d
+                    if e2e_only and type(d) is int:  # an int over the rounded-down threshold is over it
+                        nb += 1
+                    else:
+                        nj += 1
+                        if slo is not None:
+                            slo(cur.key, cur.key[1], ok, d, stages)  # type: ignore[union-attr]
                 if end > last:
                     last = end
             except (TypeError, ValueError, IndexError, KeyError):
                 self.count_drop("error")  # a malformed request costs itself, never the batch
         if n:
-            cur.flush(n, dsum)  # type: ignore[union-attr]
+            cur.flush(n, dsum, nb, nj)  # type: ignore[union-attr]
         self._last_end = last
         if refused:
             self.count_drop("too_many_models", refused)
