@@ -8,6 +8,12 @@ the stage means. ``--delay-ms`` adds that much to every inference batch (the dem
 for a server whose requests take a model's time rather than a few milliseconds; the gap (HTTP parsing and
 writing outside the middleware, loopback) is about constant, so its share shrinks as requests grow.
 
+At concurrency 1 two more figures tell the load generator's own overhead from what the server's timings
+cannot see: a raw blocking-socket client (``sendall``, ``recv`` until the answer is whole: the least any
+client adds) sends the same request bytes to the same server for as long, its server-side mean taken apart;
+and the same raw client against an ASGI app that answers at once under the same uvicorn gives the floor of a
+request outside any application (uvicorn's HTTP parsing and writing, loopback, the two processes' wake-ups).
+
 Usage::
 
     PYTHONPATH=sdk:sidecar:. python bench/loadtest_agreement.py [--concurrency 1] [--duration 10] [--delay-ms 0 20]
@@ -88,9 +94,7 @@ def measure(tmp: Path, sidecar_url: str, sock: str, concurrency: int, duration: 
             return check
 
         before = scrape(sidecar_url)
-        import uvloop
-        arun = uvloop.run if os.environ.get("IW_BENCH_LOOP") == "uvloop" else asyncio.run
-        out = arun(run(t, Plan("concurrency", [float(concurrency)], duration, 10**6, 600.0, Objectives())))
+        out = asyncio.run(run(t, Plan("concurrency", [float(concurrency)], duration, 10**6, 600.0, Objectives())))
         (step,) = out.steps
         mid = _wait(counted(step.requests + 1), 30, "every request counted by the sidecar")  # + the preflight
         seen["n"] += step.requests + 1
