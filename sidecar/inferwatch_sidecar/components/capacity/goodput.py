@@ -8,6 +8,7 @@ A request that failed or was shed is bad; a cancelled one is neither (the client
 
 from __future__ import annotations
 
+import math
 from collections import deque
 from typing import Any
 
@@ -61,6 +62,22 @@ class Goodput:
         if len(self._cache) < 4096:
             self._cache[key] = e
         return e
+
+    def inline(self, key: Any, model: str) -> tuple[list[int] | None, Any]:
+        """For the capacity component's inline path: ``key``'s totals (None without an objective) and the
+        duration in ns at or under which a successful request is good with no other check.
+
+        That is the end-to-end threshold rounded down to an int (an int duration within it is within the
+        threshold; one above it is judged by :meth:`observe`, exactly), no limit without an objective, and
+        -inf (every request judged) when the objective also holds TTFT or inter-token latency.
+        """
+        e = self._cache.get(key) or self._entry(key, model)
+        if e is None:
+            return None, 1 << 62
+        t, _, e2e_ns, e2e_only = e
+        if not e2e_only:
+            return t, float("-inf")
+        return t, (math.floor(e2e_ns) if e2e_ns != float("inf") else 1 << 62)
 
     def observe(self, key: Any, model: str, outcome: int, duration_ns: int, stages: Any) -> None:
         if outcome in (OUTCOME_CANCELLED, OUTCOME_CLIENT_ERROR):
