@@ -80,7 +80,7 @@ class DetectorConfig(BaseModel):
     clear_s: float = Field(300.0, ge=0)
     confidence: float = Field(0.95, gt=0.5, lt=1)
     max_episodes: int = Field(16, ge=1, le=1000)
-    method: Literal["trend", "glr"] = "trend"
+    method: Literal["trend", "glr"] = "glr"
     tau_max_s: float = Field(1200.0, gt=0)
 
     @field_validator("scales")

@@ -255,8 +255,13 @@ class LeakDetector:
     def _scale_result(self, sc: _Scale, now: float) -> TrendResult | None:
         cfg = self.cfg
         age = now - (self._first_t if self._first_t is not None else now)
-        # The GLR judges a young series as soon as its window holds the blocks: its null holds warm-ups.
-        young = (cfg.warmup_s if cfg.method == "glr" else max((1 + PRE_WINDOW) * sc.window_s, cfg.warmup_s))
+        # The GLR judges a young series as soon as the shortest window holds its blocks (its null holds
+        # warm-ups); a longer window waits until the series is half its length, since its coarser bins
+        # see a steep warm-up's start as a few level shifts, and de-stepping them bends what is left.
+        if cfg.method == "glr":
+            young = cfg.warmup_s if sc is self._scales[0] else max(sc.window_s / 2, cfg.warmup_s)
+        else:
+            young = max((1 + PRE_WINDOW) * sc.window_s, cfg.warmup_s)
         if age < young or not sc.bins or now - sc.bins[-1][0] > sc.window_s / 4:
             return None
         fb = _floor_blocks(sc, self.release_window(), cfg.min_blocks)
@@ -335,7 +340,8 @@ class LeakDetector:
             # The knot leaves a quarter of the data after it (of a young series' data, not of the window).
             tk, gk = tw[whole], gw[whole]
             onset, rate, r_lo, r_hi = _hinge(tk, gk, sigma, q, edge - (edge - float(tk[0])) / 4)
-            onset = knot  # the change point: the hinge's knot fitted together with the warm-up
+            # The change point: the hinge's knot fitted together with the warm-up over both windows.
+            onset = self._change_point(ft, g, sigma, knot)
             base = float(fy[ft >= onset].min())
             passed = rate > 0 and r_lo > cfg.min_rate_bytes_per_s
         z = slope / se if se > 0 else 0.0
@@ -383,7 +389,9 @@ class LeakDetector:
             return
         fired = [r for r in res if r.passed]
         best = min(fired, key=lambda r: (r.rate_upper or 0.0) - (r.rate_lower or 0.0)) if fired else None
-        floor = min(r.floor for r in res)
+        # The newest floor: the shortest judged scale's (a longer scale's latest block reaches further back,
+        # and just after a quick detection may still hold the floor from before the onset).
+        floor = res[0].floor
         if fired:
             self._fail_since = None
             if self._pass_since is None:
@@ -412,11 +420,25 @@ class LeakDetector:
         base = self._base if self._base is not None else floor
         if floor < base + 0.5 * (self._top - base) and self._top > base:
             self._close(now, "released")
-        elif not fired and self._fail_since is not None and now - self._fail_since >= self.cfg.clear_s:
+        elif not self._still_rising(fired, res, now):
             self._close(now, "stopped")
         elif best is not None and best.rate is not None:
             self._rate, self._ci = best.rate, (best.rate_lower or 0.0, best.rate_upper or 0.0)
             ep["rate"], ep["rate_ci"] = self._rate, list(self._ci)
+
+    def _still_rising(self, fired: list[TrendResult], res: list[TrendResult], now: float) -> bool:
+        """Whether an open episode holds: its test passed within the last ``clear_s``.
+
+        With the GLR, once a leak is found the question becomes whether the floor still climbs, not
+        whether the climb still departs from a warm-up: a creep that fills a window is as straight as
+        the middle of an S-shaped warm-up, and the GLR's statistic falls while the leak goes on. So the
+        shortest judged scale's floor slope, with its lower bound above ``min_rate_bytes_per_s``, also
+        holds it (a longer window keeps the stopped climb in view for hours).
+        """
+        if not fired and self.cfg.method == "glr" and res[0].lower > self.cfg.min_rate_bytes_per_s:
+            self._fail_since = None
+            return True
+        return fired != [] or self._fail_since is None or now - self._fail_since < self.cfg.clear_s
 
     def _open(self, now: float, best: TrendResult) -> None:
         assert best.rate is not None and best.onset is not None
