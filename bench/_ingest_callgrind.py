@@ -9,15 +9,12 @@ side by side. Split out of ``ingest.py`` (issue 23).
 from __future__ import annotations
 
 import json
-import re
-import subprocess
 import sys
-import tempfile
 from pathlib import Path
 from typing import Any
 
-from _harness import STABLE_HASH_ENV
-from _ingest_trees import REPO, baseline_tree, tree_env
+from _harness import STABLE_HASH_ENV, CallgrindFailed, callgrind_run
+from _ingest_trees import baseline_tree, tree_env
 
 #: The script whose ``--replica-child`` runs the replica (with the tree under test on its path).
 INGEST = Path(__file__).resolve().with_name("ingest.py")
@@ -105,19 +102,11 @@ def replica_child(measure: bool, components: str, n_req: int) -> None:
 
 def callgrind_count(tree: Path | None, components: str, n_req: int, measure: int) -> tuple[int, list[str]]:
     """Instructions (all threads, user space) of one replica run from ``tree`` (None: this checkout)."""
-    with tempfile.TemporaryDirectory() as tmp:
-        out = Path(tmp) / "cg.out"
-        cmd = ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}", sys.executable, str(INGEST),
-               "--replica-child", str(measure), components, str(n_req)]
-        # One string hashing for every run: dict and set layouts (label caches, schemas) then match, and two
-        # runs differ only in the work measured (the counts moved by 3-5% between runs without it).
-        env = {**tree_env(tree), **STABLE_HASH_ENV}
-        r = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO, env=env, check=False)
-        if r.returncode != 0:
-            raise RuntimeError(r.stderr.strip().splitlines()[-1] if r.stderr.strip() else f"rc {r.returncode}")
-        m = re.search(r"^summary:\s+(\d+)", out.read_text(), re.M)
-        assert m is not None, "no summary line in the callgrind output"
-        return int(m.group(1)), json.loads(r.stdout.strip().splitlines()[-1])["components"]
+    # One string hashing for every run: dict and set layouts (label caches, schemas) then match, and two
+    # runs differ only in the work measured (the counts moved by 3-5% between runs without it).
+    run = callgrind_run([sys.executable, str(INGEST), "--replica-child", str(measure), components, str(n_req)],
+                        base_env=tree_env(tree), env=STABLE_HASH_ENV)
+    return run.instructions, json.loads(run.stdout.strip().splitlines()[-1])["components"]
 
 
 def callgrind_report(baseline: str | None, n_req: int, split: bool = False, jobs: int = 2) -> dict[str, Any]:
@@ -144,8 +133,8 @@ def callgrind_report(baseline: str | None, n_req: int, split: bool = False, jobs
         for label, _, comps in cases:
             try:
                 (c0, _), (c1, names) = futs[(label, comps, 0)].result(), futs[(label, comps, 1)].result()
-            except RuntimeError as e:
-                print(f"  {label:14} {comps:44} n/a ({e})")
+            except CallgrindFailed as e:  # a baseline tree that cannot run the replica: its last line says why
+                print(f"  {label:14} {comps:44} n/a ({str(e.code).strip().splitlines()[-1]})")
                 continue
             ir = (c1 - c0) / (2 * n_req)
             what = f"pipeline + {', '.join(names)}" if names else "pipeline only (decode, account, aggregate)"

@@ -2,7 +2,7 @@
 
 Wall-clock figures are noisy on a shared machine; instruction counts are not. The script runs itself twice
 under ``valgrind --tool=callgrind``: both runs build the same component and the same simulated events (a
-server of 8 slots and 20 ms service time under a ramp of loads, ``tests/capacity/sim.py``); one of them
+server of 8 slots and 20 ms service time under a ramp of loads, ``tests/components/capacity/sim.py``); one of them
 also absorbs them, in batches of 2,000 as the component's worker drains its stage. The difference divided
 by the events is the cost of one event (interpreter start-up and the event building cancel out). With
 ``--slo`` the component has an objective for the model, so each event also feeds the goodput counts. The
@@ -33,7 +33,7 @@ from _harness import STABLE_HASH_ENV, callgrind_instructions  # noqa: E402  (ben
 
 
 def _events(n: int) -> list[tuple[object, ...]]:
-    from tests.capacity import sim
+    from tests.components.capacity import sim
 
     rng = random.Random(3)
     evs = []

@@ -7,7 +7,7 @@ variation ``cv``), drawn at random; its true knee is ``slots`` requests in fligh
 - loadtest: the slot server in a child process, a default doubling sweep by ``inferwatch loadtest``'s
   runner (closed loop, --duration per step), its knee;
 - live: the capacity component fed the REQUEST events of open-loop traffic that moves between light load
-  and overload (tests/capacity/sim.py), its knee.
+  and overload (tests/components/capacity/sim.py), its knee.
 
 Reports the share of draws within 25% of the true knee (the bar: at least 95%) and the median error.
 
@@ -23,7 +23,7 @@ import statistics
 import subprocess
 import sys
 
-from tests.capacity import sim
+from tests.components.capacity import sim
 
 from inferwatch_sidecar.components.base import ComponentContext
 from inferwatch_sidecar.components.capacity.component import build

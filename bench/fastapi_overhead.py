@@ -64,7 +64,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
-import re
 import shutil
 import signal
 import socket
@@ -78,7 +77,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _fastapi_apps import VARIANTS, serve  # noqa: E402  (bench/ is a folder of scripts, not a package)
-from _harness import free_port  # noqa: E402
+from _harness import CALLGRIND_PREFIX, collected, free_port  # noqa: E402
 
 RECEIVER = """
 import os, socket, sys
@@ -206,7 +205,7 @@ def instructions_per_request(env: dict[str, str], variants: tuple[str, ...], sma
             srv = start_server(
                 port, {**env, "INFERWATCH_FLUSH_INTERVAL_MS": "2500", "PYTHONHASHSEED": "0"}, None,
                 tuple(dict.fromkeys(("plain", variant))),
-                ["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null"],
+                list(CALLGRIND_PREFIX),
                 stderr=subprocess.PIPE, text=True,
             )
             try:
@@ -219,10 +218,10 @@ def instructions_per_request(env: dict[str, str], variants: tuple[str, ...], sma
                 err = srv.communicate(timeout=300)[1]
             finally:
                 stop([srv])
-            found = re.findall(r"Collected : (\d+)", err)
-            if not found:
+            total = collected(err)
+            if total is None:
                 raise SystemExit(f"callgrind printed no total for {variant}:\n{err[-2000:]}")
-            counts.append(int(found[-1]))
+            counts.append(total)
         out[variant] = (counts[1] - counts[0]) / (large - small)
         print(f"  callgrind {variant}: {out[variant]:,.0f} instructions per request "
               f"({time.monotonic() - t0:.0f} s)", file=sys.stderr)

@@ -36,7 +36,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import signal
 import statistics
 import subprocess
 import sys
@@ -48,7 +47,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 # The baseline and callgrind runners live beside this script (issue 23); bench/ is a folder of scripts.
-from _harness import free_port  # noqa: E402
+import _harness  # noqa: E402, F401  (puts the checkout on sys.path: tests.helpers)
 from _ingest_callgrind import N_FEATURES, callgrind_report, replica_child  # noqa: E402
 from _ingest_trees import REPO, baseline_tree, read_frames, tree_api, tree_env, write_frames  # noqa: E402
 
@@ -302,28 +301,17 @@ def scrape_totals(port: int) -> dict[str, float]:
 
 
 def live(rates_ev: list[float], duration: float, producers_per_rate: int) -> list[dict[str, Any]]:
+    from tests.helpers.sidecar import SidecarProc  # here: the counted children import this file
+
     tmp = tempfile.mkdtemp(prefix="iw-bench-")
-    sock = os.path.join(tmp, "ingest.sock")
-    port = free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith(("INFERWATCH_", "OTEL_"))}
-    t_start = time.monotonic()
-    sc = subprocess.Popen(
-        [sys.executable, "-m", "inferwatch_sidecar.cli", "--log-level", "WARNING", "sidecar", "--socket", sock,
-         "--http-port", str(port), "--no-gpu"],
-        env=env, cwd=REPO,
-    )
+    # Every default component but gpu (no device here); its log in tmp.
+    sc = SidecarProc(Path(tmp), sock=os.path.join(tmp, "ingest.sock"), defaults=("--no-gpu",),
+                     launcher=("-m", "inferwatch_sidecar.cli", "--log-level", "WARNING", "sidecar"), ready_timeout=60)
+    sock, port = sc.sock, sc.port
     try:
-        while True:
-            try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=1) as r:
-                    if r.status == 200:
-                        break
-            except OSError:
-                pass
-            if sc.poll() is not None:
-                raise SystemExit("sidecar exited during start-up")
-            time.sleep(0.02)
-        startup_s = time.monotonic() - t_start
+        sc.start()
+        startup_s = sc.ready_after
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/v1/status", timeout=10) as r:
             comps = json.load(r).get("components", {})
         running = sorted(n for n, c in comps.items() if isinstance(c, dict) and c.get("state") == "running")
@@ -377,8 +365,8 @@ def live(rates_ev: list[float], duration: float, producers_per_rate: int) -> lis
             })
         return rows
     finally:
-        sc.send_signal(signal.SIGTERM)
-        sc.wait(30)
+        if sc.proc is not None:
+            sc.stop(timeout=30)
 
 
 def parse_args() -> argparse.Namespace:

@@ -18,14 +18,12 @@ Usage::
 from __future__ import annotations
 
 import argparse
-import os
-import re
-import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _harness import REPO, STABLE_HASH_ENV, callgrind_run  # noqa: E402  (bench/ is a folder of scripts, not a package)
+
 MiB, GiB = 2**20, 2**30
 
 
@@ -53,17 +51,10 @@ def child(method: str, hours: float, dt: float) -> None:
 
 
 def instructions(method: str, hours: float, dt: float) -> int:
-    with tempfile.TemporaryDirectory() as d:
-        out = os.path.join(d, "cg.out")
-        env = {**os.environ, "PYTHONPATH": f"{REPO / 'sdk'}:{REPO / 'sidecar'}", "PYTHONHASHSEED": "0"}
-        r = subprocess.run(["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}", sys.executable, __file__,
-                            "--child", method, "--hours", str(hours), "--dt", str(dt)],
-                           capture_output=True, text=True, env=env, check=True)
-        m = re.search(r"Collected\s*:\s*(\d+)", r.stderr)
-        if m is None:
-            raise RuntimeError("callgrind printed no instruction count:\n" + r.stderr[-2000:])
-        sys.stderr.write("".join(line + "\n" for line in r.stderr.splitlines() if "episode" in line))
-        return int(m.group(1))
+    run = callgrind_run([sys.executable, __file__, "--child", method, "--hours", str(hours), "--dt", str(dt)],
+                        env={"PYTHONPATH": f"{REPO / 'sdk'}:{REPO / 'sidecar'}", **STABLE_HASH_ENV})
+    sys.stderr.write("".join(line + "\n" for line in run.stderr.splitlines() if "episode" in line))
+    return run.instructions
 
 
 def main() -> int:

@@ -36,7 +36,6 @@ import random
 import re
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 import threading
@@ -46,7 +45,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _harness import REPO, STABLE_HASH_ENV, callgrind_instructions, free_port, require_valgrind  # noqa: E402
+from _harness import REPO, STABLE_HASH_ENV, callgrind_instructions, require_valgrind  # noqa: E402
 
 FIXTURES = REPO / "tests" / "fixtures"
 #: Requests per export body (Triton: 3 spans each, vLLM: 1).
@@ -253,24 +252,14 @@ def live(rate: float, seconds: float) -> dict[str, Any]:
     """POST Triton-shaped OTLP/JSON exports to a real sidecar at ``rate`` spans/s for ``seconds``."""
     n_requests = int(rate * seconds / 3)
     body, n_spans = bodies("triton", "json", n_requests, seed=11)
+    from tests.helpers.sidecar import SidecarProc  # here: the counted children import this file
+
     tmp = tempfile.mkdtemp(prefix="iw-bench-otlp-")
-    port = free_port()
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("INFERWATCH_", "OTEL_"))}
-    sc = subprocess.Popen(
-        [sys.executable, "-m", "inferwatch_sidecar.cli", "--log-level", "WARNING", "sidecar", "--socket",
-         os.path.join(tmp, "ingest.sock"), "--http-port", str(port), "--no-gpu", "--no-drift"], env=env, cwd=REPO)
+    sc = SidecarProc(Path(tmp), sock=os.path.join(tmp, "ingest.sock"),
+                     launcher=("-m", "inferwatch_sidecar.cli", "--log-level", "WARNING", "sidecar"), ready_timeout=30)
+    port = sc.port
     try:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=1) as r:
-                    if r.status == 200:
-                        break
-            except OSError:
-                pass
-            if sc.poll() is not None or time.monotonic() > deadline:
-                raise SystemExit("the sidecar did not become ready")
-            time.sleep(0.05)
+        sc.start()
         cpu0 = _cpu_seconds(sc.pid)
         interval = seconds / len(body)
         results: list[tuple[int, float, float, bool]] = []  # (status, lag behind schedule, latency, reconnected)
@@ -310,8 +299,8 @@ def live(rate: float, seconds: float) -> dict[str, Any]:
         cpu = _cpu_seconds(sc.pid) - cpu0
         m = _metrics(port)
     finally:
-        sc.terminate()
-        sc.wait(timeout=30)
+        if sc.proc is not None:
+            sc.stop(timeout=30)
         shutil.rmtree(tmp, ignore_errors=True)
     spans = {dict(k[1])["result"] + "/" + dict(k[1])["reason"]: v for k, v in m.items()
              if k[0] == "inferwatch_otlp_spans_total" and v}

@@ -45,7 +45,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import re
 import shutil
 import statistics
 import subprocess
@@ -55,9 +54,11 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-import inferwatch
-from inferwatch import _core
-from inferwatch.wire import EV_RECORD, EV_REQUEST, Decoder, Encoder
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import inferwatch  # noqa: E402
+from _harness import STABLE_HASH_ENV, callgrind_instructions, callgrind_run  # noqa: E402  (bench/ holds scripts)
+from inferwatch import _core  # noqa: E402
+from inferwatch.wire import EV_RECORD, EV_REQUEST, Decoder, Encoder  # noqa: E402
 
 FEATURES = {f"feature_{i}": float(i) * 0.5 for i in range(20)}
 STAGES = ("ingress", "queue", "preprocess", "inference", "postprocess")
@@ -350,17 +351,9 @@ def instructions(sidecar: str, small: int, large: int) -> dict[str, float]:
     """User-space instructions per request of each ``COUNTED`` variant, from two callgrind runs of ``count_child``."""
     out = {}
     for variant in COUNTED:
-        counts = []
-        for n in (small, large):
-            proc = subprocess.run(
-                ["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null", sys.executable,
-                 os.path.abspath(__file__), "--count", variant, "--calls", str(n), "--sidecar", sidecar],
-                capture_output=True, text=True, timeout=1800, env={**os.environ, "PYTHONHASHSEED": "0"},
-            )
-            found = re.findall(r"Collected : (\d+)", proc.stderr)
-            if proc.returncode != 0 or not found:
-                raise SystemExit(f"callgrind run of ({variant}) failed (exit {proc.returncode}):\n{proc.stderr[-2000:]}")
-            counts.append(int(found[-1]))
+        counts = [callgrind_instructions([sys.executable, os.path.abspath(__file__), "--count", variant, "--calls",
+                                          str(n), "--sidecar", sidecar], env=STABLE_HASH_ENV)
+                  for n in (small, large)]
         out[variant] = (counts[1] - counts[0]) / (large - small)
         print(f"  callgrind ({variant}): {out[variant]:,.0f} instructions per request", file=sys.stderr)
     return out
@@ -374,14 +367,8 @@ def import_instructions() -> float:
     """
     env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
     subprocess.run([sys.executable, "-c", "import inferwatch"], check=True, env=env)
-    counts = []
-    for code in ("pass", "import inferwatch"):
-        proc = subprocess.run(["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null", sys.executable,
-                               "-c", code], capture_output=True, text=True, timeout=600, env={**env, "PYTHONHASHSEED": "0"})
-        found = re.findall(r"Collected : (\d+)", proc.stderr)
-        if proc.returncode != 0 or not found:
-            raise SystemExit(f"callgrind run of {code!r} failed (exit {proc.returncode}):\n{proc.stderr[-2000:]}")
-        counts.append(int(found[-1]))
+    counts = [callgrind_run([sys.executable, "-c", code], base_env=env, env=STABLE_HASH_ENV, timeout=600).instructions
+              for code in ("pass", "import inferwatch")]
     return float(counts[1] - counts[0])
 
 

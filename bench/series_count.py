@@ -26,7 +26,6 @@ import json
 import os
 import random
 import socket
-import subprocess
 import sys
 import tempfile
 import time
@@ -40,6 +39,8 @@ import numpy as np
 REPO = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(REPO / "sdk"), str(REPO / "sidecar"), str(REPO)]
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from tests.helpers.sidecar import SidecarProc  # noqa: E402
+
 from _harness import free_port  # noqa: E402  (bench/ is a folder of scripts, not a package)
 
 STAGES = ("queue", "preprocess", "inference", "postprocess", "generate")
@@ -172,25 +173,16 @@ def measure(args: argparse.Namespace) -> tuple[int, bytes, bytes, dict[str, Any]
     the sidecar did not start (its log is printed)."""
     tmp = Path(tempfile.mkdtemp(prefix="iw-series-"))
     cfg = _config(args, tmp)
-    port, udp = free_port(socket.SOCK_STREAM), free_port(socket.SOCK_DGRAM)
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("INFERWATCH_", "OTEL_"))}
-    env["PYTHONPATH"] = os.pathsep.join([str(REPO / "sdk"), str(REPO / "sidecar")])
-    log = open(tmp / "sidecar.log", "wb")  # noqa: SIM115 - closed below
-    side = subprocess.Popen([sys.executable, "-m", "inferwatch_sidecar.cli", "sidecar", "--config",
-                             str(cfg), "--socket", str(tmp / "s.sock"), "--udp-port", str(udp),
-                             "--http-port", str(port)], stdout=log, stderr=subprocess.STDOUT, env=env)
-    base = f"http://127.0.0.1:{port}"
+    udp = free_port(socket.SOCK_DGRAM)
+    # Only what the config file says: no --no-gpu / --no-drift.
+    side = SidecarProc(tmp, ["--config", str(cfg), "--udp-port", str(udp)], sock=str(tmp / "s.sock"), defaults=(),
+                       repo=REPO, ready_timeout=60)
+    base = side.url
     try:
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            try:
-                with urllib.request.urlopen(base + "/readyz", timeout=1) as r:
-                    if r.status == 200:
-                        break
-            except OSError:
-                time.sleep(0.2)
-        else:
-            print((tmp / "sidecar.log").read_text(), file=sys.stderr)
+        try:
+            side.start()
+        except AssertionError as e:  # not ready: the message holds its log
+            print(e, file=sys.stderr)
             return None
         n = traffic(udp, args.models, args.versions, args.numeric, args.categorical, args.seconds, args.rate)
         time.sleep(3)
@@ -202,9 +194,8 @@ def measure(args: argparse.Namespace) -> tuple[int, bytes, bytes, dict[str, Any]
         with urllib.request.urlopen(base + "/v1/status", timeout=30) as r:
             status = json.loads(r.read())
     finally:
-        side.terminate()
-        side.wait(20)
-        log.close()
+        if side.proc is not None:
+            side.stop(timeout=20, check=False)
     return n, text, proto, status
 
 

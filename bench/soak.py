@@ -42,13 +42,10 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from tests.helpers.sidecar import SIDECAR_CLI, SidecarProc  # noqa: E402
 
-
-def _free_port(kind: int = socket.SOCK_STREAM) -> int:
-    with socket.socket(socket.AF_INET, kind) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+from _harness import REPO, free_port  # noqa: E402  (bench/ is a folder of scripts, not a package)
 
 
 def _post(url: str, body: bytes, ctype: str) -> int:
@@ -244,29 +241,19 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
 
     tmp = Path(tempfile.mkdtemp(prefix="iw-soak-"))
-    port, udp = _free_port(), _free_port(socket.SOCK_DGRAM)
-    base = f"http://127.0.0.1:{port}"
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("INFERWATCH_", "OTEL_"))}
-    repo = Path(args.repo)
-    env["PYTHONPATH"] = os.pathsep.join([str(repo / "sdk"), str(repo / "sidecar")])
-    launcher = [str(REPO / "bench" / "soak_probe.py"), str(Path(args.probe).resolve())] if args.probe else [
-        "-m", "inferwatch_sidecar.cli", "sidecar"]
-    cmd = [sys.executable, *launcher, "--socket", str(tmp / "s.sock"),
-           "--udp-port", str(udp), "--http-port", str(port), "--no-gpu"]
-    log = open(tmp / "sidecar.log", "wb")  # noqa: SIM115 - closed below
-    side = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=repo)
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        try:
-            with urllib.request.urlopen(base + "/readyz", timeout=1) as r:
-                if r.status == 200:
-                    break
-        except (urllib.error.URLError, OSError):
-            time.sleep(0.1)
-    else:
-        side.kill()
-        print((tmp / "sidecar.log").read_text(), file=sys.stderr)
+    udp = free_port(socket.SOCK_DGRAM)
+    launcher = [str(REPO / "bench" / "soak_probe.py"), str(Path(args.probe).resolve())] if args.probe else SIDECAR_CLI
+    sc = SidecarProc(tmp, ["--udp-port", str(udp)], sock=str(tmp / "s.sock"), defaults=("--no-gpu",),
+                     launcher=launcher, repo=Path(args.repo), ready_timeout=30)
+    base = sc.url
+    try:
+        sc.start()
+    except AssertionError as e:  # not ready: the message holds its log
+        sc.stop(signal.SIGKILL, check=False)
+        print(e, file=sys.stderr)
         return 1
+    assert sc.proc is not None
+    side = sc.proc
     print(f"soak: sidecar pid {side.pid} on {base}, UDP {udp}; {args.seconds:.0f} s of hostile traffic", flush=True)
     ctx = mp.get_context("spawn")
     gens = [
@@ -318,12 +305,7 @@ def main(argv: list[str] | None = None) -> int:
     }
     if probe is not None:
         summary["probe"] = probe
-    side.terminate()
-    try:
-        side.wait(10)
-    except subprocess.TimeoutExpired:
-        side.kill()
-    log.close()
+    sc.stop(timeout=10, check=False)
     print("soak summary: " + json.dumps(summary), flush=True)
     if args.save_metrics:
         Path(args.save_metrics).write_bytes(text)

@@ -18,7 +18,7 @@ Prints the inputs tried, the crashes (an exception out of ``Pipeline.datagram``
 or an ``internal_error``), the unaccounted items, and the sidecar's RSS before
 and after each flood; exits 1 unless crashes and unaccounted are both 0.
 The test suite runs the same checks on a bounded count
-(``tests/sidecar/test_datagram_hardening.py``).
+(``tests/ingest/test_datagram_hardening.py``).
 """
 
 from __future__ import annotations
@@ -29,7 +29,6 @@ import os
 import random
 import socket
 import struct
-import subprocess
 import sys
 import tempfile
 import time
@@ -41,6 +40,10 @@ REPO = Path(__file__).resolve().parents[1]
 for _p in (REPO / "sdk", REPO / "sidecar"):
     if str(_p) not in sys.path:
         sys.path.insert(0, str(_p))
+if str(REPO) not in sys.path:  # the checkout's tests.helpers holds the one sidecar starter
+    sys.path.append(str(REPO))
+
+from tests.helpers.sidecar import SidecarProc  # noqa: E402
 
 from inferwatch.wire import EV_BATCH, EV_DROPS, EV_RECORD, EV_SCHEMA, Encoder  # noqa: E402
 from inferwatch.wire.spec import HEADER, MAGIC, RECORD_HEADER, SCHEMA_FIELD_STRUCT, SCHEMA_HEAD, VERSION  # noqa: E402
@@ -145,12 +148,6 @@ def _get(url: str) -> tuple[int, bytes]:
         return e.code, e.read()
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def _status(base: str) -> dict[str, Any]:
     code, body = _get(base + "/v1/status")
     assert code == 200, body
@@ -171,26 +168,11 @@ def over_socket(inputs: list[bytes], floods: bool) -> dict[str, Any]:
 
     tmp = tempfile.mkdtemp(prefix="iw-fuzz-")
     sock_path = os.path.join(tmp, "ingest.sock")
-    port = _free_port()
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("INFERWATCH_", "OTEL_"))}
-    log = open(os.path.join(tmp, "sidecar.log"), "wb")  # noqa: SIM115 - closed below
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "inferwatch_sidecar.cli", "sidecar", "--socket", sock_path, "--http-port", str(port),
-         "--no-gpu", "--no-drift"], stdout=log, stderr=subprocess.STDOUT, env=env, cwd=REPO,
-    )
-    base = f"http://127.0.0.1:{port}"
+    proc = SidecarProc(Path(tmp), sock=sock_path, ready_timeout=20)
+    base = proc.url
     out: dict[str, Any] = {"inputs": len(inputs), "crashes": 0, "unaccounted": 0}
     try:
-        deadline = time.monotonic() + 20
-        while True:
-            try:
-                if _get(base + "/readyz")[0] == 200:
-                    break
-            except OSError:
-                pass
-            if proc.poll() is not None or time.monotonic() > deadline:
-                raise SystemExit(f"sidecar did not start: see {log.name}")
-            time.sleep(0.05)
+        proc.start()
         s = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
         sent = 0
 
@@ -237,12 +219,8 @@ def over_socket(inputs: list[bytes], floods: bool) -> dict[str, Any]:
         if code != 200:
             out["crashes"] += 1
     finally:
-        proc.terminate()
-        try:
-            proc.wait(15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-        log.close()
+        if proc.proc is not None:
+            proc.stop(timeout=15)
     return out
 
 

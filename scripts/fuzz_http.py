@@ -15,7 +15,7 @@ Prints the inputs tried, crashes (the sidecar exited, or a scrape failed),
 unanswered connections, the p99 of ``/metrics`` during the attack, the
 sidecar's RSS before and after and what it refused by reason; exits 1 unless
 crashes and unanswered are both 0. The test suite runs a bounded count
-against an in-process daemon (``tests/sidecar/test_http_hardening.py``).
+against an in-process daemon (``tests/http/test_http_hardening.py``).
 """
 
 from __future__ import annotations
@@ -37,9 +37,12 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from inferwatch_sidecar.demo.supervise import Process, child_env, wait_ready
-
 REPO = Path(__file__).resolve().parents[1]
+if str(REPO) not in sys.path:  # run as a script: the checkout's tests.helpers holds the one sidecar starter
+    sys.path.append(str(REPO))
+
+from tests.helpers.sidecar import SidecarProc  # noqa: E402
+
 #: Server deadlines the attack runs under (short, so that unfinished requests resolve quickly).
 HEADER_TIMEOUT_S = 1.0
 BODY_TIMEOUT_S = 1.0
@@ -256,18 +259,11 @@ def _rss_kib(pid: int) -> int:
     return -1
 
 
-def run_sidecar(tmp: str, port: int) -> Process:
+def run_sidecar(tmp: str) -> SidecarProc:
     """Start ``inferwatch sidecar`` on loopback with short deadlines and wait until it is ready."""
-    env = {k: v for k, v in child_env().items() if not k.startswith("OTEL_")}
-    proc = Process(
-        "sidecar",
-        [sys.executable, "-m", "inferwatch_sidecar.cli", "sidecar", "--socket", os.path.join(tmp, "s.sock"),
-         "--http-port", str(port), "--no-gpu", "--no-drift",
-         "--set", f"http.header_timeout_s={HEADER_TIMEOUT_S}", "--set", f"http.body_timeout_s={BODY_TIMEOUT_S}"],
-        env, Path(tmp) / "sidecar.log",
-    )
-    wait_ready(proc, f"http://127.0.0.1:{port}/readyz", time.monotonic() + 20)
-    return proc
+    return SidecarProc(Path(tmp), ["--set", f"http.header_timeout_s={HEADER_TIMEOUT_S}", "--set",
+                                   f"http.body_timeout_s={BODY_TIMEOUT_S}"], sock=os.path.join(tmp, "s.sock"),
+                       ready_timeout=20).start()
 
 
 def refused(port: int) -> dict[str, float]:
@@ -288,13 +284,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--concurrency", type=int, default=64, help="connections open at once")
     args = ap.parse_args(argv)
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
     with tempfile.TemporaryDirectory() as tmp:
-        proc = run_sidecar(tmp, port)
+        proc = run_sidecar(tmp)
+        port = proc.port
         try:
-            rss0 = _rss_kib(proc.p.pid)
+            rss0 = _rss_kib(proc.pid)
             scraper = Scraper(port)
             scraper.start()
             t0 = time.monotonic()
@@ -302,11 +296,11 @@ def main(argv: list[str] | None = None) -> int:
             elapsed = time.monotonic() - t0
             scraper.stopped.set()
             scraper.join()
-            alive = proc.p.poll() is None
-            rss1 = _rss_kib(proc.p.pid) if alive else -1
+            alive = proc.proc is not None and proc.proc.poll() is None
+            rss1 = _rss_kib(proc.pid) if alive else -1
             by_reason = refused(port) if alive else {}
         finally:
-            proc.stop(10)
+            proc.stop(timeout=10)
     crashes = (0 if alive else 1) + len(scraper.failures)
     print(f"inputs tried:      {out.tried} in {elapsed:.0f} s ({out.tried / elapsed:.0f}/s, seed {args.seed})")
     print(f"answered:          {out.answered}")

@@ -15,7 +15,7 @@ answer that is neither 200 nor 400, a scrape or OTLP conversion that fails) and
 the unaccounted items (events neither accepted nor rejected by reason, or
 counters that disagree with the answers); exits 1 unless both are 0.
 The test suite runs the same checks on a bounded count
-(``tests/sidecar/test_json_ingest_hardening.py``).
+(``tests/ingest/test_json_ingest_hardening.py``).
 """
 
 from __future__ import annotations
@@ -25,7 +25,6 @@ import json
 import os
 import random
 import re
-import socket
 import sys
 import tempfile
 import time
@@ -36,9 +35,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from inferwatch_sidecar.demo.supervise import Process, child_env, wait_ready
-
 REPO = Path(__file__).resolve().parents[1]
+if str(REPO) not in sys.path:  # run as a script: the checkout's tests.helpers holds the one sidecar starter
+    sys.path.append(str(REPO))
+
+from tests.helpers.sidecar import SidecarProc  # noqa: E402
 
 #: Valid bodies covering every event type and field; the mutations start from these.
 SEEDS: list[tuple[str, Any]] = [
@@ -316,12 +317,6 @@ def exposition_failures(registry: Any, collect: Callable[[], Any]) -> list[str]:
     return out
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def post(url: str, raw: bytes) -> tuple[int, Any]:
     """POST ``raw`` as JSON; the status and the decoded answer (raw bytes if it is not JSON)."""
     req = urllib.request.Request(url, data=raw, method="POST", headers={"Content-Type": "application/json"})
@@ -383,17 +378,10 @@ def counter_mismatches(tally: Tally, metrics_text: str) -> list[str]:
     return out
 
 
-def run_sidecar(tmp: str, port: int) -> Process:
-    """Start ``inferwatch sidecar`` on loopback and wait until it is ready."""
-    env = {k: v for k, v in child_env().items() if not k.startswith("OTEL_")}
-    proc = Process(
-        "sidecar",
-        [sys.executable, "-m", "inferwatch_sidecar.cli", "sidecar", "--socket", os.path.join(tmp, "s.sock"),
-         "--http-port", str(port), "--no-gpu", "--no-drift", "--set", "ingest.max_json_events=50"],
-        env, Path(tmp) / "sidecar.log",
-    )
-    wait_ready(proc, f"http://127.0.0.1:{port}/readyz", time.monotonic() + 20)
-    return proc
+def run_sidecar(tmp: str) -> SidecarProc:
+    """Start ``inferwatch sidecar`` on loopback (at most 50 events a body) and wait until it is ready."""
+    return SidecarProc(Path(tmp), ["--set", "ingest.max_json_events=50"], sock=os.path.join(tmp, "s.sock"),
+                       ready_timeout=20).start()
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -409,10 +397,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.http:
         t0 = time.monotonic()
         with tempfile.TemporaryDirectory() as tmp:
-            port = _free_port()
-            proc = run_sidecar(tmp, port)
+            proc = run_sidecar(tmp)
             try:
-                base = f"http://127.0.0.1:{port}"
+                base = proc.url
                 h = over_http(base, args.http, args.seed + 1)
                 for accept in ("text/plain", "application/openmetrics-text"):
                     req = urllib.request.Request(base + "/metrics", headers={"Accept": accept})
@@ -425,7 +412,7 @@ def main(argv: list[str] | None = None) -> int:
             except urllib.error.HTTPError as e:
                 h.crashes.append(f"/metrics answered {e.code}: {e.read()[:200]!r}")
             finally:
-                proc.stop(15)
+                proc.stop(timeout=15)
         print(h.report("over HTTP") + f" ({time.monotonic() - t0:.1f} s)")
         bad += h.crashes + h.unaccounted
     for line in bad[:20]:

@@ -27,7 +27,7 @@ Usage:
 
 Prints the inputs tried, crashes, unaccounted items and RSS before/after; exits 1
 unless crashes and unaccounted are both 0. The test suite runs the same checks
-on a bounded count (``tests/traces/test_fuzz_otlp.py``).
+on a bounded count (``tests/ingest/otlp_traces/test_fuzz_otlp.py``).
 """
 
 from __future__ import annotations
@@ -37,7 +37,6 @@ import gzip
 import logging
 import os
 import random
-import socket
 import sys
 import tempfile
 import time
@@ -47,9 +46,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from inferwatch_sidecar.demo.supervise import Process, child_env, wait_ready
+REPO = Path(__file__).resolve().parents[1]
+if str(REPO) not in sys.path:  # run as a script: the checkout's tests.helpers holds the one sidecar starter
+    sys.path.append(str(REPO))
 
-if str(Path(__file__).resolve().parent) not in sys.path:  # loaded by path (tests/traces): find the sibling
+from tests.helpers.sidecar import SidecarProc  # noqa: E402
+
+if str(Path(__file__).resolve().parent) not in sys.path:  # loaded by path (tests/ingest/otlp_traces): find the sibling
     sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from otlp_fuzz_bodies import Body, _fixture_docs, body, parse_answer, spans_in  # noqa: E402
@@ -204,12 +207,6 @@ def exposition_failures(s: Any) -> list[str]:
     return out
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 def post(url: str, b: Body) -> tuple[int, str, bytes]:
     headers = {"Content-Type": b.content_type}
     if b.content_encoding is not None:
@@ -269,32 +266,24 @@ def scrape_mismatches(base_url: str, tally: Tally, errors: int) -> list[str]:
     return out
 
 
-def run_sidecar(tmp: str, port: int) -> Process:
-    """Start ``inferwatch sidecar`` on loopback and wait until it is ready."""
-    env = {k: v for k, v in child_env().items() if not k.startswith("OTEL_")}
-    proc = Process(
-        "sidecar",
-        [sys.executable, "-m", "inferwatch_sidecar.cli", "sidecar", "--socket", os.path.join(tmp, "s.sock"),
-         "--http-port", str(port), "--no-gpu", "--no-drift", "--set", "traces.join_timeout_s=600"],
-        env, Path(tmp) / "sidecar.log",
-    )
-    wait_ready(proc, f"http://127.0.0.1:{port}/readyz", time.monotonic() + 20)
-    return proc
+def run_sidecar(tmp: str) -> SidecarProc:
+    """Start ``inferwatch sidecar`` on loopback (join timeout 600 s) and wait until it is ready."""
+    return SidecarProc(Path(tmp), ["--set", "traces.join_timeout_s=600"], sock=os.path.join(tmp, "s.sock"),
+                       ready_timeout=20).start()
 
 
 def run_http(count: int, seed: int) -> tuple[Tally, tuple[int, int]]:
     """Fuzz a fresh sidecar subprocess; returns the tally and its RSS (KiB) before and after."""
     with tempfile.TemporaryDirectory() as tmp:
-        port = _free_port()
-        proc = run_sidecar(tmp, port)
+        proc = run_sidecar(tmp)
         try:
-            base = f"http://127.0.0.1:{port}"
-            rss0 = rss_kib(proc.p.pid)
+            base = proc.url
+            rss0 = rss_kib(proc.pid)
             tally, errors = over_http(base, count, seed)
             tally.unaccounted.extend(scrape_mismatches(base, tally, errors))
-            rss1 = rss_kib(proc.p.pid)
+            rss1 = rss_kib(proc.pid)
         finally:
-            proc.stop(15)
+            proc.stop(timeout=15)
     return tally, (rss0, rss1)
 
 

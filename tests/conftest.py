@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import shutil
 import signal
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -46,6 +47,21 @@ def promtool() -> str:
 @pytest.fixture
 def prometheus_bin() -> str:
     return require_binary("prometheus")
+
+
+@pytest.fixture
+def sock_dir() -> Iterator[Path]:
+    """A new, short directory in /tmp, removed after the test: Unix socket paths stop at 107 bytes, and pytest's
+    ``tmp_path`` can be longer."""
+    d = Path(tempfile.mkdtemp(prefix="iw", dir="/tmp"))
+    yield d
+    shutil.rmtree(d, ignore_errors=True)
+
+
+@pytest.fixture
+def sock_path(sock_dir: Path) -> str:
+    """``ingest.sock`` in :func:`sock_dir` (not created)."""
+    return str(sock_dir / "ingest.sock")
 
 
 @pytest.fixture

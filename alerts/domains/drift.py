@@ -1,5 +1,5 @@
 """Drift rules: the fleet-wide drift recordings (alerts/drift.rules.yml) and the drift alerts.
-promtool: tests/alerts/drift.test.yml (with the sidecar's checkpoint alert) and tests/drift/test_rules.py.
+promtool: tests/alerts/drift.test.yml (with the sidecar's checkpoint alert) and tests/components/drift/test_rules.py.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from alerts.model import Alert, Recording, Threshold
 # Summing the counters' increases over all replicas gives the fleet's window; these rules turn it into PSI and a
 # chi-square statistic, exactly as the sidecar's engine does for one replica
 # (inferwatch_sidecar/components/drift/stats.py: psi, chi2_goodness_of_fit), with zero proportions replaced by 1e-4.
-# The window is a literal 10 minutes in every profile: the record names say so, and tests/drift/test_rules.py
+# The window is a literal 10 minutes in every profile: the record names say so, and tests/components/drift/test_rules.py
 # checks these rules with promtool against values computed by the engine.
 FLEET_DRIFT_DOC = """\
 Fleet-wide drift (PSI and chi-square per feature) from the bin counters of every replica, over the last

@@ -9,17 +9,13 @@ in process and in their ``--count`` child mode.
 from __future__ import annotations
 
 import http.client
-import importlib.util
 import os
-import shutil
 import signal
 import socket
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Iterator
-from pathlib import Path
 from types import ModuleType
 from typing import Any
 
@@ -28,32 +24,19 @@ from prometheus_client.parser import text_string_to_metric_families
 
 import inferwatch
 from inferwatch.wire import EV_RECORD, EV_REQUEST, Decoder
+from tests.helpers.imports import load_file
 from tests.helpers.net import free_port
-
-BENCH = Path(__file__).resolve().parents[2] / "bench"
+from tests.helpers.paths import BENCH
 
 
 def load_bench(name: str) -> ModuleType:
-    spec = importlib.util.spec_from_file_location(f"bench_{name}", BENCH / f"{name}.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up there
-    spec.loader.exec_module(module)
-    return module
+    return load_file(BENCH / f"{name}.py", f"bench_{name}")
 
 
 @pytest.fixture
-def sock_dir() -> Iterator[str]:
-    # Unix socket paths are limited to ~108 bytes; pytest's tmp_path can be longer.
-    d = tempfile.mkdtemp(prefix="iwb", dir="/tmp")
-    yield d
-    shutil.rmtree(d, ignore_errors=True)
-
-
-@pytest.fixture
-def datagram_sink(sock_dir: str) -> Iterator[tuple[str, socket.socket]]:
+def datagram_sink(sock_path: str) -> Iterator[tuple[str, socket.socket]]:
     """A real Unix datagram socket for the SDK to send to, read by the test."""
-    path = os.path.join(sock_dir, "ingest.sock")
+    path = sock_path
     s = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
     s.bind(path)
     s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4 << 20)
@@ -175,9 +158,9 @@ def test_prometheus_client_equivalent_records_what_the_sdk_variant_records(
 
 @pytest.mark.slow
 @pytest.mark.parametrize("variant", ["a", "b", "c", "d", "f"])
-def test_sdk_bench_count_child_runs_each_counted_variant(variant: str, sock_dir: str) -> None:
+def test_sdk_bench_count_child_runs_each_counted_variant(variant: str, sock_path: str) -> None:
     so = load_bench("sdk_overhead")
-    path = os.path.join(sock_dir, "ingest.sock")
+    path = sock_path
     rx = subprocess.Popen([sys.executable, "-c", so.RECEIVER, path], stdout=subprocess.PIPE, text=True)
     try:
         assert rx.stdout is not None and rx.stdout.readline().strip() == "ready"

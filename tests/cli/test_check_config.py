@@ -3,11 +3,8 @@
 from __future__ import annotations
 
 import os
-import shutil
 import socket
 import sys
-import tempfile
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -21,13 +18,6 @@ def _clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
     for k in list(os.environ):
         if k.startswith(("INFERWATCH_", "OTEL_")):
             monkeypatch.delenv(k)
-
-
-@pytest.fixture
-def sock_dir() -> Iterator[Path]:
-    d = Path(tempfile.mkdtemp(prefix="iwcc", dir="/tmp"))  # short: AF_UNIX paths are limited to 107 bytes
-    yield d
-    shutil.rmtree(d, ignore_errors=True)
 
 
 def _config(tmp_path: Path, sock_dir: Path, body: str) -> Path:

@@ -28,7 +28,7 @@ from inferwatch_sidecar.components.drift.rolling import RollingColumn
 from inferwatch_sidecar.components.drift.window import ColumnWindow
 from inferwatch_sidecar.components.gpu.config import DetectorConfig
 from inferwatch_sidecar.components.gpu.detector import LeakDetector
-from tests.gpu.traces import creep
+from tests.components.gpu.traces import creep
 
 
 @dataclass(frozen=True)

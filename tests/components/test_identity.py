@@ -22,7 +22,7 @@ from inferwatch_sidecar.components.drift.config import DriftConfig
 from inferwatch_sidecar.components.identity import VersionKeys, baseline
 from inferwatch_sidecar.config import SidecarConfig
 from inferwatch_sidecar.daemon import Sidecar
-from tests.drift.test_component import make_profile, traffic
+from tests.components.drift.test_component import make_profile, traffic
 
 NOW = 1_000_000.0
 

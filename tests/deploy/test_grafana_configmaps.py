@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import subprocess
 import sys
@@ -13,18 +12,14 @@ import pytest
 import yaml
 
 from tests.deploy.k8s import DEPLOY, ROOT
+from tests.helpers.imports import load_file
 
 SCRIPT = DEPLOY / "grafana" / "dashboard_configmaps.py"
 
 
 @pytest.fixture(scope="module")
 def mod() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("dashboard_configmaps", SCRIPT)
-    assert spec is not None and spec.loader is not None
-    m = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = m
-    spec.loader.exec_module(m)
-    return m
+    return load_file(SCRIPT)
 
 
 def _dash(uid: str, title: str) -> dict:

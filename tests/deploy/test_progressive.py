@@ -20,7 +20,7 @@ from inferwatch_sidecar.cli import build_parser
 from inferwatch_sidecar.components.base import ComponentContext
 from inferwatch_sidecar.components.canary.component import CanaryComponent
 from inferwatch_sidecar.components.canary.config import CanaryConfig
-from tests.canary.helpers import traffic
+from tests.components.canary.helpers import traffic
 
 DIR = Path(__file__).resolve().parents[2] / "deploy" / "progressive"
 

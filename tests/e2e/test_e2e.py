@@ -261,9 +261,9 @@ def test_no_event_is_lost_between_sdk_and_sidecar(run: Run) -> None:
 EMPTY_WHEN_HEALTHY: set[tuple[str, str]] = set()  # every panel must have data on a healthy run
 #: Needs (dashboards/generate.py NEEDS) this scenario does not produce, and why.
 NOT_IN_SCENARIO = {
-    "tail_p999": "a window here holds too few requests for a slowest 0.1% (tests/tail asserts those numbers)",
-    "binary": "the demo model has three classes; tests/drift/test_performance.py covers binary estimates",
-    "skew": "the skew component is off by default; tests/skew/test_live.py reads its metrics from a real daemon",
+    "tail_p999": "a window here holds too few requests for a slowest 0.1% (tests/components/tail asserts those numbers)",
+    "binary": "the demo model has three classes; tests/components/drift/test_performance.py covers binary estimates",
+    "skew": "the skew component is off by default; tests/components/skew/test_live.py reads its metrics from a real daemon",
 }
 
 

@@ -1,4 +1,8 @@
-"""Loopback ports for tests: one that was free a moment ago, or one held bound for the test's length."""
+"""Loopback ports for tests: one that was free a moment ago, or one held bound for the test's length.
+
+:func:`free_port` is the checkout's one free-port finder (``inferwatch_sidecar.demo.supervise``, which the demo
+needs at run time); it is imported here so that tests take it by the name they always have.
+"""
 
 from __future__ import annotations
 
@@ -6,17 +10,9 @@ import socket
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+from inferwatch_sidecar.demo.supervise import free_port
+
 __all__ = ["free_port", "held_port"]
-
-
-def free_port(kind: int = socket.SOCK_STREAM) -> int:
-    """A port on 127.0.0.1 that was free a moment ago (TCP, or UDP with ``socket.SOCK_DGRAM``).
-
-    Nothing listens on it once this returns, so it also serves as a port that refuses connections.
-    """
-    with socket.socket(socket.AF_INET, kind) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @contextmanager

@@ -1,7 +1,8 @@
 """A real ``inferwatch sidecar`` in a subprocess, on loopback and a temp socket, and reading what it exports.
 
 Every test package uses these (the ``sidecar_factory`` fixture of tests/conftest.py builds
-:class:`SidecarProc` and kills what a test left running).
+:class:`SidecarProc` and kills what a test left running); so do the benchmarks (``bench/``) and the fuzzers
+(``scripts/fuzz_*.py``), which put the checkout on ``sys.path`` to import it.
 """
 
 from __future__ import annotations
@@ -14,15 +15,14 @@ import sys
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from tests.helpers.net import free_port
+from tests.helpers.paths import REPO
 
-__all__ = ["REPO", "SidecarProc", "parse_metrics", "sample", "total", "wait_until"]
-
-#: The checkout's root.
-REPO = Path(__file__).resolve().parents[2]
+__all__ = ["QUIET", "REPO", "SIDECAR_CLI", "SidecarProc", "parse_metrics", "sample", "total", "wait_until"]
 
 
 def wait_until(pred: Any, timeout: float = 10.0, interval: float = 0.02, what: str = "condition") -> Any:
@@ -37,21 +37,49 @@ def wait_until(pred: Any, timeout: float = 10.0, interval: float = 0.02, what: s
     raise AssertionError(f"timed out after {timeout}s waiting for {what} (last value {last!r})")
 
 
+#: How :class:`SidecarProc` runs ``inferwatch sidecar`` (after the interpreter), by default.
+SIDECAR_CLI = ("-m", "inferwatch_sidecar.cli", "sidecar")
+#: The components a test sidecar runs without unless it asks: no GPU, no drift reference.
+QUIET = ("--no-gpu", "--no-drift")
+
+
 class SidecarProc:
-    """A running ``inferwatch sidecar`` subprocess."""
+    """A running ``inferwatch sidecar`` subprocess: the one way the tests, benchmarks and fuzzers start one.
+
+    Args:
+        tmp: where its ingest socket (``iw/ingest.sock`` unless ``sock``) and its log go.
+        extra_args: flags after the defaults (``--set``, ``--config``, ``--udp-port``...).
+        env: added to this process's environment, from which every ``INFERWATCH_*`` and ``OTEL_*`` is removed.
+        port: its HTTP port (default: a free one).
+        sock: its ingest socket.
+        defaults: flags before ``extra_args``: :data:`QUIET`, or ``("--no-gpu",)`` for every default component.
+        launcher: what runs after the interpreter, up to the sidecar's flags (:data:`SIDECAR_CLI`; e.g. with
+            ``--log-level WARNING`` before ``sidecar``, or a probe script that runs the CLI).
+        repo: run the sidecar from this source tree (cwd and ``PYTHONPATH``); None: this checkout as installed.
+        ready_timeout: seconds :meth:`start` waits for ``/readyz``.
+    """
 
     def __init__(self, tmp: Path, extra_args: list[str] | None = None, env: dict[str, str] | None = None,
-                 port: int | None = None, sock: str | None = None) -> None:
+                 port: int | None = None, sock: str | None = None, *, defaults: Sequence[str] = QUIET,
+                 launcher: Sequence[str] = SIDECAR_CLI, repo: Path | None = None,
+                 ready_timeout: float = 15.0) -> None:
         self.port = port or free_port()
         self.sock = sock or str(tmp / "iw" / "ingest.sock")
         self.log_path = tmp / f"sidecar-{self.port}-{time.monotonic_ns()}.log"
-        self.args = [
-            sys.executable, "-m", "inferwatch_sidecar.cli", "sidecar", "--socket", self.sock,
-            "--http-port", str(self.port), "--no-gpu", "--no-drift", *(extra_args or []),
-        ]
+        self.args = [sys.executable, *launcher, "--socket", self.sock, "--http-port", str(self.port), *defaults,
+                     *(extra_args or [])]
         self.env = {k: v for k, v in os.environ.items() if not k.startswith(("INFERWATCH_", "OTEL_"))}
+        if repo is not None:
+            self.env["PYTHONPATH"] = os.pathsep.join([str(repo / "sdk"), str(repo / "sidecar")])
         self.env.update(env or {})
+        self.cwd = repo or REPO
+        self.ready_timeout = ready_timeout
         self.proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def pid(self) -> int:
+        assert self.proc is not None
+        return self.proc.pid
 
     @property
     def url(self) -> str:
@@ -60,9 +88,9 @@ class SidecarProc:
     def start(self, wait: bool = True) -> SidecarProc:
         self._log = open(self.log_path, "ab")  # noqa: SIM115 - closed in stop()
         self.started_at = time.monotonic()
-        self.proc = subprocess.Popen(self.args, stdout=self._log, stderr=subprocess.STDOUT, env=self.env, cwd=REPO)
+        self.proc = subprocess.Popen(self.args, stdout=self._log, stderr=subprocess.STDOUT, env=self.env, cwd=self.cwd)
         if wait:
-            wait_until(self.ready, timeout=15, what=f"sidecar ready (log: {self.log})")
+            wait_until(self.ready, timeout=self.ready_timeout, what=f"sidecar ready (log: {self.log})")
             self.ready_after = time.monotonic() - self.started_at
         return self
 
@@ -116,7 +144,9 @@ class SidecarProc:
         assert code == 200, body
         return body.decode()
 
-    def stop(self, sig: int = signal.SIGTERM, timeout: float = 15) -> int:
+    def stop(self, sig: int = signal.SIGTERM, timeout: float = 15, *, check: bool = True) -> int:
+        """Send ``sig`` and wait for the exit; after ``timeout`` seconds it is killed, which fails unless not
+        ``check``. Returns the exit status."""
         assert self.proc is not None
         if self.proc.poll() is None:
             self.proc.send_signal(sig)
@@ -125,7 +155,8 @@ class SidecarProc:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait()
-                raise AssertionError(f"sidecar did not stop within {timeout}s:\n{self.log}") from None
+                if check:
+                    raise AssertionError(f"sidecar did not stop within {timeout}s:\n{self.log}") from None
         self._log.close()
         return int(self.proc.returncode)
 

@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import os
-import shutil
 import socket
-import tempfile
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -74,16 +72,8 @@ class Receiver:
 
 
 @pytest.fixture
-def sock_dir() -> Iterator[str]:
-    # Unix socket paths are limited to ~108 bytes; pytest's tmp_path can be longer.
-    d = tempfile.mkdtemp(prefix="iw", dir="/tmp")
-    yield d
-    shutil.rmtree(d, ignore_errors=True)
-
-
-@pytest.fixture
-def receiver(sock_dir: str) -> Iterator[Receiver]:
-    r = Receiver(os.path.join(sock_dir, "ingest.sock"))
+def receiver(sock_path: str) -> Iterator[Receiver]:
+    r = Receiver(sock_path)
     r.start()
     yield r
     r.stop()

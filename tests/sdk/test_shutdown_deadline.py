@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import threading
 import time
+from pathlib import Path
 
 import inferwatch
 from inferwatch import _core
 
 
-def test_shutdown_keeps_one_deadline_when_the_sender_is_stuck(sock_dir: str) -> None:
+def test_shutdown_keeps_one_deadline_when_the_sender_is_stuck(sock_dir: Path) -> None:
     assert inferwatch.configure(service="svc", sidecar=f"unix://{sock_dir}/absent.sock", flush_interval_ms=10)
     rt = _core._rt
     assert rt is not None

@@ -1,6 +1,6 @@
 """The shared statistics (``inferwatch_sidecar.stats``) against scipy and numpy on seeded random families.
 
-The drift engine's tests (``tests/drift/test_stats.py``) cover :mod:`~inferwatch_sidecar.stats.hypothesis`;
+The drift engine's tests (``tests/stats/test_hypothesis.py``) cover :mod:`~inferwatch_sidecar.stats.hypothesis`;
 here the quantiles and the trend estimators, and that the GPU detector's own kit agrees with them (so it can
 move onto them).
 """

@@ -21,9 +21,9 @@ from typing import Any
 import pytest
 
 from inferwatch_sidecar.components.engines.target import Target
-from tests.capacity.helpers import loadtest_json
 from tests.helpers.net import free_port
 from tests.helpers.sidecar import REPO, parse_metrics, sample, wait_until
+from tests.loadtest.helpers import loadtest_json
 
 N = 24
 

@@ -19,8 +19,8 @@ from typing import Any
 import pytest
 
 from inferwatch_sidecar.components.engines.target import Target
-from tests.capacity.helpers import loadtest_json
 from tests.helpers.sidecar import REPO, parse_metrics, sample, total, wait_until
+from tests.loadtest.helpers import loadtest_json
 from tests.traces import vllm_engine as engine
 
 FIXTURES = Path(REPO) / "tests" / "fixtures"

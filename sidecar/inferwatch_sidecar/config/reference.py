@@ -9,7 +9,7 @@ Every field has a description, taken from, in order:
 3. a ``#:`` comment on the lines just above it in the model's source (the Sphinx convention);
 4. for a field whose type is itself a model (a section), the first sentence of that model's docstring.
 
-:func:`undocumented` lists the fields with none of them (``tests/sidecar/test_config_reference.py`` fails
+:func:`undocumented` lists the fields with none of them (``tests/config/test_config_reference.py`` fails
 on any), and :func:`reference_yaml` writes every field of every section, the components' included, with
 its default and description as commented YAML: ``python -m inferwatch_sidecar.config --reference``.
 """

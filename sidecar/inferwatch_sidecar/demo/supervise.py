@@ -22,8 +22,6 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from inferwatch_sidecar.demo import model as mdl
-
 #: The service name the model servers report.
 SERVICE = "demo-credit"
 #: The order :func:`stop_all` stops children in: the servers before the sidecar, so their last events arrive.
@@ -36,9 +34,14 @@ class ProcessError(RuntimeError):
     """A child process exited or did not become ready; the message names it and shows its log."""
 
 
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that was free a moment ago."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+def free_port(kind: int = socket.SOCK_STREAM) -> int:
+    """A port on 127.0.0.1 that was free a moment ago (TCP, or UDP with ``socket.SOCK_DGRAM``).
+
+    Nothing listens on it once this returns, so it also serves as a port that refuses connections. The
+    checkout's one free-port finder: the demo's children, the tests (``tests/helpers/net.py``), the
+    benchmarks (``bench/_harness.py``) and the fuzzers (``scripts/``) all take their ports from here.
+    """
+    with socket.socket(socket.AF_INET, kind) as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
 
@@ -161,6 +164,8 @@ def start_model_server(role: str, version: str, port: int, workers: int, *, sock
         token: the bearer token of ``/admin/faults``.
         log_dir: where ``<role>.log`` goes.
     """
+    from inferwatch_sidecar.demo import model as mdl  # numpy: only where a model server is started
+
     env = child_env()
     env.update({
         "INFERWATCH_SIDECAR": f"unix://{socket_path}",
@@ -256,6 +261,8 @@ def sidecar_config(*, socket_path: str, port: int, token: str, reference: str,
         gpu_processes: the fake NVML's processes (``gpu.fake.processes``).
         seed: the fake NVML's noise seed.
     """
+    from inferwatch_sidecar.demo import model as mdl
+
     return {
         "ingest": {"socket": socket_path, "queue_stages": ["queue"]},
         "http": {"host": "127.0.0.1", "port": port, "admin_token": token},

@@ -9,7 +9,7 @@ bytes of such a family, per format, for as long as the component keeps the same 
 renders every other family (the aggregator's counters and histograms, which change with each
 event) afresh. The bytes are those of prometheus_client's own encoders (and of
 metrics/protobuf.py), one family at a time, so a body is byte for byte what rendering the whole
-registry at once gives; tests/sidecar/test_render_cache.py holds that.
+registry at once gives; tests/export/test_render_cache.py holds that.
 
 Memory: one entry per family name (its latest snapshot key), the bytes of the formats asked for.
 """

@@ -16,7 +16,7 @@ at first, one entry per subject. Where the rows come from:
   timeout mismatch; and the ingest drops.
 
 Every threshold is that of the alert that pages for the same thing, named after
-it (``tests/sidecar/test_status_summary.py`` checks them against
+it (``tests/export/test_status_summary.py`` checks them against
 ``alerts/source.py``), so the summary and the alerts agree; the summary judges
 the status window (the last minute) where the alert waits its ``for:``.
 

@@ -1,7 +1,7 @@
 """A server of known capacity: ``slots`` requests served at once, each for ``service`` seconds (with noise).
 
 Its knee is exactly ``slots`` and its capacity ``slots / mean service time``, which is what the load test's
-and the live table's knee are checked against (tests/capacity, bench/capacity_knee.py). Requests beyond the
+and the live table's knee are checked against (tests/components/capacity, bench/capacity_knee.py). Requests beyond the
 slots wait in FIFO order. ``service=0`` answers at once: the trivial server for the generator's own speed.
 With ``tokens > 0`` it answers like an OpenAI streaming endpoint: the first token after the service time,
 then one SSE event every ``itl`` seconds. Standard library only; HTTP/1.1 keep-alive, Content-Length bodies.

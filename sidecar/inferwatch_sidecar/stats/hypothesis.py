@@ -3,7 +3,7 @@
 The drift engine, the canary judge and tail attribution share them (through
 :mod:`.compare` for the per-column tests).
 Every function here is deterministic and side-effect free. Where a statistic is
-defined the same way as in scipy or Evidently the tests in ``tests/drift``
+defined the same way as in scipy or Evidently the tests in ``tests/stats/test_hypothesis.py``
 check agreement to 1e-9; where we compute it from bins instead of raw samples
 the difference is documented on the function (and in ``docs/drift.md``).
 

@@ -167,7 +167,7 @@ class CapacityComponent(StagedComponent):
 
 
 #: Headroom under which a model version runs at its knee: InferwatchCapacityHeadroomLow's ``headroom``
-#: threshold (tests/capacity checks that the two agree).
+#: threshold (tests/components/capacity checks that the two agree).
 HEADROOM_LOW = 0.1
 
 

@@ -1,7 +1,7 @@
 """The GPU monitor's bad-now rows for the status summary (``export/summary.py``), from its ``/v1/status`` section.
 
 Declared in ``components/registry.py``; thresholds are those of the alerts that page for the same thing
-(``tests/sidecar/test_status_summary.py`` checks them against ``alerts/source.py``).
+(``tests/export/test_status_summary.py`` checks them against ``alerts/source.py``).
 """
 
 from __future__ import annotations

@@ -1,0 +1,99 @@
+"""The GLR leak test (``components/gpu/glr.py``): its null, its alternative and its Monte Carlo threshold."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from inferwatch_sidecar.components.gpu import glr
+from inferwatch_sidecar.components.gpu.config import DetectorConfig
+from inferwatch_sidecar.components.gpu.detector import LeakDetector
+from tests.helpers.imports import load_file
+from tests.helpers.paths import BENCH
+
+MiB = 2**20
+
+
+def _mc() -> object:
+    return load_file(BENCH / "leak_glr_threshold.py")
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_what_the_null_holds_scores_near_zero(seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(12, 60))
+    t = np.sort(rng.uniform(0, 3600, n))
+    # A saturating warm-up from the series' start (tau within the prior), any amplitude.
+    tau = float(rng.uniform(100, 1200))
+    warm = float(rng.uniform(5, 500)) * (1 - np.exp(-(t - t[0] + 30) / tau))
+    assert glr.statistic(t, warm, t[0] - 30, 1200.0, 1.0)[0] < 1.0
+    # One level shift of any size, anywhere.
+    step = np.where(t >= t[int(rng.integers(2, n - 2))], float(rng.uniform(-300, 300)), 0.0)
+    assert glr.statistic(t, step, t[0] - 7200, 1200.0, 1.0)[0] < 1.0
+
+
+@pytest.mark.parametrize("seed", [4, 5, 6])
+def test_a_creep_scores_far_above_the_threshold(seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(24, 60))
+    t = np.arange(n) * 60.0
+    knot = t[int(rng.integers(0, n // 2))]
+    y = rng.normal(0, 1, n) + 20.0 * np.maximum(0.0, t - knot) / (t[-1] - knot)
+    stat, c = glr.statistic(t, y, -7200.0, 1200.0, 1.0)
+    assert stat > 3 * glr.threshold(n)
+    assert abs(c - knot) <= 0.25 * t[-1]
+    # A fall is no leak, whatever its shape.
+    assert glr.statistic(t, -y, -7200.0, 1200.0, 1.0)[0] < glr.threshold(n)
+
+
+def test_the_threshold_table_is_what_the_monte_carlo_gives() -> None:
+    mc = _mc()
+    rng = np.random.default_rng(8)
+    for young in (False, True):
+        v = mc.draws(16, 20000, rng, young)  # type: ignore[attr-defined]
+        thr, u, (_shape, scale) = mc.tail_threshold(v, glr.ALPHA)  # type: ignore[attr-defined]
+        # A rerun on other draws gives the table's threshold within the tail fit's precision, and the
+        # table never sits below it by more than that.
+        assert thr <= glr.threshold(16) + 1.0, young
+        assert 0.1 < scale < 1.5 and u < 0.5
+        # Under pure noise the statistic stays under the threshold (20,000 draws: none above it).
+        assert int((v > glr.threshold(16)).sum()) == 0
+    assert glr.threshold(4) == glr.THRESHOLDS[0][1] and glr.threshold(10_000) == glr.THRESHOLDS[-1][1]
+
+
+def test_the_glr_detector_judges_a_young_series_and_ignores_its_warm_up() -> None:
+    rng = np.random.default_rng(9)
+    cfg = DetectorConfig(method="glr")
+    # A 4 GiB exponential warm-up (tau 10 min) from the first sample, then flat for 3 hours: no episode.
+    warm = LeakDetector(cfg)
+    for t in range(0, 3 * 3600, 5):
+        warm.update(float(t), 20e9 + 4 * 2**30 * (1 - np.exp(-t / 600)) + rng.normal(0, 20 * MiB))
+    assert warm.episodes == ()
+    # A 2 GiB/h leak from minute 5 of a new series: found before the old blind period (22.5 min) is over.
+    leak = LeakDetector(cfg)
+    for t in range(0, 3600, 5):
+        leak.update(float(t), 20e9 + 2 * 2**30 / 3600 * max(0, t - 300) + rng.normal(0, 20 * MiB))
+        if leak.episodes:
+            break
+    assert leak.episodes and leak.episodes[0].detected_at < 300 + 22.5 * 60
+    e = leak.episodes[0]
+    assert e.rate == pytest.approx(2 * 2**30 / 3600, rel=0.2)
+    r = [x for x in leak.results if x.glr is not None]
+    assert r and all(x.glr_threshold is not None for x in r)
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_the_onset_after_a_warm_up_is_the_change_point_not_inside_the_warm_up(seed: int) -> None:
+    # A 3 GiB exponential warm-up (tau 5-15 min) from the first sample, a 500 MiB sawtooth, then a leak of
+    # 1-4 GiB/h from minute 40-70: the onset is named within 3 minutes (a hinge alone put it 20-40 early).
+    rng = np.random.default_rng(seed)
+    tau, on = rng.uniform(300, 900), rng.uniform(2400, 4200)
+    rate = float(rng.choice([1, 2, 4])) * 2**30 / 3600
+    det = LeakDetector(DetectorConfig())
+    for t in np.arange(0.0, on + 5400, 5.0):
+        det.update(float(t), 20e9 + 3 * 2**30 * (1 - np.exp(-t / tau)) + rate * max(0.0, t - on)
+                   + (t % 60) / 60 * 500 * MiB + rng.normal(0, 20 * MiB))
+        if det.episodes:
+            break
+    assert det.episodes, (tau, on)
+    assert abs(det.episodes[0].onset_estimate - on) < 180, (tau, on, det.episodes[0])
