@@ -10,7 +10,7 @@ Gaussian noise of one SD and a free offset:
   ``exp(-t / tau_max)``); the shift and the warm-up together (a load at the start, a cache filled on
   top of the warm-up);
 - **alternative** (a leak): the null's best warm-up (or none) plus a hinge creep ``r max(0, t - c)``,
-  ``r > 0``, maximised over the knot ``c`` (a rise that spans at least the last MIN_TAIL of the data).
+  ``r > 0``, maximised over the knot ``c`` (a rise over at least the last MIN_TAIL floor samples).
 
 Every fit has at most three columns and is solved in closed form (projections of the centred data,
 one after the other), for a batch of series at once: the detector calls it on one series, the Monte
@@ -31,13 +31,16 @@ import numpy as np
 
 #: Warm-up time constants: a log grid of TAU_GRID points from TAU_MIN_SHARE x tau_max to tau_max.
 TAU_MIN_SHARE = 1 / 64
-TAU_GRID = 25
+TAU_GRID = 49
 #: At most this many level-shift positions (a grid over the block boundaries).
 MAX_STEPS = 32
 #: A level shift of the null may take up to this many block spacings.
 RAMP_BLOCKS = 3
-#: The hinge's knot leaves at least this share of the data's span after it.
-MIN_TAIL = 0.25
+#: The hinge's knot leaves at least this many floor samples after it. (A share of the span, a quarter
+#: before, kept a leak that began in the last quarter of a long window out of the knots: the best
+#: allowed hinge then started hours early at a third of the rate. A rise over the last few samples is
+#: no leak unless it beats the null's shift spread over up to RAMP_BLOCKS blocks.)
+MIN_TAIL = 4
 #: A column whose centred sum of squares is below this share of n carries no information (a warm-up
 #: that is flat over the data): it is left out.
 FLAT = 1e-9
@@ -129,7 +132,7 @@ def _fixed(x: np.ndarray) -> dict[str, np.ndarray]:
     steps = [(np.arange(n)[None, :] >= us[:, None]).astype(float)]
     for ln in range(1, RAMP_BLOCKS + 1):
         steps.append(np.clip((x[None, :] - x[us - 1][:, None]) / (ln * dx), 0.0, 1.0))
-    knots = x[: max(1, int(np.searchsorted(x, 1 - MIN_TAIL, side="right")))]
+    knots = x[: max(1, n - MIN_TAIL)]
     hinge = np.maximum(0.0, x[None, :] - knots[:, None])
     return {"step": _centre(np.concatenate(steps)), "hinge": _centre(hinge), "knots": knots}
 
@@ -179,16 +182,16 @@ def statistic_batch(t: np.ndarray, ys: np.ndarray, t0: float, tau_max: float, si
     gsw, _ = on_warm(d["step"])
     sse_sw = sse_w - gsw.max(axis=1)
     sse0 = np.minimum(np.minimum(s0, sse_w), np.minimum(sse_s, sse_sw))
-    # Alternative: a rising hinge, alone or on the warm-up.
+    # Alternative: a rising hinge, alone or with a warm-up fitted jointly with it (the null's best warm-up,
+    # bent by the creep at the end, would leave the hinge a knot hours early).
     gh, bh = _fit1(d["hinge"], y)
     gh = np.where(bh > 0, gh, -np.inf)
-    ghw, bhw = on_warm(d["hinge"])
-    ghw = np.where(bhw > 0, ghw, -np.inf)
+    ghw, khw = _joint(d["warm"], d["hinge"], y)
     sse1_h = s0 - gh.max(axis=1)
-    sse1_hw = sse_w - ghw.max(axis=1)
+    sse1_hw = s0 - ghw
     use_w = sse1_hw < sse1_h
     sse1 = np.where(use_w, sse1_hw, sse1_h)
-    k = np.where(use_w, ghw.argmax(axis=1), gh.argmax(axis=1))
+    k = np.where(use_w, khw, gh.argmax(axis=1))
     finite = np.isfinite(sse1)
     sse1 = np.where(finite, np.maximum(sse1, 0.0), s0)
     # Known block noise (1 in these units) unless the alternative's own residuals are wider: then the
@@ -196,6 +199,26 @@ def statistic_batch(t: np.ndarray, ys: np.ndarray, t0: float, tau_max: float, si
     v = np.maximum(1.0, sse1 / max(1, n - 4))
     stat = np.where(finite, np.maximum(0.0, sse0 - sse1) / v, 0.0)
     return stat, d["knots"][k]
+
+
+def _joint(warm: np.ndarray, hinge: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The best gain in SS of ``y`` (B x n) on a warm-up column (a >= 0) and a hinge column (r > 0)
+    together, over every pair, and that hinge's index: B each (-inf where no pair qualifies)."""
+    cww = np.einsum("kn,kn->k", warm, warm)
+    chh = np.einsum("jn,jn->j", hinge, hinge)
+    cwh = warm @ hinge.T  # K x J
+    det = cww[:, None] * chh[None, :] - cwh * cwh
+    ok = (cww[:, None] > FLAT * warm.shape[1]) & (det > 1e-9 * cww[:, None] * chh[None, :])
+    det = np.where(ok, det, 1.0)
+    cyw = (y @ warm.T)[:, :, None]  # B x K x 1
+    cyh = (y @ hinge.T)[:, None, :]  # B x 1 x J
+    bw = (cyw * chh[None, None, :] - cyh * cwh[None]) / det
+    bh = (cyh * cww[None, :, None] - cyw * cwh[None]) / det
+    gain = np.where(ok[None] & (bw >= 0) & (bh > 0), bw * cyw + bh * cyh, -np.inf)
+    flat = gain.reshape(len(y), -1)
+    best = flat.argmax(axis=1)
+    out: tuple[np.ndarray, np.ndarray] = (flat[np.arange(len(y)), best], best % hinge.shape[0])
+    return out
 
 
 def _no_warm(ys: np.ndarray, sigma: float, d: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:

@@ -291,6 +291,8 @@ class _Blocks(NamedTuple):
     #: the block length (s) and the right edge of the newest bin
     block: float
     edge: float
+    #: the blocks run from one release to the next (:func:`_release_floors`), not on a fixed grid
+    aligned: bool = False
 
 
 def _floor_blocks(sc: _Scale, release_window: float, min_blocks: int) -> _Blocks | None:
@@ -318,6 +320,42 @@ def _floor_blocks(sc: _Scale, release_window: float, min_blocks: int) -> _Blocks
     if int(win.sum()) < min_blocks or len(fy) < 3:
         return None
     return _Blocks(ft, fy, win, block, edge)
+
+
+def _release_floors(sc: _Scale, releases: np.ndarray, min_blocks: int) -> _Blocks | None:
+    """Floor samples from one release to the next: each segment's minimum, at its time; None: too few.
+
+    A fixed block must span the longest usual gap between releases (1.25 x the 90th percentile) to hold
+    one, so under random releases (exponential gaps) it spans about three mean periods; a segment that
+    starts at a release holds that release's trough whatever the gaps, so the floor is seen once per
+    release. Segments are merged in runs when two windows hold more than 2 x MAX_BLOCKS of them.
+    """
+    a = np.asarray(sc.bins, dtype=float)
+    t, y = a[:, 0], a[:, 1]
+    edge = t[-1] + sc.bin_s / 2
+    r = releases[(releases >= edge - 2 * sc.window_s) & (releases <= edge)]
+    if len(r) < min_blocks:
+        return None
+    # A bin belongs to the segment of the latest release before its end (the bin holding a release's
+    # trough starts that segment); bins before the first release are left out.
+    seg = np.searchsorted(r, t + sc.bin_s / 2, side="right") - 1
+    keep = seg >= 0
+    t, y, seg = t[keep], y[keep], seg[keep]
+    if not len(seg):
+        return None
+    merge = max(1, math.ceil((int(seg[-1]) + 1) / (2 * MAX_BLOCKS)))
+    group = seg // merge
+    starts = np.flatnonzero(np.r_[True, group[1:] != group[:-1]])
+    fy = np.minimum.reduceat(y, starts)
+    # Each floor sample is dated by the release whose trough it is (the lowest bin's segment): a bin's
+    # centre would misplace it by up to half a bin, which on a steep warm-up is a misfit of many SDs.
+    ends = np.r_[starts[1:], len(y)]
+    ft = np.array([r[seg[s0 + int(np.argmin(y[s0:e0]))]] for s0, e0 in zip(starts, ends, strict=True)])
+    win = ft >= edge - sc.window_s
+    if int(win.sum()) < min_blocks or len(fy) < 3:
+        return None
+    block = float(np.median(np.diff(r))) * merge if len(r) > 1 else sc.window_s
+    return _Blocks(ft, fy, win, block, edge, True)
 
 
 def _destep(fy: np.ndarray, glr_method: bool, step_k: float, sample_sigma: float
