@@ -45,6 +45,9 @@ MIN_TAIL = 4
 #: that is flat over the data): it is left out.
 FLAT = 1e-9
 
+#: The null's shift is fitted jointly with this many of the best-fitting warm-ups (per series).
+TOP_WARM = 6
+
 #: Per-judgement false-alarm probability of the threshold table.
 ALPHA = 1e-6
 #: Monte Carlo thresholds ``(n blocks, threshold)`` at ALPHA, from ``python bench/leak_glr_threshold.py
@@ -179,8 +182,13 @@ def statistic_batch(t: np.ndarray, ys: np.ndarray, t0: float, tau_max: float, si
             beta = np.where(ok, cy / np.where(ok, cc, 1.0), 0.0)
         return beta * cy, beta
 
+    # A shift with the warm-up: the best warm-up's residuals, and every pair fitted jointly as the
+    # alternative's are (a null fitted less well than the alternative would count its misfit as a creep).
     gsw, _ = on_warm(d["step"])
-    sse_sw = sse_w - gsw.max(axis=1)
+    # (The joint fit over the warm-ups that fit best alone, TOP_WARM per series: all of them with every
+    # shift would cost the live detector ten times more.)
+    top = np.unique(np.argsort(-gw, axis=1)[:, :TOP_WARM])
+    sse_sw = np.minimum(sse_w - gsw.max(axis=1), s0 - _joint(d["warm"][top], d["step"], y, rising=False)[0])
     sse0 = np.minimum(np.minimum(s0, sse_w), np.minimum(sse_s, sse_sw))
     # Alternative: a rising hinge, alone or with a warm-up fitted jointly with it (the null's best warm-up,
     # bent by the creep at the end, would leave the hinge a knot hours early).
@@ -201,9 +209,14 @@ def statistic_batch(t: np.ndarray, ys: np.ndarray, t0: float, tau_max: float, si
     return stat, d["knots"][k]
 
 
-def _joint(warm: np.ndarray, hinge: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """The best gain in SS of ``y`` (B x n) on a warm-up column (a >= 0) and a hinge column (r > 0)
-    together, over every pair, and that hinge's index: B each (-inf where no pair qualifies)."""
+def _joint(warm: np.ndarray, hinge: np.ndarray, y: np.ndarray, rising: bool = True) -> tuple[np.ndarray, np.ndarray]:
+    """The best gain in SS of ``y`` (B x n) on a warm-up column (a >= 0) and another column (a hinge
+    with r > 0, or with ``rising`` False a shift of either sign) together, over every pair, and that
+    column's index: B each (-inf where no pair qualifies). Rows go in chunks (B x K x J arrays)."""
+    if len(y) * warm.shape[0] * hinge.shape[0] > 4_000_000:
+        step = max(1, 4_000_000 // (warm.shape[0] * hinge.shape[0]))
+        parts = [_joint(warm, hinge, y[i: i + step], rising) for i in range(0, len(y), step)]
+        return np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts])
     cww = np.einsum("kn,kn->k", warm, warm)
     chh = np.einsum("jn,jn->j", hinge, hinge)
     cwh = warm @ hinge.T  # K x J
@@ -214,7 +227,8 @@ def _joint(warm: np.ndarray, hinge: np.ndarray, y: np.ndarray) -> tuple[np.ndarr
     cyh = (y @ hinge.T)[:, None, :]  # B x 1 x J
     bw = (cyw * chh[None, None, :] - cyh * cwh[None]) / det
     bh = (cyh * cww[None, :, None] - cyw * cwh[None]) / det
-    gain = np.where(ok[None] & (bw >= 0) & (bh > 0), bw * cyw + bh * cyh, -np.inf)
+    fits = ok[None] & (bw >= 0) & ((bh > 0) if rising else True)
+    gain = np.where(fits, bw * cyw + bh * cyh, -np.inf)
     flat = gain.reshape(len(y), -1)
     best = flat.argmax(axis=1)
     out: tuple[np.ndarray, np.ndarray] = (flat[np.arange(len(y)), best], best % hinge.shape[0])
