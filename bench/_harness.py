@@ -6,7 +6,8 @@ Benchmarks run as scripts (``python bench/NAME.py``), so this module is found ne
 Instruction counts are the noise-free figure on a shared machine: :func:`callgrind_instructions`
 runs a command under ``valgrind --tool=callgrind`` and returns the program's total. A cost per unit
 is the difference of two runs that differ only in the work measured (start-up and imports cancel),
-divided by the units of that difference. Every benchmark counts through :func:`callgrind_run` (or, for a
+divided by the units of that difference (a child that callgrind counts should not import this module: what it
+imports would move into the counted runs). Every benchmark counts through :func:`callgrind_run` (or, for a
 server measured while it runs, :data:`CALLGRIND_PREFIX` and :func:`collected`).
 
 A real sidecar is ``tests.helpers.sidecar.SidecarProc``, as in the tests: importing this module puts the
@@ -23,8 +24,8 @@ import subprocess
 import sys
 import tempfile
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 #: The checkout's root.
 REPO = Path(__file__).resolve().parents[1]
@@ -68,8 +69,7 @@ def collected(stderr: str) -> int | None:
     return int(found[-1]) if found else None
 
 
-@dataclass(frozen=True)
-class CallgrindRun:
+class CallgrindRun(NamedTuple):
     """One program run to its end under callgrind: its instruction total and its output."""
 
     instructions: int

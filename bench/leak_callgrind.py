@@ -21,8 +21,9 @@ import argparse
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _harness import REPO, STABLE_HASH_ENV, callgrind_run  # noqa: E402  (bench/ is a folder of scripts, not a package)
+REPO = Path(__file__).resolve().parents[1]
+if str(REPO / "bench") not in sys.path:  # loaded by path (the tests): find _harness
+    sys.path.insert(0, str(REPO / "bench"))
 
 MiB, GiB = 2**20, 2**30
 
@@ -51,6 +52,8 @@ def child(method: str, hours: float, dt: float) -> None:
 
 
 def instructions(method: str, hours: float, dt: float) -> int:
+    from _harness import STABLE_HASH_ENV, callgrind_run  # here: the counted children run this file
+
     run = callgrind_run([sys.executable, __file__, "--child", method, "--hours", str(hours), "--dt", str(dt)],
                         env={"PYTHONPATH": f"{REPO / 'sdk'}:{REPO / 'sidecar'}", **STABLE_HASH_ENV})
     sys.stderr.write("".join(line + "\n" for line in run.stderr.splitlines() if "episode" in line))

@@ -54,9 +54,10 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+if os.path.dirname(os.path.abspath(__file__)) not in sys.path:  # loaded by path (the tests): find _harness
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
 import inferwatch  # noqa: E402
-from _harness import STABLE_HASH_ENV, callgrind_instructions, callgrind_run  # noqa: E402  (bench/ holds scripts)
 from inferwatch import _core  # noqa: E402
 from inferwatch.wire import EV_RECORD, EV_REQUEST, Decoder, Encoder  # noqa: E402
 
@@ -349,6 +350,8 @@ def count_child(variant: str, calls: int, sidecar: str) -> None:
 
 def instructions(sidecar: str, small: int, large: int) -> dict[str, float]:
     """User-space instructions per request of each ``COUNTED`` variant, from two callgrind runs of ``count_child``."""
+    from _harness import STABLE_HASH_ENV, callgrind_instructions  # here: the counted children run this file
+
     out = {}
     for variant in COUNTED:
         counts = [callgrind_instructions([sys.executable, os.path.abspath(__file__), "--count", variant, "--calls",
@@ -365,6 +368,8 @@ def import_instructions() -> float:
     The wall-clock import time moves with the machine's load; this count does not (bytecode cached: one
     untimed import first).
     """
+    from _harness import STABLE_HASH_ENV, callgrind_run
+
     env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
     subprocess.run([sys.executable, "-c", "import inferwatch"], check=True, env=env)
     counts = [callgrind_run([sys.executable, "-c", code], base_env=env, env=STABLE_HASH_ENV, timeout=600).instructions

@@ -42,10 +42,11 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+REPO = Path(__file__).resolve().parents[1]
+sys.path[:0] = [str(REPO / "bench"), str(REPO)]  # _harness, and tests.helpers (the one sidecar starter)
 from tests.helpers.sidecar import SIDECAR_CLI, SidecarProc  # noqa: E402
 
-from _harness import REPO, free_port  # noqa: E402  (bench/ is a folder of scripts, not a package)
+from _harness import free_port  # noqa: E402  (bench/ is a folder of scripts, not a package)
 
 
 def _post(url: str, body: bytes, ctype: str) -> int:
