@@ -12,6 +12,10 @@ Gaussian noise of one SD and a free offset:
 - **alternative** (a leak): the null's best warm-up (or none) plus a hinge creep ``r max(0, t - c)``,
   ``r > 0``, maximised over the knot ``c`` (a rise over at least the last MIN_TAIL floor samples).
 
+The products are ``np.einsum`` (numpy's own loops), never ``@``: a matrix product goes to BLAS, whose
+worker threads, for matrices this small, burned more CPU than the product itself (process time 1.7x the
+wall time; 22x the trend test's instructions under callgrind, where idle threads spin).
+
 Every fit has at most three columns and is solved in closed form (projections of the centred data,
 one after the other), for a batch of series at once: the detector calls it on one series, the Monte
 Carlo (``bench/leak_glr_threshold.py``) on hundreds of thousands.
@@ -92,7 +96,7 @@ def _fit1(cols: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Gain in SS and coefficient of the centred data ``y`` (B x n) on each centred column (K x n): B x K each."""
     cc = np.einsum("kn,kn->k", cols, cols)
     ok = cc > FLAT * cols.shape[1]
-    cy = y @ cols.T
+    cy = np.einsum("bn,kn->bk", y, cols)
     with np.errstate(invalid="ignore", divide="ignore"):
         beta = np.where(ok, cy / np.where(ok, cc, 1.0), 0.0)
     return beta * cy, beta
@@ -173,7 +177,7 @@ def statistic_batch(t: np.ndarray, ys: np.ndarray, t0: float, tau_max: float, si
 
     def on_warm(cols: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         # cols (K x n) residualised on each series' warm-up: K x n -> B x K x n, gains of yr on them.
-        proj = (w @ cols.T) / ww_safe[:, None]  # B x K
+        proj = np.einsum("bn,kn->bk", w, cols) / ww_safe[:, None]  # B x K
         cr = cols[None, :, :] - proj[:, :, None] * w[:, None, :]
         cc = np.einsum("bkn,bkn->bk", cr, cr)
         cy = np.einsum("bkn,bn->bk", cr, yr)
@@ -219,12 +223,12 @@ def _joint(warm: np.ndarray, hinge: np.ndarray, y: np.ndarray, rising: bool = Tr
         return np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts])
     cww = np.einsum("kn,kn->k", warm, warm)
     chh = np.einsum("jn,jn->j", hinge, hinge)
-    cwh = warm @ hinge.T  # K x J
+    cwh = np.einsum("kn,jn->kj", warm, hinge)  # K x J
     det = cww[:, None] * chh[None, :] - cwh * cwh
     ok = (cww[:, None] > FLAT * warm.shape[1]) & (det > 1e-9 * cww[:, None] * chh[None, :])
     det = np.where(ok, det, 1.0)
-    cyw = (y @ warm.T)[:, :, None]  # B x K x 1
-    cyh = (y @ hinge.T)[:, None, :]  # B x 1 x J
+    cyw = np.einsum("bn,kn->bk", y, warm)[:, :, None]  # B x K x 1
+    cyh = np.einsum("bn,jn->bj", y, hinge)[:, None, :]  # B x 1 x J
     bw = (cyw * chh[None, None, :] - cyh * cwh[None]) / det
     bh = (cyh * cww[None, :, None] - cyw * cwh[None]) / det
     fits = ok[None] & (bw >= 0) & ((bh > 0) if rising else True)
