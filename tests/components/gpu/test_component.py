@@ -156,7 +156,7 @@ def test_fake_backend_from_config_injects_a_leak_on_the_sampler_thread() -> None
     cfg = GpuConfig.model_validate({
         "backend": "fake", "interval_s": 0.01, "resolve_containers": False,
         "detector": {"scales": [[0.64, 0.04]], "warmup_s": 0, "confirm_s": 0.05,
-                     "min_rate_bytes_per_s": 0},
+                     "min_rate_bytes_per_s": 0, "tau_max_s": 0.1},
         "fake": {"devices": 1, "total_gib": 80, "pid": 4242, "leak_mib_per_s": 4096, "leak_start_s": 0},
     })
     comp = build(cfg, ComponentContext())

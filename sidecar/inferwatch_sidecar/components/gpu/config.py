@@ -57,9 +57,10 @@ class DetectorConfig(BaseModel):
             towards where the leak started clears at once).
         confidence: two-sided level of the rate's interval.
         max_episodes: leak episodes remembered per series (the oldest is dropped).
-        method: ``trend`` (default: the slope test with its shape conditions) or ``glr`` (one
-            generalized likelihood-ratio test of a hinge creep against steps and a saturating warm-up,
-            its threshold from a Monte Carlo; ``components/gpu/glr.py``).
+        method: ``glr`` (default: one generalized likelihood-ratio test of a hinge creep against
+            steps and a saturating warm-up, on floors sampled at each release, its threshold from a
+            Monte Carlo; ``components/gpu/glr.py``) or ``trend`` (the earlier slope test with its shape
+            conditions and a 22.5-minute blind period).
         tau_max_s: ``glr`` only: the prior on warm-ups: a leak-free warm-up's slope decays at least as
             fast as ``exp(-t / tau_max_s)`` from the series' start.
     """
@@ -80,7 +81,7 @@ class DetectorConfig(BaseModel):
     clear_s: float = Field(300.0, ge=0)
     confidence: float = Field(0.95, gt=0.5, lt=1)
     max_episodes: int = Field(16, ge=1, le=1000)
-    method: Literal["trend", "glr"] = "trend"
+    method: Literal["trend", "glr"] = "glr"
     tau_max_s: float = Field(1200.0, gt=0)
 
     @field_validator("scales")

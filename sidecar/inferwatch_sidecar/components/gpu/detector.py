@@ -78,6 +78,7 @@ from inferwatch_sidecar.components.gpu.trend import (
     _hist_spread,
     _norm_ppf,
     _quarter_share,
+    _release_floors,
     _Scale,
     _slope,
     sen_mann_kendall,
@@ -93,6 +94,8 @@ __all__ = [
 ]
 
 VERDICTS = ("leak", "no_leak", "insufficient_data")
+#: Releases kept for release-aligned floor samples (two 4-hour windows of a 20 s sawtooth).
+RELEASE_LOG = 1500
 
 
 @dataclass(frozen=True)
@@ -115,6 +118,15 @@ class Episode:
     rate: float
     rate_ci: tuple[float, float]
     end: str | None
+
+
+def _slope_ols(t: np.ndarray, y: np.ndarray, sigma: float) -> tuple[float, float]:
+    """Least-squares slope of ``y`` over ``t`` and its standard error for independent noise of SD ``sigma``."""
+    tc = t - t.mean()
+    sxx = float((tc * tc).sum())
+    if sxx <= 0:
+        return 0.0, math.inf
+    return float((tc * (y - y.mean())).sum()) / sxx, sigma / math.sqrt(sxx)
 
 
 class LeakDetector:
@@ -153,6 +165,8 @@ class LeakDetector:
         self._sigma = 0.0
         self._peak: float | None = None
         self._releases: deque[float] = deque(maxlen=13)
+        #: every release over the longest two windows (at most RELEASE_LOG), for release-aligned floors
+        self._release_log: deque[float] = deque(maxlen=RELEASE_LOG)
         # Episodes: the open one is the last, with its raw floor at onset ("base") and highest since ("top").
         self._episodes: deque[dict[str, Any]] = deque(maxlen=self.cfg.max_episodes)
         self._base: float | None = None
@@ -238,6 +252,7 @@ class LeakDetector:
             self._peak = v
         elif v < self._peak - max(RELEASE_MIN, RELEASE_K * self._sigma):
             self._releases.append(t)
+            self._release_log.append(t)
             self._peak = v
 
     def release_window(self) -> float:
@@ -255,11 +270,20 @@ class LeakDetector:
     def _scale_result(self, sc: _Scale, now: float) -> TrendResult | None:
         cfg = self.cfg
         age = now - (self._first_t if self._first_t is not None else now)
-        # The GLR judges a young series as soon as its window holds the blocks: its null holds warm-ups.
-        young = (cfg.warmup_s if cfg.method == "glr" else max((1 + PRE_WINDOW) * sc.window_s, cfg.warmup_s))
+        # The GLR judges a young series as soon as the shortest window holds its blocks (its null holds
+        # warm-ups); a longer window waits until the series is half its length, since its coarser bins
+        # see a steep warm-up's start as a few level shifts, and de-stepping them bends what is left.
+        if cfg.method == "glr":
+            young = cfg.warmup_s if sc is self._scales[0] else max(sc.window_s / 2, cfg.warmup_s)
+        else:
+            young = max((1 + PRE_WINDOW) * sc.window_s, cfg.warmup_s)
         if age < young or not sc.bins or now - sc.bins[-1][0] > sc.window_s / 4:
             return None
-        fb = _floor_blocks(sc, self.release_window(), cfg.min_blocks)
+        fb = None
+        if cfg.method == "glr" and self.release_window() > 0:
+            fb = _release_floors(sc, np.fromiter(self._release_log, float), cfg.min_blocks)
+        if fb is None:
+            fb = _floor_blocks(sc, self.release_window(), cfg.min_blocks)
         if fb is None:
             return None
         jump, g, sigma = _destep(fb.fy, cfg.method == "glr", cfg.step_k, self._sigma)
@@ -276,7 +300,7 @@ class LeakDetector:
                     ramp[run[0] + 1: run[-1] + 1] = True
             sel = win & ~ramp
             return self._glr_result(sc, now, ft[sel], g[sel], sigma, fb.block, int(jump.sum()), slope, se,
-                                    float(fy[-1]), ft, fy, g, fb.edge)
+                                    float(fy[-1]), ft, fy, g, fb.edge, fb.aligned)
         return self._trend_result(sc, now, fb, jump, g, sigma, slope, se)
 
     def _trend_result(self, sc: _Scale, now: float, fb: _Blocks, jump: np.ndarray, g: np.ndarray, sigma: float,
@@ -319,23 +343,31 @@ class LeakDetector:
 
     def _glr_result(self, sc: _Scale, now: float, tw: np.ndarray, gw: np.ndarray, sigma: float, block: float,
                     steps: int, slope: float, se: float, floor: float, ft: np.ndarray, fy: np.ndarray,
-                    g: np.ndarray, edge: float) -> TrendResult:
+                    g: np.ndarray, edge: float, aligned: bool = False) -> TrendResult:
         """The one GLR test (``glr.statistic``) on the window's de-stepped floor blocks."""
         cfg = self.cfg
         t0 = self._first_t if self._first_t is not None else float(tw[0])
         # Only blocks that lie wholly after the series' first sample: a block cut short by the start
         # holds the floor at another phase than the others (on a steep warm-up, a misfit of many SDs).
-        whole = tw - block / 2 >= t0 - sc.bin_s / 2
+        # Release-aligned segments start at a release, after the first sample by construction.
+        whole = tw - (0.0 if aligned else block / 2) >= t0 - sc.bin_s / 2
         stat, knot = glr.statistic(tw[whole], gw[whole], t0, cfg.tau_max_s, sigma)
         thr = glr.threshold(int(whole.sum()))
         q = _norm_ppf(0.5 + cfg.confidence / 2)
         passed = stat > thr
         onset = rate = r_lo = r_hi = base = None
         if passed:
-            # The knot leaves a quarter of the data after it (of a young series' data, not of the window).
+            # The change point: the hinge's knot fitted together with the warm-up over both windows; the
+            # rate: the floor's least-squares slope after it (a hinge refitted here, its knot held to the
+            # window's first three quarters, took a creep in the last quarter for a slower, older one).
             tk, gk = tw[whole], gw[whole]
-            onset, rate, r_lo, r_hi = _hinge(tk, gk, sigma, q, edge - (edge - float(tk[0])) / 4)
-            onset = knot  # the change point: the hinge's knot fitted together with the warm-up
+            onset = self._change_point(ft, g, sigma, knot)
+            after = tk >= onset
+            if int(after.sum()) >= 3:
+                rate, se_r = _slope_ols(tk[after], gk[after], sigma)
+                r_lo, r_hi = rate - q * se_r, rate + q * se_r
+            else:
+                _, rate, r_lo, r_hi = _hinge(tk, gk, sigma, q, edge - (edge - float(tk[0])) / 4)
             base = float(fy[ft >= onset].min())
             passed = rate > 0 and r_lo > cfg.min_rate_bytes_per_s
         z = slope / se if se > 0 else 0.0
@@ -383,7 +415,9 @@ class LeakDetector:
             return
         fired = [r for r in res if r.passed]
         best = min(fired, key=lambda r: (r.rate_upper or 0.0) - (r.rate_lower or 0.0)) if fired else None
-        floor = min(r.floor for r in res)
+        # The newest floor: the shortest judged scale's (a longer scale's latest block reaches further back,
+        # and just after a quick detection may still hold the floor from before the onset).
+        floor = res[0].floor
         if fired:
             self._fail_since = None
             if self._pass_since is None:
@@ -412,11 +446,25 @@ class LeakDetector:
         base = self._base if self._base is not None else floor
         if floor < base + 0.5 * (self._top - base) and self._top > base:
             self._close(now, "released")
-        elif not fired and self._fail_since is not None and now - self._fail_since >= self.cfg.clear_s:
+        elif not self._still_rising(fired, res, now):
             self._close(now, "stopped")
         elif best is not None and best.rate is not None:
             self._rate, self._ci = best.rate, (best.rate_lower or 0.0, best.rate_upper or 0.0)
             ep["rate"], ep["rate_ci"] = self._rate, list(self._ci)
+
+    def _still_rising(self, fired: list[TrendResult], res: list[TrendResult], now: float) -> bool:
+        """Whether an open episode holds: its test passed within the last ``clear_s``.
+
+        With the GLR, once a leak is found the question becomes whether the floor still climbs, not
+        whether the climb still departs from a warm-up: a creep that fills a window is as straight as
+        the middle of an S-shaped warm-up, and the GLR's statistic falls while the leak goes on. So the
+        shortest judged scale's floor slope, with its lower bound above ``min_rate_bytes_per_s``, also
+        holds it (a longer window keeps the stopped climb in view for hours).
+        """
+        if not fired and self.cfg.method == "glr" and res[0].lower > self.cfg.min_rate_bytes_per_s:
+            self._fail_since = None
+            return True
+        return fired != [] or self._fail_since is None or now - self._fail_since < self.cfg.clear_s
 
     def _open(self, now: float, best: TrendResult) -> None:
         assert best.rate is not None and best.onset is not None
@@ -469,7 +517,7 @@ class LeakDetector:
             "pass_since": self._pass_since, "fail_since": self._fail_since, "last_pass": self._last_pass,
             "samples": self._samples, "first_t": self._first_t,
             "diffs": list(self._diffs), "dts": list(self._dts), "sigma": self._sigma, "peak": self._peak,
-            "releases": list(self._releases),
+            "releases": list(self._releases), "release_log": list(self._release_log),
             "episodes": [dict(e) for e in self._episodes], "base": self._base, "top": self._top,
         }
 
@@ -513,6 +561,7 @@ class LeakDetector:
         self._sigma = float(state["sigma"])
         self._peak = state["peak"]
         self._releases.extend(float(x) for x in state["releases"])
+        self._release_log.extend(float(x) for x in state.get("release_log", state["releases"]))
         for e in state["episodes"]:
             self._episodes.append({k: e[k] for k in ("onset_estimate", "detected_at", "cleared_at", "rate",
                                                      "rate_ci", "end")})

@@ -148,12 +148,14 @@ def _row_nanmedian(m: np.ndarray) -> np.ndarray:
     return out
 
 
-def _shift_sizes(fy: np.ndarray, jump: np.ndarray, m: int = 4) -> np.ndarray:
+def _shift_sizes(fy: np.ndarray, jump: np.ndarray, m: int = 4, climb: np.ndarray | None = None) -> np.ndarray:
     """Size of each level shift (``jump[i]``: between blocks i and i+1), else 0.
 
     The size is the median of up to ``m`` blocks after the shift minus that of up to ``m`` before
     (not crossing another shift): the change between the two adjacent blocks alone would carry
-    their noise into the de-stepped level for good.
+    their noise into the de-stepped level for good. ``climb`` (per change, bytes per block): the
+    floor's own climb around each change, taken out of the difference over the blocks between the
+    two medians (on a climbing floor the difference of levels holds that climb too).
     """
     out = np.zeros(len(jump))
     idx = np.flatnonzero(jump)
@@ -164,9 +166,11 @@ def _shift_sizes(fy: np.ndarray, jump: np.ndarray, m: int = 4) -> np.ndarray:
     for k, (lo, hi) in enumerate(bounds):
         left = bounds[k - 1][1] + 1 if k else 0
         right = bounds[k + 1][0] if k + 1 < len(bounds) else len(fy) - 1
-        before = fy[max(left, lo + 1 - m): lo + 1]
-        after = fy[hi + 1: min(right + 1, hi + 1 + m)]
+        b0, a1 = max(left, lo + 1 - m), min(right + 1, hi + 1 + m)
+        before, after = fy[b0: lo + 1], fy[hi + 1: a1]
         out[lo] = float(np.median(after)) - float(np.median(before))
+        if climb is not None:
+            out[lo] -= float(climb[lo]) * ((hi + 1 + a1 - 1) / 2 - (b0 + lo) / 2)
     return out
 
 
@@ -287,6 +291,8 @@ class _Blocks(NamedTuple):
     #: the block length (s) and the right edge of the newest bin
     block: float
     edge: float
+    #: the blocks run from one release to the next (:func:`_release_floors`), not on a fixed grid
+    aligned: bool = False
 
 
 def _floor_blocks(sc: _Scale, release_window: float, min_blocks: int) -> _Blocks | None:
@@ -316,6 +322,42 @@ def _floor_blocks(sc: _Scale, release_window: float, min_blocks: int) -> _Blocks
     return _Blocks(ft, fy, win, block, edge)
 
 
+def _release_floors(sc: _Scale, releases: np.ndarray, min_blocks: int) -> _Blocks | None:
+    """Floor samples from one release to the next: each segment's minimum, at its time; None: too few.
+
+    A fixed block must span the longest usual gap between releases (1.25 x the 90th percentile) to hold
+    one, so under random releases (exponential gaps) it spans about three mean periods; a segment that
+    starts at a release holds that release's trough whatever the gaps, so the floor is seen once per
+    release. Segments are merged in runs when two windows hold more than 2 x MAX_BLOCKS of them.
+    """
+    a = np.asarray(sc.bins, dtype=float)
+    t, y = a[:, 0], a[:, 1]
+    edge = t[-1] + sc.bin_s / 2
+    r = releases[(releases >= edge - 2 * sc.window_s) & (releases <= edge)]
+    if len(r) < min_blocks:
+        return None
+    # A bin belongs to the segment of the latest release before its end (the bin holding a release's
+    # trough starts that segment); bins before the first release are left out.
+    seg = np.searchsorted(r, t + sc.bin_s / 2, side="right") - 1
+    keep = seg >= 0
+    t, y, seg = t[keep], y[keep], seg[keep]
+    if not len(seg):
+        return None
+    merge = max(1, math.ceil((int(seg[-1]) + 1) / (2 * MAX_BLOCKS)))
+    group = seg // merge
+    starts = np.flatnonzero(np.r_[True, group[1:] != group[:-1]])
+    fy = np.minimum.reduceat(y, starts)
+    # Each floor sample is dated by the release whose trough it is (the lowest bin's segment): a bin's
+    # centre would misplace it by up to half a bin, which on a steep warm-up is a misfit of many SDs.
+    ends = np.r_[starts[1:], len(y)]
+    ft = np.array([r[seg[s0 + int(np.argmin(y[s0:e0]))]] for s0, e0 in zip(starts, ends, strict=True)])
+    win = ft >= edge - sc.window_s
+    if int(win.sum()) < min_blocks or len(fy) < 3:
+        return None
+    block = float(np.median(np.diff(r))) * merge if len(r) > 1 else sc.window_s
+    return _Blocks(ft, fy, win, block, edge, True)
+
+
 def _destep(fy: np.ndarray, glr_method: bool, step_k: float, sample_sigma: float
             ) -> tuple[np.ndarray, np.ndarray, float]:
     """The level shifts among the floor blocks, the de-stepped floor, and the block noise.
@@ -334,18 +376,32 @@ def _destep(fy: np.ndarray, glr_method: bool, step_k: float, sample_sigma: float
         pad = np.r_[np.full(3, np.nan), d, np.full(3, np.nan)]
         nb = np.lib.stride_tricks.sliding_window_view(pad, 7).copy()
         nb[:, 3] = np.nan
-        dev = d - _row_nanmedian(nb)
+        local = _row_nanmedian(nb)
+        dev = d - local
         sd = 1.4826 * float(np.median(np.abs(dev - np.median(dev))))
+        # On a climbing floor a shift must also add more than the neighbours' own climb: a fast leak's
+        # block changes vary by as much as they climb (one release in a block, or two), and the flat
+        # blocks elsewhere in the windows make the spread of the changes small.
+        jump = dev > np.maximum(max(STEP_UP_MIN, step_k * sd), local)
     else:
         sd = 1.4826 * float(np.median(np.abs(d - med)))
         dev = d - med
-    jump = dev > max(STEP_UP_MIN, step_k * sd)
+        jump = dev > max(STEP_UP_MIN, step_k * sd)
     if jump.any():
         near = np.zeros_like(jump)
         near[1:] |= jump[:-1]
         near[:-1] |= jump[1:]
         jump |= near & (dev > 2.5 * sd)
-    g = fy - np.r_[0.0, np.cumsum(_shift_sizes(fy, jump))]
+    if glr_method:
+        # A shift is what the change adds to the floor's own climb around it: on a flat floor the whole
+        # difference of levels, on a climbing one less the climb between them; the difference of levels
+        # alone would take the climb of the blocks around it too, and flatten a fast leak into a sawtooth.
+        # (A climb within the noise of its median of six changes is taken as none: on a flat floor, a
+        # correction over four blocks would add four times that noise.)
+        climb = np.where(np.abs(local) > 2 * sd, local, 0.0)
+        g = fy - np.r_[0.0, np.cumsum(_shift_sizes(fy, jump, climb=climb))]
+    else:
+        g = fy - np.r_[0.0, np.cumsum(_shift_sizes(fy, jump))]
     # Block noise from the changes that are not shifts (a difference of two blocks: / sqrt 2).
     rest = d[~jump]
     # Quantised floors (2 MiB granules) often repeat exactly: the MAD can be 0. A block minimum of
