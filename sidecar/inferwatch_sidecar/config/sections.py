@@ -75,11 +75,13 @@ class IngestConfig(Section):
         "schemas well inside the shipped manifest's 512Mi limit.",
     )
     max_string_chars: int = Field(
-        128, ge=16, le=255,
+        255, ge=16, le=255,
         description="Longest string kept from an SDK frame (categorical values, feature and stage names): longer "
         "ones are cut as the frame is decoded and counted in inferwatch_ingest_truncated_strings_total. The wire "
-        "allows 255 bytes; 64 categorical values of 255 characters made each record ~20 KB in every buffer "
-        "that holds it (staging, tail, drift warm-up). Label values are cut further to labels.max_length.",
+        "allows 255 bytes, and so does the JSON ingest path; 64 categorical values of 255 characters make each "
+        "record ~20 KB in every buffer that holds it (staging, tail, drift warm-up). A lower value saves memory, "
+        "but the drift reference profile keeps its categories and feature names whole: live values longer than "
+        "the cut then match none of them and show as drift. Label values are cut further to labels.max_length.",
     )
     max_producer_event_rate: float = Field(
         1e7, gt=0,

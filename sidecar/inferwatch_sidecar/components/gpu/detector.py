@@ -167,6 +167,11 @@ class LeakDetector:
         self._releases: deque[float] = deque(maxlen=13)
         #: every release over the longest two windows (at most RELEASE_LOG), for release-aligned floors
         self._release_log: deque[float] = deque(maxlen=RELEASE_LOG)
+        #: the log holds every release since this time (the series' start, or a restore from an older state)
+        self._log_since = -math.inf
+        #: the highest floor level of the last episode that ended (a floor that climbs past it again is a
+        #: leak again, whatever its fitted onset: an end that was noise must not hide the leak for good)
+        self._released_top: float | None = None
         # Episodes: the open one is the last, with its raw floor at onset ("base") and highest since ("top").
         self._episodes: deque[dict[str, Any]] = deque(maxlen=self.cfg.max_episodes)
         self._base: float | None = None
@@ -281,7 +286,8 @@ class LeakDetector:
             return None
         fb = None
         if cfg.method == "glr" and self.release_window() > 0:
-            fb = _release_floors(sc, np.fromiter(self._release_log, float), cfg.min_blocks)
+            since = self._log_since if len(self._release_log) < RELEASE_LOG else self._release_log[0]
+            fb = _release_floors(sc, np.fromiter(self._release_log, float), cfg.min_blocks, since)
         if fb is None:
             fb = _floor_blocks(sc, self.release_window(), cfg.min_blocks)
         if fb is None:
@@ -339,7 +345,8 @@ class LeakDetector:
             base = float(fy[ft >= onset].min())
             passed = rate > cfg.min_rate_bytes_per_s
         return TrendResult(sc.window_s, fb.block, len(tw), slope, lower, upper, z, int(jump.sum()), share, ratio,
-                           bool(passed), onset, rate, r_lo, r_hi, float(fy[-1]), base)
+                           bool(passed), onset, rate, r_lo, r_hi, float(fy[-1]), base,
+                           level=float(np.median(fy[-3:])), sigma=sigma)
 
     def _glr_result(self, sc: _Scale, now: float, tw: np.ndarray, gw: np.ndarray, sigma: float, block: float,
                     steps: int, slope: float, se: float, floor: float, ft: np.ndarray, fy: np.ndarray,
@@ -351,7 +358,7 @@ class LeakDetector:
         # holds the floor at another phase than the others (on a steep warm-up, a misfit of many SDs).
         # Release-aligned segments start at a release, after the first sample by construction.
         whole = tw - (0.0 if aligned else block / 2) >= t0 - sc.bin_s / 2
-        stat, knot = glr.statistic(tw[whole], gw[whole], t0, cfg.tau_max_s, sigma)
+        stat, knot = glr.statistic(tw[whole], gw[whole], t0, cfg.tau_max_s, sigma, cache=not aligned)
         thr = glr.threshold(int(whole.sum()))
         q = _norm_ppf(0.5 + cfg.confidence / 2)
         passed = stat > thr
@@ -372,7 +379,8 @@ class LeakDetector:
             passed = rate > 0 and r_lo > cfg.min_rate_bytes_per_s
         z = slope / se if se > 0 else 0.0
         return TrendResult(sc.window_s, block, len(tw), slope, slope - q * se, slope + q * se, z, steps, 0.0, None,
-                           bool(passed), onset, rate, r_lo, r_hi, floor, base, stat, thr)
+                           bool(passed), onset, rate, r_lo, r_hi, floor, base, stat, thr,
+                           level=float(np.median(fy[-3:])), sigma=sigma)
 
     def _change_point(self, t: np.ndarray, g: np.ndarray, sigma: float, fallback: float) -> float:
         """The onset: the knot of the GLR's hinge, fitted together with a warm-up from the series' start.
@@ -384,7 +392,7 @@ class LeakDetector:
         whole = t >= t0
         if int(whole.sum()) < 5:
             return fallback
-        stat, knot = glr.statistic(t[whole], g[whole], t0, self.cfg.tau_max_s, sigma)
+        stat, knot = glr.statistic(t[whole], g[whole], t0, self.cfg.tau_max_s, sigma, cache=False)
         return knot if stat > 0 else fallback
 
     def _null_spread(self, sc: _Scale, now: float) -> float:
@@ -415,9 +423,11 @@ class LeakDetector:
             return
         fired = [r for r in res if r.passed]
         best = min(fired, key=lambda r: (r.rate_upper or 0.0) - (r.rate_lower or 0.0)) if fired else None
-        # The newest floor: the shortest judged scale's (a longer scale's latest block reaches further back,
-        # and just after a quick detection may still hold the floor from before the onset).
-        floor = res[0].floor
+        # The newest floor level: the shortest judged scale's (a longer scale's latest block reaches further
+        # back, and just after a quick detection may still hold the floor from before the onset), as the
+        # median of its last three floor samples (one sample carries the sawtooth's sampling phase).
+        floor = res[0].level if res[0].level is not None else res[0].floor
+        noise = res[0].sigma or 0.0
         if fired:
             self._fail_since = None
             if self._pass_since is None:
@@ -432,8 +442,11 @@ class LeakDetector:
                 self._fail_since = now
         if self._verdict != "leak":
             # A new episode needs a rise that began after the previous one cleared.
+            # (Or a climb past the last episode's highest level: an end that was noise, a release that was no
+            # restart or a slow leak's slope lost in the shortest window, must not hide the leak for good.)
             after = not self._episodes or best is None or best.onset is None or (
-                best.onset >= (self._episodes[-1]["cleared_at"] or now))
+                best.onset >= (self._episodes[-1]["cleared_at"] or now)) or (
+                self._released_top is not None and floor > self._released_top + 4 * noise)
             if (best is not None and after and self._pass_since is not None
                     and now - self._pass_since >= self.cfg.confirm_s):
                 self._open(now, best)
@@ -444,7 +457,9 @@ class LeakDetector:
         ep = self._episodes[-1]
         self._top = max(self._top or floor, floor)
         base = self._base if self._base is not None else floor
-        if floor < base + 0.5 * (self._top - base) and self._top > base:
+        # Released: the floor fell back below halfway to where the episode started, by more than the floor's
+        # noise (just after a detection the climb is only a few noise SDs high).
+        if floor < base + 0.5 * (self._top - base) and self._top - floor > 4 * noise:
             self._close(now, "released")
         elif not self._still_rising(fired, res, now):
             self._close(now, "stopped")
@@ -472,12 +487,14 @@ class LeakDetector:
         self._detected_at = now
         self._rate, self._ci = best.rate, (best.rate_lower or 0.0, best.rate_upper or 0.0)
         self._base = best.base
-        self._top = best.floor
+        self._top = best.level if best.level is not None else best.floor
+        self._released_top = None
         onset = max(best.onset, self._first_t if self._first_t is not None else best.onset)
         self._episodes.append({"onset_estimate": onset, "detected_at": now, "cleared_at": None,
                                "rate": self._rate, "rate_ci": list(self._ci), "end": None})
 
     def _close(self, now: float, why: str) -> None:
+        self._released_top = self._top
         self._verdict = "no_leak"
         self._detected_at = None
         self._pass_since = None
@@ -518,6 +535,8 @@ class LeakDetector:
             "samples": self._samples, "first_t": self._first_t,
             "diffs": list(self._diffs), "dts": list(self._dts), "sigma": self._sigma, "peak": self._peak,
             "releases": list(self._releases), "release_log": list(self._release_log),
+            "log_since": None if self._log_since == -math.inf else self._log_since,
+            "released_top": self._released_top,
             "episodes": [dict(e) for e in self._episodes], "base": self._base, "top": self._top,
         }
 
@@ -561,7 +580,13 @@ class LeakDetector:
         self._sigma = float(state["sigma"])
         self._peak = state["peak"]
         self._releases.extend(float(x) for x in state["releases"])
-        self._release_log.extend(float(x) for x in state.get("release_log", state["releases"]))
+        if "release_log" in state:
+            self._release_log.extend(float(x) for x in state["release_log"])
+            since = state.get("log_since")
+            self._log_since = -math.inf if since is None else float(since)
+        else:  # a state from before the log: complete from the restore on
+            self._log_since = float(state["last_t"]) if state["last_t"] is not None else -math.inf
+        self._released_top = state.get("released_top")
         for e in state["episodes"]:
             self._episodes.append({k: e[k] for k in ("onset_estimate", "detected_at", "cleared_at", "rate",
                                                      "rate_ci", "end")})

@@ -112,12 +112,15 @@ CACHE_SIZE = 256
 OLD = 10.0
 
 
-def designs(t: np.ndarray, t0: float, tau_max: float) -> dict[str, np.ndarray]:
-    """The centred columns of every hypothesis for blocks at ``t`` of a series that started at ``t0``."""
+def designs(t: np.ndarray, t0: float, tau_max: float, cache: bool = True) -> dict[str, np.ndarray]:
+    """The centred columns of every hypothesis for blocks at ``t`` of a series that started at ``t0``.
+
+    ``cache`` False: the layout is not kept (release-aligned floor times are irregular and never repeat).
+    """
     span = float(t[-1] - t[0])
     x = np.round((t - t[0]) / span, 6)
     key = x.tobytes()
-    fixed = _CACHE.get(key)
+    fixed = _CACHE.get(key) if cache else _fixed(x)
     if fixed is None:
         if len(_CACHE) >= CACHE_SIZE:
             _CACHE.pop(next(iter(_CACHE)))
@@ -256,9 +259,12 @@ def _no_warm(ys: np.ndarray, sigma: float, d: dict[str, np.ndarray]) -> tuple[np
     return np.where(finite, np.maximum(0.0, sse0 - sse1) / v, 0.0), d["knots"][k]
 
 
-def statistic(t: np.ndarray, y: np.ndarray, t0: float, tau_max: float, sigma: float) -> tuple[float, float]:
+def statistic(t: np.ndarray, y: np.ndarray, t0: float, tau_max: float, sigma: float,
+              cache: bool = True) -> tuple[float, float]:
     """(GLR statistic, best knot) of floors ``y`` at ``t`` for a series that started at ``t0``."""
     if len(t) < 5 or t[-1] <= t[0]:
         return 0.0, float(t[0]) if len(t) else 0.0
-    s, k = statistic_batch(np.asarray(t, dtype=float), np.asarray(y, dtype=float)[None, :], t0, tau_max, sigma)
+    ta = np.asarray(t, dtype=float)
+    s, k = statistic_batch(ta, np.asarray(y, dtype=float)[None, :], t0, tau_max, sigma,
+                           designs(ta, t0, tau_max, cache))
     return float(s[0]), float(k[0])

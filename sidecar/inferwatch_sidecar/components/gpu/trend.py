@@ -126,6 +126,10 @@ class TrendResult:
     #: the GLR statistic and its threshold (method ``glr`` only)
     glr: float | None = None
     glr_threshold: float | None = None
+    #: the median of the scale's last three raw floor samples, and the block noise SD (bytes): what the
+    #: release check compares (one floor sample carries the sawtooth's sampling phase)
+    level: float | None = None
+    sigma: float | None = None
 
 
 def _slope(t: np.ndarray, y: np.ndarray, sigma: float) -> tuple[float, float]:
@@ -322,23 +326,28 @@ def _floor_blocks(sc: _Scale, release_window: float, min_blocks: int) -> _Blocks
     return _Blocks(ft, fy, win, block, edge)
 
 
-def _release_floors(sc: _Scale, releases: np.ndarray, min_blocks: int) -> _Blocks | None:
+def _release_floors(sc: _Scale, releases: np.ndarray, min_blocks: int, since: float) -> _Blocks | None:
     """Floor samples from one release to the next: each segment's minimum, at its time; None: too few.
 
     A fixed block must span the longest usual gap between releases (1.25 x the 90th percentile) to hold
     one, so under random releases (exponential gaps) it spans about three mean periods; a segment that
     starts at a release holds that release's trough whatever the gaps, so the floor is seen once per
     release. Segments are merged in runs when two windows hold more than 2 x MAX_BLOCKS of them.
+    ``since``: the log holds every release from then on; None (fixed blocks instead) when the scale's
+    bins reach further back (a fast sawtooth's log covers less than the longest windows).
     """
     a = np.asarray(sc.bins, dtype=float)
     t, y = a[:, 0], a[:, 1]
+    if since > t[0] - sc.bin_s / 2:
+        return None
     edge = t[-1] + sc.bin_s / 2
-    r = releases[(releases >= edge - 2 * sc.window_s) & (releases <= edge)]
+    # (A release on the newest bin's right edge belongs to the bin still open.)
+    r = releases[(releases >= edge - 2 * sc.window_s) & (releases < edge)]
     if len(r) < min_blocks:
         return None
     # A bin belongs to the segment of the latest release before its end (the bin holding a release's
     # trough starts that segment); bins before the first release are left out.
-    seg = np.searchsorted(r, t + sc.bin_s / 2, side="right") - 1
+    seg = np.searchsorted(r, t + sc.bin_s / 2, side="left") - 1  # the releases strictly before the bin's end
     keep = seg >= 0
     t, y, seg = t[keep], y[keep], seg[keep]
     if not len(seg):
@@ -346,6 +355,10 @@ def _release_floors(sc: _Scale, releases: np.ndarray, min_blocks: int) -> _Block
     merge = max(1, math.ceil((int(seg[-1]) + 1) / (2 * MAX_BLOCKS)))
     group = seg // merge
     starts = np.flatnonzero(np.r_[True, group[1:] != group[:-1]])
+    if len(starts) > 1 and len(y) - starts[-1] < 2:
+        # The newest segment holds only the bin of its release: the trough after a free that takes a few
+        # seconds may still lie in the bin that is open, and that bin's minimum is then part of the free.
+        t, y, seg, group, starts = t[: starts[-1]], y[: starts[-1]], seg[: starts[-1]], group[: starts[-1]], starts[:-1]
     fy = np.minimum.reduceat(y, starts)
     # Each floor sample is dated by the release whose trough it is (the lowest bin's segment): a bin's
     # centre would misplace it by up to half a bin, which on a steep warm-up is a misfit of many SDs.
