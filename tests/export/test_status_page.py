@@ -233,7 +233,7 @@ def test_status_page_in_chromium_shows_the_live_status(sidecar_factory: Any, tmp
         gpu:
           backend: fake
           interval_s: 0.05
-          detector: {scales: [[2.0, 0.1]], warmup_s: 0, confirm_s: 0.2, clear_s: 30}
+          detector: {scales: [[2.0, 0.1]], warmup_s: 0, confirm_s: 0.2, clear_s: 30, tau_max_s: 0.3}
           duplicates: {flat_s: 0.5}
           fake: {processes: [{pid: 4242, base_gib: 4, leak_mib_per_s: 256}, {pid: 4343, base_gib: 2},
                              {pid: 4444, base_gib: 2}]}
