@@ -250,11 +250,11 @@ def report(a: argparse.Namespace, runs: dict[str, list[dict[str, float]]]) -> No
     med = {name: {k: statistics.median(r[k] for r in rs) for k in keys} for name, rs in runs.items()}
     print(f"concurrency {a.concurrency}, {a.requests} requests, input {a.input_len}, output {a.output_len} tokens, "
           f"medians of {a.rounds} rounds, prompts: {a.prompts}, pin: {a.pin}")
-    print(f"{'':22}" + "".join(f"{k:>20}" for k in keys))
+    print(f"{'':22}" + "".join(f"{k:>21}" for k in keys))
     for name, m in med.items():
-        print(f"{name:22}" + "".join(f"{m[k]:>20.4g}" for k in keys))
+        print(f"{name:22}" + "".join(f"{m[k]:>21.4g}" for k in keys))
     v, o = med["vllm bench serve"], med["inferwatch loadtest"]
-    print("ratio ours/vllm      " + "".join(f"{o[k] / v[k]:>20.3f}" for k in keys))
+    print(f"{'ratio ours/vllm':22}" + "".join(f"{o[k] / v[k]:>21.3f}" for k in keys))
 
 
 if __name__ == "__main__":
