@@ -335,18 +335,26 @@ def unexpected_alerts(seen: dict[str, set[str]], faults: Iterable[str],
 class CapacityTrace:
     """The stable version's live knee and headroom over the run (the summary's capacity line).
 
-    Each poll adds (time, requests in flight, knee, headroom) once the knee is known; :meth:`lines` says
-    where the headroom started and how far it fell as the requests in flight rose.
+    Each poll adds (time, requests in flight) to :attr:`flights`, and (time, requests in flight, knee,
+    headroom) to :attr:`points` once the knee is known. A live knee is only known once the traffic has gone
+    beyond it (throughput flat while requests in flight rose), which in the demo is during a fault; so
+    :meth:`lines` says how far the requests in flight rose past it from where they were before the fault
+    (``inject_at``, scenario seconds), and where the headroom started and how far it fell when the knee was
+    known before.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, inject_at: float | None = None) -> None:
+        self.inject_at = inject_at
         self.points: list[tuple[float, float, float, float]] = []
+        self.flights: list[tuple[float, float]] = []
 
     def observe(self, t: float, scrape: Scrape) -> None:
         lab = {"model": mdl.NAME, "model_version": mdl.STABLE}
         knee = scrape.value("inferwatch_capacity_knee_concurrency", None, **lab)
         head = scrape.value("inferwatch_capacity_headroom_ratio", None, **lab)
         flight = scrape.value("inferwatch_capacity_in_flight", None, **lab)
+        if flight is not None:
+            self.flights.append((t, flight))
         if knee is not None and head is not None and flight is not None:
             self.points.append((t, flight, knee, head))
 
@@ -357,6 +365,20 @@ class CapacityTrace:
         first = self.points[0]
         low = min(self.points, key=lambda p: p[3])
         return (first, low) if low[3] < first[3] else None
+
+    def rose(self) -> tuple[tuple[float, float], tuple[float, float, float, float]] | None:
+        """Past the knee during the fault: (the most requests in flight before the fault, as (time, in flight);
+        the point with the least headroom after it), when that headroom is negative and its requests in flight
+        are more than before the fault; None otherwise (or with no injection time or no poll before it)."""
+        if self.inject_at is None or not self.points:
+            return None
+        before = [f for f in self.flights if f[0] < self.inject_at]
+        after = [p for p in self.points if p[0] >= self.inject_at]
+        if not before or not after:
+            return None
+        top = max(before, key=lambda f: f[1])
+        low = min(after, key=lambda p: p[3])
+        return (top, low) if low[3] < 0 and low[1] > top[1] else None
 
     def lines(self) -> list[str]:
         if not self.points:
@@ -370,4 +392,9 @@ class CapacityTrace:
             (t0, f0, _, h0), (t1, f1, _, h1) = fell
             out.append(f"  headroom fell from {h0:.0%} at {t0:.0f}s to {h1:.0%} at {t1:.0f}s as requests in flight "
                        f"rose from {f0:.2f} to {f1:.2f}")
+        rose = self.rose()
+        if rose is not None:
+            (t0, f0), (t1, f1, k1, h1) = rose
+            out.append(f"  requests in flight rose from at most {f0:.2f} before the fault ({t0:.0f}s) to {f1:.2f} at "
+                       f"{t1:.0f}s, past the knee of {k1:.2f} (headroom {h1:.0%})")
         return out

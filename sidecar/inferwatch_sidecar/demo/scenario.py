@@ -88,7 +88,7 @@ class Scenario:
         self.server_faults: fl.Faults | None = None
         self._cpu_phase = False
         #: The stable version's live knee and headroom at each poll (the summary's capacity line).
-        self.capacity = judge.CapacityTrace()
+        self.capacity = judge.CapacityTrace(self.cfg.injection_time())
         self.observer = Observer(self.sidecar_url)
 
     # -- URLs -----------------------------------------------------------------------------------

@@ -66,6 +66,25 @@ def test_the_table_is_bounded() -> None:
     assert bucket(1e9) == bucket(65536) and bucket(0) == bucket(1e-9)
 
 
+def test_a_level_seen_in_min_windows_windows_counts_until_a_half_life_has_passed() -> None:
+    # The count of windows is what makes a level, the decayed weight only how long it stays: a level seen in
+    # exactly min_windows windows once fell out at the first decay, a second after it was seen (the demo's
+    # live knee then missed the levels below it and was never reached).
+    t = LiveTable(window_s=1.0, half_life_s=100.0, min_windows=2)
+    for w in range(2):
+        for i in range(10):
+            t.observe("k", (w * 10**9) + i * 10**8, 20 * 10**6)
+    t.close_idle(10 * 10**9)
+    t.decay(0.0)
+    t.decay(1.0)  # 2 windows weigh 1.986 now
+    (lv,) = t.levels("k")
+    assert lv.concurrency == pytest.approx(0.2) and lv.throughput == pytest.approx(10.0)
+    t.decay(99.0)
+    assert len(t.levels("k")) == 1  # 1.001 of 2: within one half-life
+    t.decay(101.0)
+    assert t.levels("k") == []  # past it
+
+
 def test_windows_follow_littles_law() -> None:
     t = LiveTable(window_s=1.0, min_windows=1)
     # 3 windows of 100 requests of 50 ms each: 5 in flight, 100 req/s

@@ -53,7 +53,8 @@ class CapacityConfig(BaseModel):
         window_seconds: the windows completions are grouped in; each closed window is one observation of
             (in flight, throughput). Several times the typical latency is best; shorter follows faster.
         half_life_seconds: observations lose half their weight after this long.
-        min_windows: a level counts once this many (decayed) windows fell into it.
+        min_windows: a level counts once this many windows fell into it, while their decayed weight is still at
+            least half of that.
         max_models: model versions tracked at once (others are dropped and counted).
         evaluate_interval_s: seconds between fits of the knee.
         max_staged: events waiting for the component's thread; beyond it events are dropped and counted.

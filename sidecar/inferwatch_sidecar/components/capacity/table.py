@@ -7,7 +7,10 @@ latency ``L = N / X``). Each closed window adds one observation to the level of 
 geometric buckets (2^(1/8) apart, about 9%), so the table is bounded (at most :data:`MAX_LEVELS` levels per
 model version) however the traffic moves. Observations decay with a half-life, so the table follows a
 server that changed. The knee is :func:`~inferwatch_sidecar.components.capacity.knee.fit` over the levels
-seen in at least ``min_windows`` windows: traffic that stayed at one level says nothing, and none is given.
+seen in at least ``min_windows`` windows whose decayed weight is still at least half of that (evidence at most
+one half-life old at the minimum): traffic that stayed at one level says nothing, and none is given. (The
+count of windows is kept apart from their decayed weight: compared with the weight alone, a level seen in
+exactly ``min_windows`` windows fell out at the first decay, a moment after it was seen.)
 
 One ``observe`` per request is a dictionary lookup and three additions.
 """
@@ -34,9 +37,10 @@ def bucket(n: float) -> int:
 
 
 class _Cell:
-    __slots__ = ("w", "n", "x", "x2")
+    __slots__ = ("k", "w", "n", "x", "x2")
 
     def __init__(self) -> None:
+        self.k = 0  # windows seen (not decayed)
         self.w = 0.0
         self.n = 0.0
         self.x = 0.0
@@ -111,6 +115,7 @@ class LiveTable:
         c = s.cells.get(bucket(n))
         if c is None:
             c = s.cells[bucket(n)] = _Cell()
+        c.k += 1
         c.w += 1.0
         c.n += n
         c.x += x
@@ -153,7 +158,7 @@ class LiveTable:
             return []
         out = []
         for c in s.cells.values():
-            if c.w < self.min_windows:
+            if c.k < self.min_windows or c.w < 0.5 * self.min_windows:
                 continue
             n, x = c.n / c.w, c.x / c.w
             if x <= 0:
