@@ -225,3 +225,21 @@ def test_device_detector_judges_the_memory_no_process_accounts_for() -> None:
     assert [x["pid"] for x in st["leaks"]] == [50]
     det = comp.dev_det["0"]
     assert det.last == pytest.approx(512 * MiB)
+
+
+def test_a_warm_up_prior_far_longer_than_every_window_is_logged_at_start(caplog: pytest.LogCaptureFixture) -> None:
+    # Windows of seconds under the default 20-minute prior: a leak from the series' start is a "warm-up" for
+    # minutes (the demo and the status-page test set tau_max_s of their windows' scale); the log says so.
+    fake = FakeNvml([FakeDevice(processes=[])], clock=time.time)
+    ctx = ComponentContext()
+    with caplog.at_level("WARNING"):
+        build(GpuConfig(backend="nvml", detector={"scales": [[2, 0.1]]}, resolve_containers=False), ctx,
+              sampler=NvmlSampler(lambda: fake))
+    (msg,) = [r.getMessage() for r in caplog.records if "tau_max_s" in r.getMessage()]
+    assert "1200 s, 600x the longest window (2 s)" in msg, msg
+    caplog.clear()
+    with caplog.at_level("WARNING"):
+        for det in ({"scales": [[2, 0.1]], "tau_max_s": 2.0}, {"scales": [[2, 0.1]], "method": "trend"}, {}):
+            build(GpuConfig(backend="nvml", detector=det, resolve_containers=False), ctx,
+                  sampler=NvmlSampler(lambda: fake))
+    assert not [r for r in caplog.records if "tau_max_s" in r.getMessage()]

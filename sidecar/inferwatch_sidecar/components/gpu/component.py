@@ -142,6 +142,9 @@ class GpuComponent(PeriodicComponent):
         self.past_episodes: deque[dict[str, Any]] = deque(maxlen=EPISODE_HISTORY)
         #: Duplicated model copies per GPU, with the time the same set of PIDs was first seen.
         self.copies: dict[str, tuple[Copies, float]] = {}
+        warning = config.detector.scale_warning()
+        if warning is not None:
+            self.log.warning("%s", warning)
 
     # -- lifecycle ---------------------------------------------------------------
     def on_stop(self) -> None:

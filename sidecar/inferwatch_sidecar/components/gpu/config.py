@@ -100,6 +100,19 @@ class DetectorConfig(BaseModel):
                 )
         return sorted(v)
 
+    def scale_warning(self) -> str | None:
+        """A sentence for the log when the ``glr`` warm-up prior is far longer than every window, else None.
+
+        The prior lets a series' first ``tau_max_s`` or so be a warm-up, so with windows of seconds (a demo, a
+        test) and the default 20-minute prior a leak from the series' start stays a "warm-up" for minutes.
+        """
+        longest = max(w for w, _ in self.scales)
+        if self.method != "glr" or self.tau_max_s <= 10 * longest:
+            return None
+        return (f"gpu.detector.tau_max_s is {self.tau_max_s:g} s, {self.tau_max_s / longest:.0f}x the longest "
+                f"window ({longest:g} s): a leak that starts with a series is taken for a warm-up for about "
+                f"{self.tau_max_s:g} s; set tau_max_s near the windows' scale (docs/gpu.md)")
+
 
 class DuplicatesConfig(BaseModel):
     """When several processes on one GPU hold copies of one model (docs/gpu.md, "Duplicated model copies").
