@@ -62,7 +62,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-from scipy.stats import hypergeom
 
 from inferwatch_sidecar.components.canary.config import CanaryConfig, is_critical
 from inferwatch_sidecar.components.canary.window import LATENCY_EDGES, Summary, quantile
@@ -210,6 +209,8 @@ def exact_greater(kb: int, nb: int, kc: int, nc: int) -> float:
     Given the ``kb + kc`` events, the canary's count is hypergeometric under equal shares: the chance of
     ``kc`` or more. Exact (conservative) however few the events.
     """
+    from scipy.stats import hypergeom  # here: scipy.stats is 70+ MiB that an idle sidecar need not hold
+
     return float(hypergeom.sf(kc - 1, nb + nc, kb + kc, nc))
 
 
