@@ -7,6 +7,7 @@ The measured rates (1,000 seeded identical runs per family, regressions' power, 
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from typing import Any
@@ -21,6 +22,7 @@ from inferwatch_sidecar.components.canary.component import CanaryComponent
 from inferwatch_sidecar.components.canary.config import CanaryConfig
 from inferwatch_sidecar.components.canary.judge import VerdictHold, exact_greater, holm
 from tests.components.canary.helpers import traffic
+from tests.helpers.paths import REPO
 
 
 def test_holm_equals_statsmodels_on_random_p_values() -> None:
@@ -53,10 +55,16 @@ def _grid() -> list[tuple[int, int, int, int]]:
 def test_the_exact_test_is_scipys_hypergeom_sf_to_the_bit_without_importing_scipy_stats() -> None:
     """Boost's function, called without scipy.stats (46 MiB of modules), gives scipy.stats's value exactly,
     at the support's edges (certain, impossible) and for arguments outside the distribution (nan) too."""
-    code = ("import sys\nfrom inferwatch_sidecar.components.canary.judge import exact_greater\n"
-            "exact_greater(3, 4000, 6, 1000)\nprint(sorted(m for m in sys.modules if m.startswith('scipy.stats')))")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
-    assert out.strip() == "[]"
+    code = ("import sys\nimport numpy as np\nfrom tests.components.canary.helpers import judged, traffic\n"
+            "rng = np.random.default_rng(4)\n"
+            "(j,) = judged(traffic(rng, 'v1', 3000) + traffic(rng, 'v2', 1000, error_rate=0.05))\n"
+            "print(j.verdict, sorted({m.name for m in j.metrics if m.p_value is not None}))\n"
+            "print(sorted(m for m in sys.modules if m.startswith('scipy.stats')))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=REPO,
+                         env={**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO / "sdk"), str(REPO / "sidecar"),
+                                                                           str(REPO)])}).stdout.splitlines()
+    assert out[0].startswith("fail ") and "'error_rate'" in out[0] and "'latency_p99'" in out[0]  # judged in full
+    assert out[1] == "[]"  # and scipy.stats never imported
     grid = _grid()
     got = np.array([exact_greater(*g) for g in grid])
     want = np.array([hypergeom.sf(kc - 1, nb + nc, kb + kc, nc) for kb, nb, kc, nc in grid])
