@@ -16,6 +16,8 @@ on SIGUSR1, writes to OUT.json from inside the process:
   (what freed memory the allocator still held);
 - **gc**: the pauses of Python's cyclic garbage collector during the traffic, per generation (count,
   total, max, p99 in ms): a collection holds the interpreter, so every thread, the scrape's too, waits;
+- **modules**: how many modules the process has imported (per top-level package of 10 or more), and whether
+  ``scipy.stats`` is among them (the idle baseline: bench/idle_rss.py);
 - **scrape_wait_ms**: how long the ``/metrics`` route itself took (waiting for, or taking, a render),
   as the server measured it, apart from the time to send the body.
 
@@ -219,7 +221,13 @@ def main() -> int:
     def probe(signum: int, frame: Any) -> None:
         def work() -> None:
             side = holder[0]
-            doc: dict[str, Any] = {"gc": {**pauses.summary(), "tracked_objects": len(gc.get_objects()),
+            names = list(sys.modules)  # what the traffic made it import, before this probe's own scrape
+            tops: dict[str, int] = {}
+            for name in names:
+                tops[name.split(".")[0]] = tops.get(name.split(".")[0], 0) + 1
+            doc: dict[str, Any] = {"modules": {"count": len(names), "scipy.stats": "scipy.stats" in names,
+                                               "by_package": {k: v for k, v in sorted(tops.items()) if v >= 10}},
+                                   "gc": {**pauses.summary(), "tracked_objects": len(gc.get_objects()),
                                           "frozen_objects": gc.get_freeze_count(), "thresholds": gc.get_threshold()},
                                    "scrape_wait_ms": _ms_summary(list(waits)),
                                    "scrape": _scrape(side), "heap": _heap(side)}

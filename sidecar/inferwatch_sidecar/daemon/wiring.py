@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import functools
 import importlib
+import importlib.util
 import logging
 import os
 import socket
@@ -141,6 +142,12 @@ class Wiring:
                     self.slots.append(ComponentSlot(name, "unavailable", reason=f"{module} is not installed in this build"))
                     continue
                 raise StartupError(f"{name}: cannot import {module}: {e}") from None
+            # What the component imports only when it first computes (scipy: 26-72 MiB an idle sidecar need not
+            # hold) must be installed all the same: found, not imported, so start-up still names what is missing.
+            for dep in getattr(mod, "LAZY_IMPORTS", ()):
+                if importlib.util.find_spec(dep) is None:
+                    raise StartupError(f"{name}: cannot import {module}: No module named {dep!r} "
+                                       '(pip install "inferwatch[sidecar]")')
             try:
                 comp = mod.build(section, self.ctx)
             except Exception as e:

@@ -23,10 +23,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-from scipy import special
 
 from inferwatch_sidecar.stats import hypothesis as stats
 from inferwatch_sidecar.stats.columns import CategoricalColumn, Column, NumericColumn, canon
+
+# scipy is imported in the functions that use it, not here: it is 26-72 MiB of modules that an idle sidecar
+# need not hold (bench/idle_rss.py; tests/daemon/test_idle_imports.py).
 
 __all__ = ["Result", "Settings", "Summary", "effect_floor", "judge", "missing_floor", "score",
            "summarize_categorical", "summarize_numeric"]
@@ -271,6 +273,8 @@ def effect_floor(r: Result, settings: Settings) -> float:
     inv = 1.0 / n + 1.0 / m
     if r.kind == "numeric":
         return max(settings.numeric_effect_floor, settings.numeric_noise_coef * math.sqrt(inv))
+    from scipy import special
+
     k = max(int(r.dof), 1)
     noise = float(special.chdtri(k, settings.categorical_noise_p)) * inv
     return max(settings.categorical_effect_floor, noise)
@@ -287,6 +291,8 @@ def missing_floor(r: Result, settings: Settings) -> float:
     m = r.n_reference / (1.0 - r.missing_reference) if r.missing_reference < 1.0 else 0.0
     if n <= 0 or m <= 0:
         return settings.missing_floor
+    from scipy import special
+
     q = (r.missing_current * n + r.missing_reference * m) / (n + m)
     z = float(special.ndtri(1.0 - settings.categorical_noise_p / 2.0))
     return max(settings.missing_floor, z * math.sqrt(q * (1.0 - q) * (1.0 / n + 1.0 / m)))

@@ -20,7 +20,9 @@ import math
 from typing import Any
 
 import numpy as np
-from scipy import special
+
+# scipy is imported in the functions that use it, not here: it is 26-72 MiB of modules that an idle sidecar
+# need not hold (bench/idle_rss.py; tests/daemon/test_idle_imports.py).
 
 #: Zero proportions are replaced by this value before PSI, as Evidently does
 #: (its ``get_binned_data(..., feel_zeroes=True)`` in the common case). The
@@ -53,6 +55,8 @@ def ks_pvalue(d: Any, n1: Any, n2: Any) -> Any:
         # Scalar fast path (the engine's per-column call): no array or errstate overhead.
         if n1 <= 0 or n2 <= 0:
             return 1.0
+        from scipy import special
+
         se = math.sqrt(n1 * n2 / (n1 + n2))
         return min(max(float(special.kolmogorov((se + 0.12 + 0.11 / se) * d)), 0.0), 1.0)
     d = np.asarray(d, dtype=np.float64)
@@ -61,6 +65,8 @@ def ks_pvalue(d: Any, n1: Any, n2: Any) -> Any:
     ok = (n1 > 0) & (n2 > 0)
     with np.errstate(invalid="ignore", divide="ignore"):
         en = np.where(ok, n1 * n2 / np.where(ok, n1 + n2, 1.0), 1.0)
+    from scipy import special
+
     sa = np.sqrt(en)
     p = np.where(ok, special.kolmogorov((sa + 0.12 + 0.11 / sa) * d), 1.0)
     p = np.clip(p, 0.0, 1.0)
@@ -198,6 +204,8 @@ def jensen_shannon(ref_props: np.ndarray, cur_props: np.ndarray) -> float:
     q = proportions(cur_props)
     if p.sum() == 0 or q.sum() == 0:
         return 0.0
+    from scipy import special
+
     m = (p + q) / 2.0
     js = (np.sum(special.rel_entr(p, m)) + np.sum(special.rel_entr(q, m))) / 2.0
     return float(math.sqrt(max(js, 0.0)))
@@ -233,6 +241,8 @@ def chi2_homogeneity(ref_counts: np.ndarray, cur_counts: np.ndarray) -> tuple[fl
     e1 = col * n1 / total
     e2 = col * n2 / total
     stat = float(np.sum((r - e1) ** 2 / e1) + np.sum((c - e2) ** 2 / e2))
+    from scipy import special
+
     dof = int(r.size - 1)
     return stat, float(special.chdtrc(dof, stat)), dof
 
@@ -274,6 +284,8 @@ def two_proportion_z(k1: float, n1: float, k2: float, n2: float) -> tuple[float,
         return 0.0, 1.0
     se = math.sqrt(p * (1.0 - p) * (1.0 / n1 + 1.0 / n2))
     z = (k2 / n2 - k1 / n1) / se
+    from scipy import special
+
     return float(z), float(min(1.0, 2.0 * special.ndtr(-abs(z))))
 
 
@@ -307,6 +319,8 @@ def mann_whitney_binned(ref_counts: np.ndarray, cur_counts: np.ndarray) -> tuple
         return 0.5, 0.0, 1.0
     # Continuity correction toward the mean, as scipy's use_continuity=True.
     z = (u - n * m / 2.0 - 0.5) / math.sqrt(var)
+    from scipy import special
+
     return u / (n * m), z, float(special.ndtr(-z))
 
 

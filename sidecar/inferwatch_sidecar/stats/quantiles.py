@@ -10,7 +10,6 @@
 from __future__ import annotations
 
 import numpy as np
-from scipy import special
 
 __all__ = ["binned_quantile", "norm_ppf"]
 
@@ -19,6 +18,8 @@ def norm_ppf(p: float) -> float:
     """The standard normal quantile of ``p`` in (0, 1): ``norm_ppf(0.975)`` is 1.959963984540054."""
     if not 0.0 < p < 1.0:
         raise ValueError(f"norm_ppf: p must lie in (0, 1), got {p!r}")
+    from scipy import special  # here: scipy is 26+ MiB that an idle sidecar need not hold
+
     return float(special.ndtri(p))
 
 

@@ -16,7 +16,6 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
-from scipy import stats as sps
 
 __all__ = ["MannKendall", "TheilSen", "mann_kendall", "theil_sen"]
 
@@ -45,6 +44,8 @@ def theil_sen(t: np.ndarray, y: np.ndarray, confidence: float = 0.95) -> TheilSe
     """The Theil-Sen slope of ``y`` over ``t`` and Sen's ``confidence`` interval (at least 2 points)."""
     if len(t) != len(y) or len(y) < 2:
         raise ValueError("theil_sen: t and y need the same length, at least 2")
+    from scipy import stats as sps  # here: scipy.stats is 70+ MiB that an idle sidecar need not hold
+
     res = sps.theilslopes(np.asarray(y, dtype=float), np.asarray(t, dtype=float), alpha=confidence)
     return TheilSen(float(res[0]), float(res[1]), float(res[2]), float(res[3]))
 
@@ -64,4 +65,6 @@ def mann_kendall(y: np.ndarray, *, continuity: bool = True) -> MannKendall:
         return MannKendall(s, var_s, 0.0, 1.0)
     num = s - math.copysign(1.0, s) if continuity else s
     z = num / math.sqrt(var_s)
+    from scipy import stats as sps
+
     return MannKendall(s, var_s, z, float(2.0 * sps.norm.sf(abs(z))))

@@ -7,11 +7,14 @@ The measured rates (1,000 seeded identical runs per family, regressions' power, 
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from typing import Any
 
 import numpy as np
 import pytest
-from scipy.stats import fisher_exact
+from scipy.stats import fisher_exact, hypergeom
 from statsmodels.stats.multitest import multipletests
 
 from inferwatch_sidecar.components.base import ComponentContext
@@ -19,6 +22,7 @@ from inferwatch_sidecar.components.canary.component import CanaryComponent
 from inferwatch_sidecar.components.canary.config import CanaryConfig
 from inferwatch_sidecar.components.canary.judge import VerdictHold, exact_greater, holm
 from tests.components.canary.helpers import traffic
+from tests.helpers.paths import REPO
 
 
 def test_holm_equals_statsmodels_on_random_p_values() -> None:
@@ -35,6 +39,50 @@ def test_holm_equals_statsmodels_on_random_p_values() -> None:
 def test_the_rates_exact_test_is_fishers_one_sided(kb: int, nb: int, kc: int, nc: int) -> None:
     want = fisher_exact([[kc, nc - kc], [kb, nb - kb]], alternative="greater").pvalue
     assert exact_greater(kb, nb, kc, nc) == pytest.approx(want, rel=1e-9)
+
+
+def _grid() -> list[tuple[int, int, int, int]]:
+    rng = np.random.default_rng(5)
+    out = [(kb, nb, kc, nc) for nb in (0, 1, 2, 50, 4000, 100_000) for nc in (0, 1, 3, 500, 200_000)
+           for kb in sorted({0, 1, nb // 100, nb // 2, max(nb - 1, 0), nb})
+           for kc in sorted({0, 1, nc // 100, nc // 2, max(nc - 1, 0), nc})]
+    for _ in range(500):
+        nb, nc = (int(rng.integers(1, 10 ** int(rng.integers(1, 7)))) for _ in range(2))
+        out.append((int(rng.integers(0, nb + 1)), nb, int(rng.integers(0, nc + 1)), nc))
+    return out
+
+
+def test_the_exact_test_is_scipys_hypergeom_sf_to_the_bit_without_importing_scipy_stats() -> None:
+    """Boost's function, called without scipy.stats (46 MiB of modules), gives scipy.stats's value exactly,
+    at the support's edges (certain, impossible) and for arguments outside the distribution (nan) too."""
+    code = ("import sys\nimport numpy as np\nfrom tests.components.canary.helpers import judged, traffic\n"
+            "rng = np.random.default_rng(4)\n"
+            "(j,) = judged(traffic(rng, 'v1', 3000) + traffic(rng, 'v2', 1000, error_rate=0.05))\n"
+            "print(j.verdict, sorted({m.name for m in j.metrics if m.p_value is not None}))\n"
+            "print(sorted(m for m in sys.modules if m.startswith('scipy.stats')))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=REPO,
+                         env={**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO / "sdk"), str(REPO / "sidecar"),
+                                                                           str(REPO)])}).stdout.splitlines()
+    assert out[0].startswith("fail ") and "'error_rate'" in out[0] and "'latency_p99'" in out[0]  # judged in full
+    assert out[1] == "[]"  # and scipy.stats never imported
+    grid = _grid()
+    got = np.array([exact_greater(*g) for g in grid])
+    want = np.array([hypergeom.sf(kc - 1, nb + nc, kb + kc, nc) for kb, nb, kc, nc in grid])
+    assert np.array_equal(got, want, equal_nan=True)
+    assert {0.0, 1.0} <= set(got.tolist()) and np.isnan(got).any() and ((got > 0) & (got < 1)).sum() > 300
+
+
+def test_the_exact_test_falls_back_to_scipy_stats_without_the_private_function(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    import types
+
+    import scipy.stats  # noqa: F401  (loaded before the stub: it keeps the real module)
+
+    monkeypatch.setitem(sys.modules, "scipy.special._ufuncs", types.ModuleType("scipy.special._ufuncs"))
+    grid = _grid()[::7]
+    got = np.array([exact_greater(*g) for g in grid])
+    want = np.array([hypergeom.sf(kc - 1, nb + nc, kb + kc, nc) for kb, nb, kc, nc in grid])
+    assert np.array_equal(got, want, equal_nan=True)
 
 
 def test_fishers_test_is_calibrated_where_the_z_test_is_not() -> None:

@@ -50,6 +50,9 @@ from inferwatch_sidecar.metrics.samples import Samples
 from inferwatch_sidecar.stats.columns import canon
 
 log = logging.getLogger("inferwatch.sidecar.canary")
+#: Modules this component imports only where it first computes (scipy: 26-72 MiB that an idle sidecar need not
+#: hold); start-up checks that they are installed (daemon/wiring.py), so a missing one is named at start.
+LAZY_IMPORTS = ("scipy",)
 
 #: No event's ctx (the identity checks' start value in :meth:`CanaryComponent._gather`).
 _NO_CTX = object()

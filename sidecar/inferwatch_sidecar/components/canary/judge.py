@@ -62,7 +62,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-from scipy.stats import hypergeom
 
 from inferwatch_sidecar.components.canary.config import CanaryConfig, is_critical
 from inferwatch_sidecar.components.canary.window import LATENCY_EDGES, Summary, quantile
@@ -209,8 +208,30 @@ def exact_greater(kb: int, nb: int, kc: int, nc: int) -> float:
 
     Given the ``kb + kc`` events, the canary's count is hypergeometric under equal shares: the chance of
     ``kc`` or more. Exact (conservative) however few the events.
+
+    The value of ``scipy.stats.hypergeom.sf(kc - 1, nb + nc, kb + kc, nc)`` (pinned by a test), computed by the
+    function it calls (Boost's, in ``scipy.special``) without importing ``scipy.stats``: 46 MiB of modules over
+    ``scipy.special``, which the drift and canary tests load anyway, for this one call (docs/benchmarks.md, soak).
     """
-    return float(hypergeom.sf(kc - 1, nb + nc, kb + kc, nc))
+    total, events, draws, k = nb + nc, kb + kc, nc, kc - 1
+    if not (total > 0 and 0 <= events <= total and 0 <= draws <= total):
+        return math.nan  # what scipy.stats returns for arguments outside the distribution's
+    if k < max(draws - (total - events), 0):  # below the support: certain
+        return 1.0
+    if k >= min(events, draws):  # at or above its top: impossible
+        return 0.0
+    return min(max(float(_hypergeom_sf()(k, events, draws, total)), 0.0), 1.0)
+
+
+def _hypergeom_sf() -> Any:
+    """Boost's hypergeometric survival function ``(k, n, N, M)``, as ``scipy.stats.hypergeom._sf`` calls it."""
+    try:
+        from scipy.special._ufuncs import _hypergeom_sf  # private to scipy: hence the fallback
+    except ImportError:  # a scipy without it: through scipy.stats, the same value
+        from scipy.stats import hypergeom
+
+        return lambda k, n, big_n, m: hypergeom.sf(k, m, n, big_n)
+    return _hypergeom_sf
 
 
 def _error_rate(b: Summary, c: Summary, cfg: CanaryConfig) -> MetricResult:

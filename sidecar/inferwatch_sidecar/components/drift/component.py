@@ -57,6 +57,9 @@ from inferwatch_sidecar.metrics.drift import (
 from inferwatch_sidecar.metrics.samples import Samples
 
 log = logging.getLogger("inferwatch.sidecar.drift")
+#: Modules this component imports only where it first computes (scipy: 26-72 MiB that an idle sidecar need not
+#: hold); start-up checks that they are installed (daemon/wiring.py), so a missing one is named at start.
+LAZY_IMPORTS = ("scipy",)
 #: No event's ctx (the identity check's start value in :meth:`DriftComponent.absorb`).
 _NO_CTX = object()
 

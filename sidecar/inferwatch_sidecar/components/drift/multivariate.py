@@ -55,7 +55,6 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
-from scipy import special
 
 from inferwatch_sidecar.stats import hypothesis as stats
 from inferwatch_sidecar.stats.columns import (
@@ -69,6 +68,9 @@ from inferwatch_sidecar.stats.columns import (
 
 if TYPE_CHECKING:
     from inferwatch_sidecar.components.drift.engine import Settings, Summary
+
+# scipy is imported in the functions that use it, not here: it is 26-72 MiB of modules that an idle sidecar
+# need not hold (bench/idle_rss.py; tests/daemon/test_idle_imports.py).
 
 METHOD = "pca_reconstruction_error"
 #: Encoded dimensions at most (numeric features, then categorical indicators).
@@ -382,6 +384,8 @@ class JointResult:
 
 def effect_floor(n: int, m: int, settings: Settings) -> float:
     """The AUC shift the window must reach: the configured floor or the noise level at ``n`` and ``m``."""
+    from scipy import special
+
     noise = float(special.ndtri(1.0 - settings.multivariate_noise_p)) * stats.auc_noise(n, m)
     return max(settings.multivariate_effect_floor, noise)
 

@@ -37,6 +37,9 @@ from inferwatch_sidecar.metrics.gpu import METRICS
 from inferwatch_sidecar.metrics.samples import Samples
 
 __all__ = ["EPISODE_HISTORY", "KINDS", "GpuComponent", "build", "cause_of"]
+#: Modules this component imports only where it first computes (scipy: 26-72 MiB that an idle sidecar need not
+#: hold); start-up checks that they are installed (daemon/wiring.py), so a missing one is named at start.
+LAZY_IMPORTS = ("scipy",)
 
 KINDS = ("tensor", "cache_fragmentation", "native", "unknown")
 

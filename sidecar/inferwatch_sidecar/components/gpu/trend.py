@@ -13,7 +13,6 @@ from dataclasses import dataclass
 from typing import NamedTuple
 
 import numpy as np
-from scipy.special import ndtri
 
 MiB = 2**20
 #: Releases are drops of at least this much below the peak since the previous release, and of
@@ -51,6 +50,8 @@ def _pairs(n: int) -> tuple[np.ndarray, np.ndarray]:
 
 def _norm_ppf(p: float) -> float:
     """Inverse standard normal CDF (scipy's ``ndtri``)."""
+    from scipy.special import ndtri  # here: scipy is 26+ MiB that an idle sidecar need not hold
+
     return float(ndtri(p))
 
 

@@ -58,6 +58,9 @@ from inferwatch_sidecar.metrics.tail import (
 )
 
 log = logging.getLogger("inferwatch.sidecar.tail")
+#: Modules this component imports only where it first computes (scipy: 26-72 MiB that an idle sidecar need not
+#: hold); start-up checks that they are installed (daemon/wiring.py), so a missing one is named at start.
+LAZY_IMPORTS = ("scipy",)
 
 
 def feats_bytes(feats: Any) -> int:
