@@ -11,7 +11,9 @@ every component, so it is written once here:
   (the GPU sampler).
 - :class:`StagedComponent` adds the staging between the two threads
   (:class:`~inferwatch_sidecar.components.staging.Staging`): ``handle`` only
-  stages and counts what does not fit as ``staging_full``; each tick drains the
+  stages and counts what does not fit as ``staging_full``, and wakes the worker at once when the
+  stage passes half its budget (events or bytes), so a burst is drained before the tick and the
+  stage can be small; each tick drains the
   stage into the subclass's :meth:`~StagedComponent.absorb` (the working state's
   lock held) and, every ``evaluate_interval_s``, calls :meth:`~StagedComponent.evaluate`.
 
@@ -225,6 +227,10 @@ class StagedComponent(PeriodicComponent):
             return
         if refused:
             self.dropped["staging_full"] += refused
+        if self._staging.past_half():
+            worker = self._worker
+            if worker is not None:
+                worker.wake()
 
     def drain(self, now: float | None = None) -> int:
         """Take the staged records into :meth:`absorb` (an empty batch too: windows advance); returns how many."""

@@ -82,6 +82,10 @@ class Staging:
             self._items.extend(take[:n])
             return len(records) - n
 
+    def past_half(self) -> bool:
+        """Whether the stage holds more than half its events or bytes (time to drain before the tick)."""
+        return 2 * self.nbytes > self.max_bytes or 2 * len(self._items) > self.limit
+
     def take(self) -> list[tuple[Any, ...]]:
         """Everything staged so far, oldest first; the stage is empty afterwards."""
         with self._lock:

@@ -26,6 +26,9 @@ class PeriodicWorker:
         step: one pass.
         on_error: called with the exception of a pass that raised.
         immediate: take the first pass at once instead of after one interval.
+
+    :meth:`wake` starts the next pass at once (a stage past half its budget); the interval then runs
+    from that pass's start.
     """
 
     def __init__(self, name: str, interval_s: float, step: Callable[[], bool | None],
@@ -36,6 +39,8 @@ class PeriodicWorker:
         self._on_error = on_error
         self._immediate = immediate
         self._stop = threading.Event()
+        #: Set by :meth:`wake` (and by :meth:`stop`, to end the wait); the loop waits on it.
+        self._wake = threading.Event()
         self._thread: threading.Thread | None = None
 
     def start(self) -> None:
@@ -43,19 +48,30 @@ class PeriodicWorker:
         if self._thread is not None:
             return
         self._stop.clear()
+        self._wake.clear()
         self._thread = threading.Thread(target=self._run, name=self.name, daemon=True)
         self._thread.start()
 
     def stop(self, timeout: float) -> None:
         """Ask the loop to end and wait up to ``timeout`` seconds for the pass under way."""
         self._stop.set()
+        self._wake.set()
         if self._thread is not None:
             self._thread.join(timeout)
             self._thread = None
 
+    def wake(self) -> None:
+        """Start the next pass now rather than at the interval (any thread; cheap when already woken)."""
+        if not self._wake.is_set():
+            self._wake.set()
+
     def _run(self) -> None:
         delay = 0.0 if self._immediate else self.interval_s
-        while not self._stop.wait(delay):
+        while True:
+            self._wake.wait(delay)
+            if self._stop.is_set():
+                return
+            self._wake.clear()
             PRIORITY.pause()
             t0 = time.monotonic()
             try:
