@@ -14,7 +14,8 @@ Three parts, run side by side in one go:
    the offered rate over the Unix socket. For each rate: events received, the sidecar's CPU
    per 1,000 events (from /proc, all its threads: ingest and the components' workers), events
    per CPU-second (= events/s per core), and the drop rate (SDK-reported drops + sidecar drops
-   + lost frames, over events offered).
+   + lost frames, over events offered), and apart from it the events a component refused because
+   its stage was full (``staging_full``: received, but not analysed by that component).
 3. **Capacity**: one producer with no pacing; same figures.
 
 ``--callgrind`` instead counts instructions per event of the live path in one thread (the
@@ -296,8 +297,12 @@ def scrape_totals(port: int) -> dict[str, float]:
     with urllib.request.urlopen(f"http://127.0.0.1:{port}/v1/status", timeout=10) as r:
         st = json.load(r)
     ing = st["ingest"]
+    # Events received but refused by a component's full stage (not in the drop rate: ingest took them).
+    staging_full = sum(int(c["dropped"].get("staging_full", 0)) for c in st.get("components", {}).values()
+                       if isinstance(c, dict) and isinstance(c.get("dropped"), dict))
     return {"events": ing["events"], "frames": ing["frames"], "dropped": sum(ing["dropped"].values()),
-            "lost_frames": ing["lost_frames"], "decode_errors": sum(ing["decode_errors"].values())}
+            "lost_frames": ing["lost_frames"], "decode_errors": sum(ing["decode_errors"].values()),
+            "staging_full": staging_full}
 
 
 def live(rates_ev: list[float], duration: float, producers_per_rate: int) -> list[dict[str, Any]]:
@@ -357,6 +362,7 @@ def live(rates_ev: list[float], duration: float, producers_per_rate: int) -> lis
                 "sdk_dropped_events": sdk_drops,
                 "sidecar_dropped_frames": after["dropped"] - before["dropped"],
                 "lost_frames": after["lost_frames"] - before["lost_frames"],
+                "staging_full": after["staging_full"] - before["staging_full"],
                 "drop_rate": lost / offered_ev if offered_ev else 0.0,
                 "sidecar_cpu_s": cpu,
                 "cpu_ms_per_1000_events": cpu / got * 1e6 if got else float("nan"),
@@ -415,12 +421,13 @@ def print_part1(p1: dict[str, Any]) -> None:
 
 def print_live(rows: list[dict[str, Any]]) -> None:
     hdr = (f"{'offered ev/s':>13} {'producers':>9} {'offered':>9} {'received':>9} {'drop rate':>9} "
-           f"{'CPU ms/1k ev':>12} {'ev/s per core':>13}")
+           f"{'CPU ms/1k ev':>12} {'ev/s per core':>13} {'staging full':>12}")
     print(hdr)
     for r in rows:
         label = f"{r['offered_ev_per_s']:,.0f}" + (" (max)" if r["unpaced"] else "")
         print(f"{label:>13} {r['producers']:>9} {r['offered_events']:>9,} {r['received_events']:>9,} "
-              f"{r['drop_rate']:>9.2%} {r['cpu_ms_per_1000_events']:>12.2f} {r['events_per_cpu_s']:>13,.0f}")
+              f"{r['drop_rate']:>9.2%} {r['cpu_ms_per_1000_events']:>12.2f} {r['events_per_cpu_s']:>13,.0f} "
+              f"{r['staging_full']:>12,}")
     per_core = statistics.median(r["events_per_cpu_s"] for r in rows if r["received_events"] > 0)
     at20 = [r for r in rows if not r["unpaced"] and r["offered_ev_per_s"] == 20000.0]
     print(f"\nmedian events/s per core (live, default components): {per_core:,.0f}  (target >= 150,000)")
