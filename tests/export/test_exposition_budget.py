@@ -97,8 +97,10 @@ def test_a_drift_snapshot_keeps_only_what_the_family_budget_shows_and_the_scrape
         ctx = context()
         ctx.max_family_series = budget
         comp = build_drift(DriftConfig(warmup_events=100, window_events=200), ctx)
-        comp.handle(1, 1, recs)
-        comp.drain()
+        for i in range(0, len(recs), 100):  # frame by frame, drained as the stage's wake would
+            comp.handle(1, 1, recs[i:i + 100])
+            comp.drain()
+        assert comp.dropped["staging_full"] == 0
         comp.evaluate()
         rows.append(max(len(v) for v in comp._snapshot._rows.values()))
         reg = CollectorRegistry()

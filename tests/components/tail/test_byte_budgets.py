@@ -140,8 +140,10 @@ def test_normal_warm_ups_are_not_cut() -> None:
              (sch, tuple(rng.random() for _ in range(20)),
               tuple(rng.choice(["red", "green", "blue", "a-much-longer-category-name"]) for _ in range(40))))
             for i in range(1200)]
-    comp.handle(1, 1, recs)
-    comp.drain()
+    for i in range(0, len(recs), 100):  # frame by frame, drained as the stage's wake would (the stage is not under test)
+        comp.handle(1, 1, recs[i:i + 100])
+        comp.drain()
+    assert comp.dropped["staging_full"] == 0
     (m,) = comp.status()["models"]
     assert m["reference"]["events"] == 1000 and m["reference"]["warmup_cut_by_bytes"] is False
 
@@ -159,7 +161,7 @@ def test_staging_is_bounded_by_bytes_too() -> None:
 def test_kept_tail_rows_hold_only_what_the_analysis_can_use() -> None:
     from inferwatch.wire import EV_REQUEST
 
-    cfg = TailConfig(window_seconds=60, max_tail=64, reservoir=128)
+    cfg = TailConfig(window_seconds=60, max_tail=64, reservoir=128, max_staged_bytes=1 << 30)  # one 12 MB batch
     c = TailComponent(cfg, ComponentContext(clock=lambda: 1000.0))
     recs = fat_records(600, 5, versions=2)
     events: list[tuple[Any, ...]] = []

@@ -37,10 +37,17 @@ def traffic(seed: int, n: int, slow_share: float = 0.004, *, record_first: bool 
     return out
 
 
+def feed(c: TailComponent, events: list[tuple[Any, ...]], now: float, frame: int = 1000) -> None:
+    """Hand ``events`` over as ingest does, a frame at a time, each drained as the stage's wake would."""
+    for i in range(0, len(events), frame):
+        c.handle(0, 0, events[i:i + frame])
+        c.drain(now)
+    assert c.dropped["staging_full"] == 0
+
+
 def run(events: list[tuple[Any, ...]], cfg: TailConfig | None = None) -> TailComponent:
     c = TailComponent(cfg or TailConfig(window_seconds=60), ComponentContext(clock=lambda: 1000.0))
-    c.handle(0, 0, events)
-    c.drain(1000.0)  # inside the window [960, 1020)
+    feed(c, events, 1000.0)  # inside the window [960, 1020)
     assert c.reports == {}
     c.drain(1020.0)  # the window ends: analysed
     return c
@@ -108,8 +115,7 @@ def test_memory_is_bounded_whatever_the_traffic() -> None:
     events = traffic(1, 30_000, slow_share=0.01)
     # records whose requests never come fill the pending table only up to its bound
     orphans = [(EV_RECORD, CTX, 0, f"x{i}", "cat", 0.9, None, (SCHEMA, (1.0, 0.5), ("a",))) for i in range(1000)]
-    c.handle(0, 0, events + orphans)
-    c.drain(1000.0)
+    feed(c, events + orphans, 1000.0)
     (w,) = c.windows.values()
     assert (w.n, len(w.sample), len(w.top)) == (30_000, 128, 64)
     assert len(c._pending) == 200 and len(c._awaiting) == 0

@@ -43,7 +43,8 @@ class DriftConfig(BaseModel):
         max_features: features per model version taken from traffic during a warm-up.
         max_staged: records waiting for the evaluator thread; beyond it records are dropped and counted.
         max_staged_bytes: estimated bytes of the staged records (an upper bound from their feature
-            counts); beyond it records are dropped and counted as ``staging_full``.
+            counts); beyond it records are dropped and counted as ``staging_full``. Past half of it the
+            evaluator thread drains at once rather than at its next tick.
         max_warmup_bytes: estimated bytes of raw warm-up values over all model versions; each version
             gets ``max_warmup_bytes / max_models`` and its warm-up ends early (with fewer rows) when its
             share is spent.
@@ -79,7 +80,7 @@ class DriftConfig(BaseModel):
     max_models: int = Field(default=16, ge=1, le=1000)
     max_features: int = Field(default=64, ge=1, le=256)
     max_staged: int = Field(default=200_000, ge=1000)
-    max_staged_bytes: int = Field(default=32 << 20, ge=1 << 20)
+    max_staged_bytes: int = Field(default=8 << 20, ge=1 << 20)
     max_warmup_bytes: int = Field(default=32 << 20, ge=1 << 20)
     max_pending_labels: int = Field(default=100_000, ge=0)
     label_ttl_s: float = Field(default=3600.0, gt=0)

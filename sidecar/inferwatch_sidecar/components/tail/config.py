@@ -38,7 +38,8 @@ class TailConfig(BaseModel):
             versions (16 versions x 1,536 kept rows x 32 features of 64 characters would be ~100 MiB); past it a
             kept request keeps its latency and stages without features, counted as ``window_full``.
         max_staged_bytes: estimated bytes of the staged events (an upper bound from their feature counts);
-            past it events are dropped and counted as ``staging_full``.
+            past it events are dropped and counted as ``staging_full``. Past half of it the component's thread
+            drains at once rather than at its next tick.
         seed: seed of the reservoir sampling, so results are reproducible.
     """
 
@@ -60,5 +61,5 @@ class TailConfig(BaseModel):
     max_staged: int = Field(default=200_000, ge=1000)
     max_pending_bytes: int = Field(default=8 << 20, ge=1 << 16)
     max_window_bytes: int = Field(default=8 << 20, ge=1 << 16)
-    max_staged_bytes: int = Field(default=32 << 20, ge=1 << 20)
+    max_staged_bytes: int = Field(default=8 << 20, ge=1 << 20)
     seed: int = 0
