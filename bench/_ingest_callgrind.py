@@ -62,6 +62,19 @@ def replica_components() -> tuple[str, ...]:
     return tuple(n for n in registry.names() if n != "gpu" and getattr(getattr(cfg, n, None), "enabled", False))
 
 
+def served_gc(cfg: Any) -> None:
+    """The collector as a served sidecar runs it (``Sidecar.run``'s ``tuned_gc``): start-up's objects frozen,
+    ``cfg.gc_thresholds`` set. Trees without the setting were served with CPython's defaults: left as they are.
+    (Before this the replica ran every tree at CPython's (700, 10, 10), which a served sidecar does not.)"""
+    import gc
+
+    thresholds = getattr(cfg, "gc_thresholds", None)
+    if thresholds is not None:
+        gc.collect()
+        gc.freeze()
+        gc.set_threshold(*thresholds)
+
+
 def replica_child(measure: bool, components: str, n_req: int) -> None:
     """The live sidecar's work in one thread: the daemon's pipeline and ``components`` ("all", "none" or a
     comma-separated list), frames in, each component drained every 20 frames (its worker's pass). Under
@@ -82,6 +95,7 @@ def replica_child(measure: bool, components: str, n_req: int) -> None:
     # their own threads in the daemon, which the replica does not run.
     drained = [c for c in comps if hasattr(c, "drain")]
     datagram = sc.pipeline.datagram
+    served_gc(sc.cfg)
 
     def run(frames: list[bytes]) -> None:
         for i, f in enumerate(frames):
