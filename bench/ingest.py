@@ -48,7 +48,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 # The baseline and callgrind runners live beside this script (issue 23); bench/ is a folder of scripts.
 import _harness  # noqa: E402, F401  (puts the checkout on sys.path: tests.helpers)
-from _ingest_callgrind import N_FEATURES, callgrind_report, replica_child  # noqa: E402
+from _ingest_callgrind import DRAIN_FRAMES, N_FEATURES, callgrind_report, replica_child  # noqa: E402
 from _ingest_trees import REPO, baseline_tree, read_frames, tree_api, tree_env, write_frames  # noqa: E402
 
 # ---------------------------------------------------------------------------- producer
@@ -395,6 +395,12 @@ def parse_args() -> argparse.Namespace:
                          "(default 2000 requests; about 2 minutes a tree)")
     ap.add_argument("--split", action="store_true",
                     help="with --callgrind: also each component alone on the pipeline (where the instructions go)")
+    ap.add_argument("--gc", default="served", metavar="MODE",
+                    help="with --callgrind: the replica's collector: served (as the sidecar serves, the default), "
+                         "default (CPython's), off, or thresholds A,B,C")
+    ap.add_argument("--drain-frames", type=int, default=DRAIN_FRAMES, metavar="N",
+                    help=f"with --callgrind: frames between two drains of each component (default {DRAIN_FRAMES}: "
+                         f"a worker's 1-s tick at 20k events/s)")
     ap.add_argument("--variants-child", nargs=2, help=argparse.SUPPRESS)
     ap.add_argument("--replica-child", nargs=3, help=argparse.SUPPRESS)
     return ap.parse_args()
@@ -452,7 +458,8 @@ def main() -> int:
         replica_child(args.replica_child[0] == "1", args.replica_child[1], int(args.replica_child[2]))
         return 0
     if args.callgrind:
-        cg = callgrind_report(None if args.baseline == "none" else args.baseline, args.callgrind, args.split)
+        cg = callgrind_report(None if args.baseline == "none" else args.baseline, args.callgrind, args.split,
+                              gc_mode=args.gc, drain_frames=args.drain_frames)
         if args.json:
             Path(args.json).write_text(json.dumps({"callgrind": cg}, indent=1))
         return 0
