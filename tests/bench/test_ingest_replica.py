@@ -34,7 +34,7 @@ def _probe(mode: str) -> dict[str, object]:
 
 
 @pytest.mark.parametrize(("mode", "want"), [
-    ("served", {"enabled": True, "thresholds": [10_000, 10, 100], "frozen": True}),
+    ("served", {"enabled": True, "thresholds": [], "frozen": True}),  # the config default, below
     ("default", {"enabled": True, "thresholds": [700, 10, 10], "frozen": False}),
     ("off", {"enabled": False, "thresholds": [700, 10, 10], "frozen": False}),
     ("20000,5,50", {"enabled": True, "thresholds": [20_000, 5, 50], "frozen": True}),
