@@ -62,11 +62,40 @@ def replica_components() -> tuple[str, ...]:
     return tuple(n for n in registry.names() if n != "gpu" and getattr(getattr(cfg, n, None), "enabled", False))
 
 
+#: Frames between two drains of each component: a worker's 1-s tick at 20k events/s (frames of 100 events).
+#: It sets how long staged events live, so what the collector sees of them (until issue 23's GC pass the
+#: replica drained every 20 frames, 2k events/s, and staged events rarely met a young collection).
+DRAIN_FRAMES = 200
+#: How the replica's collector runs: "served" (as ``Sidecar.run``), "default" (CPython's), "off", or "A,B,C".
+GC_MODES = ("served", "default", "off")
+
+
+def replica_gc(cfg: Any, mode: str) -> None:
+    """The collector as ``mode`` says; "served" is what a served sidecar runs (``Sidecar.run``'s ``tuned_gc``:
+    start-up's objects frozen, ``cfg.gc_thresholds`` set; trees without the setting were served with CPython's
+    defaults and are left so). Until issue 23's GC pass the replica ran every tree at CPython's defaults."""
+    import gc
+
+    if mode == "default":
+        return
+    if mode == "off":
+        gc.disable()
+        return
+    thresholds = getattr(cfg, "gc_thresholds", None) if mode == "served" else tuple(map(int, mode.split(",")))
+    if thresholds is not None:
+        gc.collect()
+        gc.freeze()
+        gc.set_threshold(*thresholds)
+
+
 def replica_child(measure: bool, components: str, n_req: int) -> None:
     """The live sidecar's work in one thread: the daemon's pipeline and ``components`` ("all", "none" or a
-    comma-separated list), frames in, each component drained every 20 frames (its worker's pass). Under
-    callgrind, run once without and once with the measured pass; the difference is what ``n_req`` more
+    comma-separated list), frames in, each component drained every ``IW_BENCH_DRAIN_FRAMES`` frames (its
+    worker's pass; default :data:`DRAIN_FRAMES`), the collector as ``IW_BENCH_GC`` says (:func:`replica_gc`).
+    Under callgrind, run once without and once with the measured pass; the difference is what ``n_req`` more
     requests cost."""
+    import os
+
     from inferwatch_sidecar.config import SidecarConfig
     from inferwatch_sidecar.daemon import Sidecar
 
@@ -82,13 +111,19 @@ def replica_child(measure: bool, components: str, n_req: int) -> None:
     # their own threads in the daemon, which the replica does not run.
     drained = [c for c in comps if hasattr(c, "drain")]
     datagram = sc.pipeline.datagram
+    every = int(os.environ.get("IW_BENCH_DRAIN_FRAMES", DRAIN_FRAMES))
+    replica_gc(sc.cfg, os.environ.get("IW_BENCH_GC", "served"))
+
+    passes = [0]
 
     def run(frames: list[bytes]) -> None:
         for i, f in enumerate(frames):
             datagram(f, "unix")
-            if i % 20 == 19:
+            if i % every == every - 1:
+                passes[0] += 1
                 for c in drained:
                     c.drain()
+        passes[0] += 1
         for c in drained:
             c.drain()
 
@@ -97,19 +132,21 @@ def replica_child(measure: bool, components: str, n_req: int) -> None:
     if measure:
         run(frames)
         assert sc.pipeline.totals()["events"] == 2 * (REPLICA_WARM + n_req)
-    print(json.dumps({"components": [c.name for c in comps]}))
+    print(json.dumps({"components": [c.name for c in comps], "drain_passes": passes[0]}))
 
 
-def callgrind_count(tree: Path | None, components: str, n_req: int, measure: int) -> tuple[int, list[str]]:
+def callgrind_count(tree: Path | None, components: str, n_req: int, measure: int,
+                    knobs: dict[str, str]) -> tuple[int, list[str]]:
     """Instructions (all threads, user space) of one replica run from ``tree`` (None: this checkout)."""
     # One string hashing for every run: dict and set layouts (label caches, schemas) then match, and two
     # runs differ only in the work measured (the counts moved by 3-5% between runs without it).
     run = callgrind_run([sys.executable, str(INGEST), "--replica-child", str(measure), components, str(n_req)],
-                        base_env=tree_env(tree), env=STABLE_HASH_ENV)
+                        base_env=tree_env(tree), env={**STABLE_HASH_ENV, **knobs})
     return run.instructions, json.loads(run.stdout.strip().splitlines()[-1])["components"]
 
 
-def callgrind_report(baseline: str | None, n_req: int, split: bool = False, jobs: int = 2) -> dict[str, Any]:
+def callgrind_report(baseline: str | None, n_req: int, split: bool = False, jobs: int = 2,
+                     gc_mode: str = "served", drain_frames: int = DRAIN_FRAMES) -> dict[str, Any]:
     """Instructions per event: (run with the measured pass - run without) / events, per tree and components.
 
     The valgrind runs are independent, so ``jobs`` of them run at once (instruction counts do not
@@ -122,12 +159,14 @@ def callgrind_report(baseline: str | None, n_req: int, split: bool = False, jobs
         bt = baseline_tree(baseline)
         if bt is not None:
             trees.append((f"base {baseline}", bt))
+    knobs = {"IW_BENCH_GC": gc_mode, "IW_BENCH_DRAIN_FRAMES": str(drain_frames)}
     print(f"== callgrind: instructions per event, the live path in one thread ({n_req} requests = {2 * n_req} "
-          f"events after {REPLICA_WARM} warm-up requests; frames of 100 events; components drained every 20 frames)")
+          f"events after {REPLICA_WARM} warm-up requests; frames of 100 events; components drained every "
+          f"{drain_frames} frames; collector: {gc_mode})")
     cases = [(label, tree, comps) for label, tree in trees
              for comps in ("none", *(replica_components() if split and tree is None else ()), "all")]
     with ThreadPoolExecutor(max_workers=jobs) as pool:
-        futs = {(label, comps, m): pool.submit(callgrind_count, tree, comps, n_req, m)
+        futs = {(label, comps, m): pool.submit(callgrind_count, tree, comps, n_req, m, knobs)
                 for label, tree, comps in cases for m in (0, 1)}
         out: dict[str, Any] = {}
         for label, _, comps in cases:

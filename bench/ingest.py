@@ -49,7 +49,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 # The baseline and callgrind runners live beside this script (issue 23); bench/ is a folder of scripts.
 import _harness  # noqa: E402, F401  (puts the checkout on sys.path: tests.helpers)
-from _ingest_callgrind import N_FEATURES, callgrind_report, replica_child  # noqa: E402
+from _ingest_callgrind import DRAIN_FRAMES, N_FEATURES, callgrind_report, replica_child  # noqa: E402
 from _ingest_trees import REPO, baseline_tree, read_frames, tree_api, tree_env, write_frames  # noqa: E402
 
 # ---------------------------------------------------------------------------- producer
@@ -297,21 +297,26 @@ def scrape_totals(port: int) -> dict[str, float]:
     with urllib.request.urlopen(f"http://127.0.0.1:{port}/v1/status", timeout=10) as r:
         st = json.load(r)
     ing = st["ingest"]
+    gc = st.get("heap", {}).get("gc", {})  # trees before the collector's clock: none
+    nan = float("nan")
     # Events received but refused by a component's full stage (not in the drop rate: ingest took them).
     staging_full = sum(int(c["dropped"].get("staging_full", 0)) for c in st.get("components", {}).values()
                        if isinstance(c, dict) and isinstance(c.get("dropped"), dict))
     return {"events": ing["events"], "frames": ing["frames"], "dropped": sum(ing["dropped"].values()),
             "lost_frames": ing["lost_frames"], "decode_errors": sum(ing["decode_errors"].values()),
+            "gc_n": gc.get("collections", [nan] * 3), "gc_s": gc.get("seconds", [nan] * 3),
             "staging_full": staging_full}
 
 
-def live(rates_ev: list[float], duration: float, producers_per_rate: int) -> list[dict[str, Any]]:
+def live(rates_ev: list[float], duration: float, producers_per_rate: int,
+         sets: list[str] | None = None) -> list[dict[str, Any]]:
     from tests.helpers.sidecar import SidecarProc  # here: the counted children import this file
 
     tmp = tempfile.mkdtemp(prefix="iw-bench-")
     env = {k: v for k, v in os.environ.items() if not k.startswith(("INFERWATCH_", "OTEL_"))}
     # Every default component but gpu (no device here); its log in tmp.
-    sc = SidecarProc(Path(tmp), sock=os.path.join(tmp, "ingest.sock"), defaults=("--no-gpu",),
+    sc = SidecarProc(Path(tmp), [a for kv in sets or [] for a in ("--set", kv)],
+                     sock=os.path.join(tmp, "ingest.sock"), defaults=("--no-gpu",),
                      launcher=("-m", "inferwatch_sidecar.cli", "--log-level", "WARNING", "sidecar"), ready_timeout=60)
     sock, port = sc.sock, sc.port
     try:
@@ -367,6 +372,10 @@ def live(rates_ev: list[float], duration: float, producers_per_rate: int) -> lis
                 "sidecar_cpu_s": cpu,
                 "cpu_ms_per_1000_events": cpu / got * 1e6 if got else float("nan"),
                 "events_per_cpu_s": got / cpu if cpu else float("nan"),
+                # The cyclic collector's time over the sidecar's CPU (it holds the interpreter meanwhile).
+                "gc_share": (sum(after["gc_s"]) - sum(before["gc_s"])) / cpu if cpu else float("nan"),
+                "gc_collections": [a - b for a, b in zip(after["gc_n"], before["gc_n"], strict=True)],
+                "gc_seconds": [a - b for a, b in zip(after["gc_s"], before["gc_s"], strict=True)],
                 "wall_s": wall,
             })
         return rows
@@ -383,6 +392,8 @@ def parse_args() -> argparse.Namespace:
     ap.add_argument("--baseline", default=BASELINE_REV, metavar="REV",
                     help=f"git revision whose decoder/aggregator/pipeline part 1 times side by side "
                          f"(default {BASELINE_REV}, before the fast paths; 'none' to skip)")
+    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", dest="sets",
+                    help="passed to the live sidecar's --set (e.g. gc_thresholds=[20000,10,100]; repeatable)")
     ap.add_argument("--in-process-only", action="store_true", help="run part 1 only")
     ap.add_argument("--callgrind", type=int, nargs="?", const=2000, metavar="REQUESTS",
                     help="instructions per event of the live path (pipeline + default components, one thread) "
@@ -390,6 +401,12 @@ def parse_args() -> argparse.Namespace:
                          "(default 2000 requests; about 2 minutes a tree)")
     ap.add_argument("--split", action="store_true",
                     help="with --callgrind: also each component alone on the pipeline (where the instructions go)")
+    ap.add_argument("--gc", default="served", metavar="MODE",
+                    help="with --callgrind: the replica's collector: served (as the sidecar serves, the default), "
+                         "default (CPython's), off, or thresholds A,B,C")
+    ap.add_argument("--drain-frames", type=int, default=DRAIN_FRAMES, metavar="N",
+                    help=f"with --callgrind: frames between two drains of each component (default {DRAIN_FRAMES}: "
+                         f"a worker's 1-s tick at 20k events/s)")
     ap.add_argument("--variants-child", nargs=2, help=argparse.SUPPRESS)
     ap.add_argument("--replica-child", nargs=3, help=argparse.SUPPRESS)
     return ap.parse_args()
@@ -421,13 +438,13 @@ def print_part1(p1: dict[str, Any]) -> None:
 
 def print_live(rows: list[dict[str, Any]]) -> None:
     hdr = (f"{'offered ev/s':>13} {'producers':>9} {'offered':>9} {'received':>9} {'drop rate':>9} "
-           f"{'CPU ms/1k ev':>12} {'ev/s per core':>13} {'staging full':>12}")
+           f"{'CPU ms/1k ev':>12} {'ev/s per core':>13} {'GC share':>8} {'staging full':>12}")
     print(hdr)
     for r in rows:
         label = f"{r['offered_ev_per_s']:,.0f}" + (" (max)" if r["unpaced"] else "")
         print(f"{label:>13} {r['producers']:>9} {r['offered_events']:>9,} {r['received_events']:>9,} "
               f"{r['drop_rate']:>9.2%} {r['cpu_ms_per_1000_events']:>12.2f} {r['events_per_cpu_s']:>13,.0f} "
-              f"{r['staging_full']:>12,}")
+              f"{r['gc_share']:>8.1%} {r['staging_full']:>12,}")
     per_core = statistics.median(r["events_per_cpu_s"] for r in rows if r["received_events"] > 0)
     at20 = [r for r in rows if not r["unpaced"] and r["offered_ev_per_s"] == 20000.0]
     print(f"\nmedian events/s per core (live, default components): {per_core:,.0f}  (target >= 150,000)")
@@ -447,7 +464,8 @@ def main() -> int:
         replica_child(args.replica_child[0] == "1", args.replica_child[1], int(args.replica_child[2]))
         return 0
     if args.callgrind:
-        cg = callgrind_report(None if args.baseline == "none" else args.baseline, args.callgrind, args.split)
+        cg = callgrind_report(None if args.baseline == "none" else args.baseline, args.callgrind, args.split,
+                              gc_mode=args.gc, drain_frames=args.drain_frames)
         if args.json:
             Path(args.json).write_text(json.dumps({"callgrind": cg}, indent=1))
         return 0
@@ -465,7 +483,7 @@ def main() -> int:
             Path(args.json).write_text(json.dumps({"in_process": p1}, indent=1))
         return 0
     print(f"\n== part 2/3: live sidecar, real SDK senders over the Unix socket, {duration} s per rate")
-    rows = live([*rates, 0.0], duration, producers_per_rate=2)
+    rows = live([*rates, 0.0], duration, producers_per_rate=2, sets=args.sets)
     print_live(rows)
     if args.json:
         Path(args.json).write_text(json.dumps({"in_process": p1, "live": rows}, indent=1))

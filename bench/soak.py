@@ -239,12 +239,14 @@ def main(argv: list[str] | None = None) -> int:
                     "and per-collector scrape timings to FILE (set PYTHONTRACEMALLOC=1 for allocation sites too)")
     ap.add_argument("--repo", metavar="DIR", default=str(REPO),
                     help="run the sidecar from this source tree (default: this one), e.g. an older commit's")
+    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", dest="sets",
+                    help="passed to the sidecar's --set (e.g. gc_thresholds=[10000,50,100]; repeatable)")
     args = ap.parse_args(argv)
 
     tmp = Path(tempfile.mkdtemp(prefix="iw-soak-"))
     udp = free_port(socket.SOCK_DGRAM)
     launcher = [str(REPO / "bench" / "soak_probe.py"), str(Path(args.probe).resolve())] if args.probe else SIDECAR_CLI
-    sc = SidecarProc(tmp, ["--udp-port", str(udp)], sock=str(tmp / "s.sock"), defaults=("--no-gpu",),
+    sc = SidecarProc(tmp, ["--udp-port", str(udp), *(a for kv in args.sets for a in ("--set", kv))], sock=str(tmp / "s.sock"), defaults=("--no-gpu",),
                      launcher=launcher, repo=Path(args.repo), ready_timeout=30)
     base = sc.url
     try:

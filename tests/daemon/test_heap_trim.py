@@ -88,3 +88,20 @@ def test_the_served_process_runs_with_the_configured_collector_and_is_restored()
         t.join()
     assert seen == [((12_345, 7, 99), True), ((12_345, 7, 99),)]
     assert gc.get_threshold() == before and gc.get_freeze_count() == 0
+
+
+def test_the_collector_clock_counts_the_collections_made_while_serving_and_only_those() -> None:
+    import gc
+
+    from inferwatch_sidecar.daemon.heap import GcClock, tuned_gc
+
+    clock = GcClock()
+    with tuned_gc((12_345, 7, 99), clock):
+        gc.collect(0)
+        gc.collect(1)
+        assert clock in gc.callbacks
+    gc.collect(0)
+    assert clock not in gc.callbacks
+    assert clock.collections[0] >= 1 and clock.collections[1] >= 1
+    st = clock.status()
+    assert st["collections"] == clock.collections and all(s >= 0.0 for s in st["seconds"])

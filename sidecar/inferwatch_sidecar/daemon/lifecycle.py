@@ -297,7 +297,7 @@ class Sidecar(Wiring, StatusReport):
         with self.install_signal_handlers():
             self.startup()
             try:
-                with tuned_gc(self.cfg.gc_thresholds):
+                with tuned_gc(self.cfg.gc_thresholds, self.heap.gc):
                     self.main_loop()
             finally:
                 ok = self._shutdown_from_main_thread()
