@@ -159,6 +159,7 @@ class LeakDetector:
         self._samples = 0
         self._first_t: float | None = None
         self._by_scale: list[TrendResult | None] = [None] * len(self._scales)
+        self._unsized = False  # judging waits for a sawtooth to be sized (the verdict stands meanwhile)
         # Noise and releases.
         self._diffs: deque[float] = deque(maxlen=64)
         self._dts: deque[float] = deque(maxlen=15)
@@ -284,12 +285,16 @@ class LeakDetector:
             young = max((1 + PRE_WINDOW) * sc.window_s, cfg.warmup_s)
         if age < young or not sc.bins or now - sc.bins[-1][0] > sc.window_s / 4:
             return None
-        fb = None
-        if cfg.method == "glr" and self.release_window() > 0:
+        fb, rw = None, self.release_window()
+        if cfg.method == "glr" and rw > 0:
             since = self._log_since if len(self._release_log) < RELEASE_LOG else self._release_log[0]
             fb = _release_floors(sc, np.fromiter(self._release_log, float), cfg.min_blocks, since)
+        self._unsized = fb is None and cfg.method == "glr" and rw == 0 and bool(self._release_log) and (
+            now - self._release_log[-1] < cfg.release_max_s)
+        if self._unsized:
+            return None  # a sawtooth shown, not sized: until a gap rules it out, bins hold its filling
         if fb is None:
-            fb = _floor_blocks(sc, self.release_window(), cfg.min_blocks)
+            fb = _floor_blocks(sc, rw, cfg.min_blocks)
         if fb is None:
             return None
         jump, g, sigma = _destep(fb.fy, cfg.method == "glr", cfg.step_k, self._sigma)
@@ -418,7 +423,7 @@ class LeakDetector:
     def _evaluate(self, now: float) -> None:
         res = [r for r in self._by_scale if r is not None]
         if not res:
-            if self._verdict != "leak":
+            if self._verdict != "leak" and not (self._unsized and self._verdict == "no_leak"):
                 self._verdict = "insufficient_data"
             return
         fired = [r for r in res if r.passed]
