@@ -33,25 +33,9 @@ from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(REPO / "bench"), str(REPO)]  # _harness, and tests.helpers (the one sidecar starter)
-from tests.helpers.sidecar import SidecarProc, wait_until  # noqa: E402
+from tests.helpers.sidecar import MODULES_LAUNCHER, SidecarProc, wait_until  # noqa: E402
 
 from _harness import free_port  # noqa: E402  (bench/ is a folder of scripts, not a package)
-
-#: Runs the CLI as ``python -m inferwatch_sidecar.cli`` does, and on SIGUSR2 writes the imported modules'
-#: names to ``$IW_IDLE_MODULES`` (nothing is imported to do so).
-LAUNCHER = (
-    "-c",
-    "import os, signal, sys\n"
-    "def _dump(*_):\n"
-    "    p = os.environ['IW_IDLE_MODULES']\n"
-    "    with open(p + '.tmp', 'w') as f:\n"
-    "        f.write('\\n'.join(sorted(sys.modules)) + '\\n')\n"
-    "    os.replace(p + '.tmp', p)\n"
-    "signal.signal(signal.SIGUSR2, _dump)\n"
-    "from inferwatch_sidecar.cli import main\n"
-    "sys.exit(main(sys.argv[1:]))\n",
-    "sidecar",
-)
 
 
 def _kib(path: str, *fields: str) -> dict[str, int]:
@@ -69,7 +53,7 @@ def measure(repo: Path, idle: float) -> dict[str, Any]:
     tmp = Path(tempfile.mkdtemp(prefix="iw-idle-"))
     mods_path = tmp / "modules.txt"
     sc = SidecarProc(tmp, ["--udp-port", str(free_port(socket.SOCK_DGRAM))], sock=str(tmp / "s.sock"),
-                     env={"IW_IDLE_MODULES": str(mods_path)}, defaults=("--no-gpu",), launcher=LAUNCHER,
+                     env={"IW_MODULES": str(mods_path)}, defaults=("--no-gpu",), launcher=MODULES_LAUNCHER,
                      repo=repo, ready_timeout=60)
     try:
         sc.start()

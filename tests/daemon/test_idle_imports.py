@@ -20,23 +20,8 @@ import pytest
 from inferwatch_sidecar.config import load_config
 from inferwatch_sidecar.daemon import Sidecar, StartupError
 from tests.helpers.net import free_port
-from tests.helpers.sidecar import wait_until
+from tests.helpers.sidecar import MODULES_LAUNCHER, wait_until
 
-#: Runs ``inferwatch sidecar`` as ``python -m inferwatch_sidecar.cli`` does; on SIGUSR2 it writes the names of the
-#: imported modules to ``$IW_MODULES`` (importing nothing to do so).
-LAUNCHER = (
-    "-c",
-    "import os, signal, sys\n"
-    "def _dump(*_):\n"
-    "    p = os.environ['IW_MODULES']\n"
-    "    with open(p + '.tmp', 'w') as f:\n"
-    "        f.write('\\n'.join(sorted(sys.modules)) + '\\n')\n"
-    "    os.replace(p + '.tmp', p)\n"
-    "signal.signal(signal.SIGUSR2, _dump)\n"
-    "from inferwatch_sidecar.cli import main\n"
-    "sys.exit(main(sys.argv[1:]))\n",
-    "sidecar",
-)
 #: Packages a default sidecar with no traffic must not import.
 HEAVY = ("scipy", "pandas", "evidently", "sklearn", "pyarrow", "torch")
 #: The modules that imported scipy at start-up before (so this test sees the code it guards loaded).
@@ -48,7 +33,7 @@ FORMER_IMPORTERS = ("inferwatch_sidecar.components.canary.judge", "inferwatch_si
 def test_a_started_idle_sidecar_has_not_imported_scipy(sidecar_factory: Any, tmp_path: Path) -> None:
     mods = tmp_path / "modules.txt"
     sc = sidecar_factory("--udp-port", str(free_port(socket.SOCK_DGRAM)), env={"IW_MODULES": str(mods)},
-                         defaults=("--no-gpu",), launcher=LAUNCHER, ready_timeout=60)
+                         defaults=("--no-gpu",), launcher=MODULES_LAUNCHER, ready_timeout=60)
     status, _, _ = sc.get("/metrics")  # scraped, as an idle sidecar in a pod is
     assert status == 200
     status, _, body = sc.get("/v1/status")

@@ -39,6 +39,22 @@ def wait_until(pred: Any, timeout: float = 10.0, interval: float = 0.02, what: s
 
 #: How :class:`SidecarProc` runs ``inferwatch sidecar`` (after the interpreter), by default.
 SIDECAR_CLI = ("-m", "inferwatch_sidecar.cli", "sidecar")
+#: Runs ``inferwatch sidecar`` as ``python -m inferwatch_sidecar.cli`` does; on SIGUSR2 it writes the names of the
+#: imported modules to the file ``$IW_MODULES`` names (importing nothing to do so). For ``SidecarProc(launcher=...)``:
+#: the idle-imports test and ``bench/idle_rss.py``.
+MODULES_LAUNCHER = (
+    "-c",
+    "import os, signal, sys\n"
+    "def _dump(*_):\n"
+    "    p = os.environ['IW_MODULES']\n"
+    "    with open(p + '.tmp', 'w') as f:\n"
+    "        f.write('\\n'.join(sorted(sys.modules)) + '\\n')\n"
+    "    os.replace(p + '.tmp', p)\n"
+    "signal.signal(signal.SIGUSR2, _dump)\n"
+    "from inferwatch_sidecar.cli import main\n"
+    "sys.exit(main(sys.argv[1:]))\n",
+    "sidecar",
+)
 #: The components a test sidecar runs without unless it asks: no GPU, no drift reference.
 QUIET = ("--no-gpu", "--no-drift")
 
