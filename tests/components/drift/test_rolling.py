@@ -137,3 +137,19 @@ def test_rolling_config_is_checked() -> None:
     with pytest.raises(ValidationError, match="needs drift.reference"):
         DriftConfig(reference_mode="file")
     assert DriftConfig().reference_mode == "warmup" and DriftConfig(reference="p.json").reference_mode == "file"
+
+
+def test_a_long_unseen_category_is_kept_cut_to_64_characters_and_its_counts_add_up() -> None:
+    """An unseen value over 64 characters is kept by its first 64; its later counts add to that entry (they used to
+    replace it, and the window showed only the last batch's count)."""
+    import numpy as np
+
+    from inferwatch_sidecar.components.drift.window import ColumnWindow
+    from inferwatch_sidecar.stats.columns import CategoricalColumn
+
+    ref = CategoricalColumn(name="c", role="feature", count=10, missing=0, categories=["a"], counts=np.array([10, 0]))
+    w = ColumnWindow(ref, 4)
+    long = "x" * 255
+    w.update([long, long, "a"])
+    w.update([long, "y" * 70])
+    assert dict(w.unseen) == {"x" * 64: 3, "y" * 64: 1}

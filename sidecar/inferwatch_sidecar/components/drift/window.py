@@ -114,10 +114,11 @@ class ColumnWindow:
         self._missing[self._slot] += s.missing
         self._cum += c
         for k, n in s.unseen.items():
+            k = k[:64]  # as kept: a longer value's later counts add to it, not replace it
             if k in self._unseen:
                 self._unseen[k] += n
             elif len(self._unseen) < MAX_UNSEEN:
-                self._unseen[k[:64]] = n
+                self._unseen[k] = n
 
     # -- results ------------------------------------------------------------------------------------------------------
 
