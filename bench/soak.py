@@ -10,7 +10,9 @@ processes so the load generators do not share a GIL with each other:
 - **OTLP**: stage spans whose request never comes carrying big attributes and many events
   (the join-buffer bomb), stage spans in one trace in a parent cycle (the re-walk attack), and
   bodies of empty JSON objects (the parse bomb);
-- **a scraper**: ``GET /metrics`` every ``--scrape-every`` seconds, timed.
+- **a scraper**: ``GET /metrics`` every ``--scrape-every`` seconds, timed, as Prometheus scrapes: asking
+  for gzip over one kept-alive connection (``--scrape-encoding identity`` for the uncompressed body,
+  ``metrics_bytes`` being what crossed the wire; ``--scrape-connection close`` for a connection per scrape).
 
 Every ``--report-every`` seconds it prints one line: RSS (MiB), threads, open fds, the scrape
 latency p50/p99 (ms) since the start, the last /metrics size, and the attack counters. The
@@ -26,6 +28,7 @@ Usage::
 from __future__ import annotations
 
 import argparse
+import http.client
 import json
 import multiprocessing as mp
 import os
@@ -38,7 +41,9 @@ import sys
 import tempfile
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
+import zlib
 from pathlib import Path
 from typing import Any
 
@@ -186,14 +191,38 @@ def _proc(pid: int) -> tuple[float, int, int]:
     return rss / 1024, threads, len(os.listdir(f"/proc/{pid}/fd"))
 
 
-def _scrape(base: str) -> tuple[float, int, bytes]:
-    t = time.perf_counter()
-    try:
-        with urllib.request.urlopen(base + "/metrics", timeout=60) as r:
+class _Scraper:
+    """``GET /metrics`` as Prometheus sends it: gzip asked for, one kept-alive connection (``keep_alive``), or a
+    fresh connection per scrape."""
+
+    def __init__(self, base: str, gzip: bool, keep_alive: bool) -> None:
+        u = urllib.parse.urlsplit(base)
+        self.host, self.port = u.hostname or "127.0.0.1", u.port or 80
+        self.gzip, self.keep_alive = gzip, keep_alive
+        self.conn: http.client.HTTPConnection | None = None
+
+    def scrape(self) -> tuple[float, int, bytes]:
+        """(ms, bytes on the wire, the body as text) of one scrape; an empty body when it failed."""
+        headers = {"Accept-Encoding": "gzip" if self.gzip else "identity"}
+        if not self.keep_alive:
+            headers["Connection"] = "close"
+        t = time.perf_counter()
+        try:
+            if self.conn is None:
+                self.conn = http.client.HTTPConnection(self.host, self.port, timeout=60)
+            self.conn.request("GET", "/metrics", headers=headers)
+            r = self.conn.getresponse()
             data = r.read()
-    except (urllib.error.URLError, OSError):
-        data = b""
-    return (time.perf_counter() - t) * 1e3, len(data), data
+            coded = r.getheader("Content-Encoding", "") == "gzip"
+            if not self.keep_alive or r.will_close:
+                self.conn.close()
+                self.conn = None
+        except (OSError, http.client.HTTPException):
+            if self.conn is not None:
+                self.conn.close()
+            self.conn, data, coded = None, b"", False
+        ms = (time.perf_counter() - t) * 1e3
+        return ms, len(data), zlib.decompress(data, wbits=31) if coded else data
 
 
 def _counter(text: bytes, name: str, **labels: str) -> float:
@@ -233,6 +262,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json-rate", type=float, default=20.0, help="POST /v1/events per second (default 20)")
     ap.add_argument("--otlp-rate", type=float, default=8.0, help="POST /v1/traces per second (default 8)")
     ap.add_argument("--json", metavar="FILE", help="also write the summary as JSON")
+    ap.add_argument("--scrape-encoding", choices=("gzip", "identity"), default="gzip",
+                    help="the scraper's Accept-Encoding: gzip, as Prometheus sends (default), or identity")
+    ap.add_argument("--scrape-connection", choices=("keep-alive", "close"), default="keep-alive",
+                    help="the scraper keeps its connection open between scrapes, as Prometheus does (default), or "
+                    "opens one per scrape")
     ap.add_argument("--save-metrics", metavar="FILE", help="write the last /metrics body to FILE")
     ap.add_argument("--probe", metavar="FILE",
                     help="run the sidecar under bench/soak_probe.py and, after the traffic, write its heap breakdown "
@@ -266,6 +300,7 @@ def main(argv: list[str] | None = None) -> int:
     ]
     for g in gens:
         g.start()
+    scraper = _Scraper(base, args.scrape_encoding == "gzip", args.scrape_connection == "keep-alive")
     lat: list[float] = []
     peak = {"rss_mib": 0.0, "threads": 0, "fds": 0}
     size = 0
@@ -275,7 +310,7 @@ def main(argv: list[str] | None = None) -> int:
     print("   t_s  rss_mib threads fds  scrape_p50_ms scrape_p99_ms metrics_bytes", flush=True)
     try:
         while time.monotonic() - start < args.seconds:
-            ms, size, text = _scrape(base)
+            ms, size, text = scraper.scrape()
             lat.append(ms)
             rss, th, fds = _proc(side.pid)
             peak = {"rss_mib": max(peak["rss_mib"], rss), "threads": max(peak["threads"], th),
@@ -300,6 +335,8 @@ def main(argv: list[str] | None = None) -> int:
         "scrape_p99_ms": round(q[98], 1), "scrape_max_ms": round(max(lat), 1),
         "peak_rss_mib": round(peak["rss_mib"], 1), "end_rss_mib": round(rss, 1),
         "peak_threads": peak["threads"], "peak_fds": peak["fds"], "metrics_bytes": size,
+        "metrics_text_bytes": len(text), "scrape_encoding": args.scrape_encoding,
+        "scrape_connection": args.scrape_connection,
         "series_overflowed": _counter(text, "inferwatch_label_overflow_total", label="series"),
         "otlp_cut": _counter(text, "inferwatch_otlp_cut_total"),
         "otlp_pending_bytes": _counter(text, "inferwatch_otlp_pending_bytes"),

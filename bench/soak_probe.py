@@ -20,6 +20,9 @@ on SIGUSR1, writes to OUT.json from inside the process:
   ``scipy.stats`` is among them (the idle baseline: bench/idle_rss.py);
 - **scrape_wait_ms**: how long the ``/metrics`` route itself took (waiting for, or taking, a render),
   as the server measured it, apart from the time to send the body.
+- **scrape_served_ms**: the whole ``/metrics`` request inside the server, from the ASGI call (the
+  request parsed) to the answer handed to the socket; what the scraper sees beyond it is the
+  connection, the request's parsing and the body's transfer.
 
 It measures the live process the soak attacked, so the figures are of the state the attack left.
 """
@@ -207,16 +210,35 @@ def main() -> int:
     daemon.Sidecar.__init__ = init  # type: ignore[method-assign]
     pauses = _GcPauses()
     waits: list[float] = []
-    orig_scrape = daemon.Sidecar._scrape
 
-    def timed_scrape(self: Any, accept: str) -> Any:
+    def timed(orig: Any) -> Any:
+        def timed_scrape(self: Any, accept: str) -> Any:
+            t = time.perf_counter()
+            try:
+                return orig(self, accept)
+            finally:
+                waits.append((time.perf_counter() - t) * 1e3)
+
+        return timed_scrape
+
+    daemon.Sidecar._scrape = timed(daemon.Sidecar._scrape)  # type: ignore[method-assign]
+    if hasattr(daemon.Sidecar, "_scrape_gzip"):  # the route a scraper that takes gzip goes through
+        daemon.Sidecar._scrape_gzip = timed(daemon.Sidecar._scrape_gzip)  # type: ignore[method-assign]
+
+    served: list[float] = []
+    from inferwatch_sidecar.http import server as http_server
+
+    orig_call = http_server._App.__call__
+
+    async def timed_call(self: Any, scope: Any, receive: Any, send: Any) -> None:
         t = time.perf_counter()
         try:
-            return orig_scrape(self, accept)
+            await orig_call(self, scope, receive, send)
         finally:
-            waits.append((time.perf_counter() - t) * 1e3)
+            if scope.get("type") == "http" and scope.get("path") == "/metrics":
+                served.append((time.perf_counter() - t) * 1e3)
 
-    daemon.Sidecar._scrape = timed_scrape  # type: ignore[method-assign]
+    http_server._App.__call__ = timed_call  # type: ignore[method-assign]
 
     def probe(signum: int, frame: Any) -> None:
         def work() -> None:
@@ -230,6 +252,7 @@ def main() -> int:
                                    "gc": {**pauses.summary(), "tracked_objects": len(gc.get_objects()),
                                           "frozen_objects": gc.get_freeze_count(), "thresholds": gc.get_threshold()},
                                    "scrape_wait_ms": _ms_summary(list(waits)),
+                                   "scrape_served_ms": _ms_summary(list(served)),
                                    "scrape": _scrape(side), "heap": _heap(side)}
             import tracemalloc
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import time
 from typing import Any
 
 from prometheus_client import CollectorRegistry, generate_latest
@@ -77,6 +78,68 @@ def test_pause_waits_for_the_scrape_and_only_then() -> None:
     with p:
         p.pause(0.01)  # bounded: a stream of scrapes cannot stop ingest
     assert p.paused_s > 0.1
+
+
+def test_the_collector_waits_while_a_scrape_is_answered_and_only_if_it_was_on() -> None:
+    import gc
+
+    p = ScrapePriority()
+    assert gc.isenabled()
+    try:
+        with p:
+            assert not gc.isenabled()
+            with p:  # a second scrape at once
+                assert not gc.isenabled()
+            assert not gc.isenabled()  # the first is still answered
+        assert gc.isenabled()
+        gc.disable()  # someone else turned it off: the scrape leaves it off
+        with p:
+            assert not gc.isenabled()
+        assert not gc.isenabled()
+    finally:
+        gc.enable()
+
+
+def test_an_ingest_loop_stepping_aside_counts_as_events_arriving() -> None:
+    """A scrape holding the priority looks for arriving events (export/prerender.py); ingest held back by it
+    must still show, or the scrape takes an idle sidecar's path and waits for a whole fresh render."""
+    p = ScrapePriority()
+    p.pause(1, ingest=True)  # no scrape: nothing waited, nothing counted
+    assert p.ingest_waits == 0
+    with p:
+        p.pause(0.001)  # a worker pass: not an event
+        assert p.ingest_waits == 0
+        p.pause(0.001, ingest=True)
+        assert p.ingest_waits == 1 and p.ingest_held == 0
+        held = []
+        t = threading.Thread(target=lambda: p.pause(5, ingest=True))
+        t.start()
+        deadline = time.monotonic() + 5
+        while not p.ingest_held and time.monotonic() < deadline:
+            time.sleep(0.001)
+        held.append(p.ingest_held)
+    t.join(5)
+    assert held == [1] and p.ingest_held == 0 and p.ingest_waits == 2
+
+
+def test_scrape_requests_get_the_priority_at_most_grants_per_s_a_second() -> None:
+    """A client that sends GET /metrics in a loop cannot keep ingest paused: past the grants it gets none."""
+    from inferwatch_sidecar.export.priority import GRANTS_PER_S
+
+    now = [100.0]
+    p = ScrapePriority(clock=lambda: now[0])
+    got = [p.request() is p for _ in range(int(GRANTS_PER_S) + 3)]
+    assert got == [True] * int(GRANTS_PER_S) + [False] * 3 and p.denied == 3
+    with p.request():  # a denied grant is a no-op context: nothing is held
+        assert p.active == 0
+    now[0] += 1.0 / GRANTS_PER_S  # one grant back per 1 / GRANTS_PER_S seconds
+    held = p.request()
+    assert held is p and p.request() is not p
+    with held:
+        assert p.active == 1
+    assert p.active == 0
+    now[0] += 60.0  # refilled up to the burst, no further
+    assert sum(p.request() is p for _ in range(int(GRANTS_PER_S) + 5)) == int(GRANTS_PER_S)
 
 
 def test_a_drift_snapshot_keeps_only_what_the_family_budget_shows_and_the_scrape_is_the_same() -> None:

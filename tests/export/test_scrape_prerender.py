@@ -12,6 +12,7 @@ import json
 import threading
 import time
 import urllib.request
+import zlib
 from collections.abc import Iterator
 from typing import Any
 
@@ -21,6 +22,7 @@ from prometheus_client.metrics_core import GaugeMetricFamily
 from inferwatch_sidecar.config import load_config
 from inferwatch_sidecar.daemon import Sidecar
 from inferwatch_sidecar.export.prerender import ScrapeRenderer
+from inferwatch_sidecar.http.routes import Request, Response, accepts_gzip
 from tests.helpers.sidecar import parse_metrics
 
 RENDER_S = 0.8
@@ -209,3 +211,154 @@ def test_a_body_made_ahead_while_busy_is_taken_even_if_ingest_stalls_during_the_
         assert body == act[0]  # made after the last events: counters a render old at most
     finally:
         r.stop()
+
+
+def test_gzipped_bodies_are_the_render_compressed_and_made_on_the_render_thread() -> None:
+    """A scraper that takes gzip gets the render gzipped; renders ahead of its scrapes are compressed by the thread."""
+    ticks = iter(range(10**9))
+    threads: list[str] = []
+    body = b"inferwatch_requests_total 1\n" * 2000
+
+    def render(accept: str) -> tuple[bytes, str]:
+        return body, "text/plain"
+
+    import inferwatch_sidecar.export.prerender as pre
+
+    real = pre.gzip_body
+
+    def spy(b: bytes) -> bytes:
+        threads.append(threading.current_thread().name)
+        return real(b)
+
+    r = ScrapeRenderer(render, key=lambda a: a, activity=lambda: next(ticks), wait_s=0.01, max_age_s=5.0)
+    pre.gzip_body = spy  # type: ignore[assignment]
+    try:
+        gz, ctype = r.scrape("", gzip=True)
+        assert gz[:2] == b"\x1f\x8b" and zlib.decompress(gz, wbits=31) == body and ctype == "text/plain"
+        assert len(gz) < len(body) / 20
+        assert r.scrape("") == (body, "text/plain")  # the same format, asked without gzip
+        for _ in range(6):  # regular gzip scrapes while events arrive: the thread compresses ahead of them
+            assert zlib.decompress(r.scrape("", gzip=True)[0], wbits=31) == body
+            time.sleep(0.1)
+        assert r.renders_ahead >= 3 and "inferwatch-metrics-render" in threads, threads
+    finally:
+        pre.gzip_body = real  # type: ignore[assignment]
+        r.stop()
+    assert zlib.decompress(r.scrape("", gzip=True)[0], wbits=31) == body  # stopped: compressed on the caller's thread
+
+
+@pytest.mark.parametrize(("header", "takes"), [
+    ("gzip", True), ("GZIP", True), ("x-gzip", True), ("deflate, gzip;q=0.5", True), ("*", True),
+    ("gzip, deflate, br", True), ("", False), ("identity", False), ("deflate", False), ("gzip;q=0", False),
+    ("gzip;q=0.000", False), ("*;q=0", False), ("*, gzip;q=0", False), ("gzip;q=bogus", False), ("br, *;q=0.1", True),
+])
+def test_accept_encoding_is_read_as_rfc_9110_says(header: str, takes: bool) -> None:
+    assert accepts_gzip(header) is takes
+
+
+def test_a_served_scrape_is_gzipped_only_when_asked(slow_sidecar: Any) -> None:
+    s, _ = slow_sidecar
+    s.json_ingest.post("events", _events(3))
+    assert s.http is not None
+    url = f"http://127.0.0.1:{s.http.port}/metrics"
+    bodies = {}
+    for enc in ("gzip", "identity"):
+        req = urllib.request.Request(url, headers={"Accept-Encoding": enc})
+        with urllib.request.urlopen(req, timeout=30) as r:
+            raw = r.read()
+            assert r.headers["Vary"] == "Accept-Encoding"
+            assert int(r.headers["Content-Length"]) == len(raw)
+            if enc == "gzip":
+                assert r.headers["Content-Encoding"] == "gzip"
+                raw = zlib.decompress(raw, wbits=31)
+            else:
+                assert r.headers["Content-Encoding"] is None
+        bodies[enc] = raw.decode()
+    for text in bodies.values():
+        assert sum(v for (name, _), v in parse_metrics(text).items() if name == "inferwatch_requests_total") == 3
+        assert "test_slow_render 1.0" in text
+
+
+def test_a_scrape_takes_the_recent_body_while_ingest_is_held_back_for_it() -> None:
+    """Ingest stepping aside for a scrape moves no byte count; ``held`` is what shows the events are arriving."""
+    renders = []
+    held = [False]
+
+    def render(accept: str) -> tuple[bytes, str]:
+        renders.append(accept)
+        time.sleep(0.2)
+        return str(len(renders)).encode(), "text/plain"
+
+    r = ScrapeRenderer(render, key=lambda a: a, activity=lambda: 0, wait_s=0.05, max_age_s=5.0,
+                       held=lambda: held[0])
+    try:
+        assert r.scrape("") == (b"1", "text/plain")
+        assert r.scrape("") == (b"2", "text/plain")  # nothing arriving, nothing held: a fresh render
+        held[0] = True
+        t0 = time.monotonic()
+        assert r.scrape("") == (b"2", "text/plain")  # ingest held back: the recent body, no render waited for
+        assert time.monotonic() - t0 < 0.15 and r.ahead == 1 and len(renders) == 2
+    finally:
+        r.stop()
+
+
+def test_ready_answers_only_what_scrape_would_take_at_once() -> None:
+    """``ready`` (called on the HTTP event loop) never waits, renders or compresses: None sends the scrape on."""
+    ticks = iter(range(10**9))
+    renders = []
+
+    def render(accept: str) -> tuple[bytes, str]:
+        renders.append(accept)
+        return f"body {len(renders)}".encode(), "text/plain"
+
+    r = ScrapeRenderer(render, key=lambda a: a, activity=lambda: next(ticks), wait_s=0.01, max_age_s=5.0)
+    try:
+        assert r.ready("") is None  # nothing rendered yet
+        assert r.scrape("") == (b"body 1", "text/plain")
+        assert r.ready("") is None  # one scrape: no interval known, no render made ahead
+        time.sleep(0.3)
+        r.scrape("")
+        deadline = time.monotonic() + 5
+        while r.renders_ahead == 0 and time.monotonic() < deadline:  # made ahead of the scrape due in ~0.3 s
+            time.sleep(0.01)
+        time.sleep(0.05)
+        n = len(renders)
+        ahead = r.ahead
+        got = r.ready("")
+        assert got == (f"body {n}".encode(), "text/plain") and r.ahead == ahead + 1 and len(renders) == n
+        assert r.ready("", gzip=True) is None  # not compressed yet: the scrape thread does it
+        assert r.ready("other") is None  # a format never scraped
+    finally:
+        r.stop()
+    assert r.ready("") is None  # stopped
+
+
+def test_a_route_answered_when_ready_never_reaches_its_handler() -> None:
+    calls = []
+    answer: list[Response | None] = [Response(200, b"ready\n")]
+
+    def handler(req: Request) -> Response:
+        calls.append(req.path)
+        return Response(200, b"handler\n")
+
+    def ready(req: Request) -> Response | None:
+        if answer[0] is None:
+            raise RuntimeError("a bug on the event loop")
+        return answer[0]
+
+    from inferwatch_sidecar.config import HttpConfig
+    from inferwatch_sidecar.http.routes import Route
+    from inferwatch_sidecar.http.server import HttpServer
+    from tests.http.test_http_hardening import exchange, statuses
+
+    srv = HttpServer({"/metrics": Route(frozenset({"GET"}), handler, scrape=True, ready=ready)}, HttpConfig(port=0))
+    srv.start()
+    try:
+        get = b"GET /metrics HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n"
+        out, _ = exchange(srv.port, get, timeout=10)
+        assert statuses(out) == [200] and out.endswith(b"ready\n") and calls == []
+        answer[0] = None  # ready fails: the handler answers
+        out, _ = exchange(srv.port, get, timeout=10)
+        assert statuses(out) == [200] and out.endswith(b"handler\n") and calls == ["/metrics"]
+    finally:
+        srv.stop(2.0)

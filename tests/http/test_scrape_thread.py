@@ -63,3 +63,41 @@ def test_the_sidecar_marks_metrics_as_its_scrape_route() -> None:
         max_body_bytes=1 << 20, ingest_traces=lambda b, c, e: (200, "application/json", b"{}"),
         traces_max_body_bytes=1 << 20))
     assert [p for p, r in routes.items() if r.scrape] == ["/metrics"]
+
+
+def test_a_route_with_a_priority_holds_it_from_routing_until_its_answer_is_written() -> None:
+    """/metrics holds the scrape priority (export/priority.py) for the whole request; other routes never do."""
+    from inferwatch_sidecar.export.priority import ScrapePriority
+
+    prio = ScrapePriority()
+    seen: dict[str, int] = {}
+
+    def handler(name: str) -> Route:
+        def h(req: Request) -> Response:
+            seen[name] = prio.active
+            return Response(200, b"x" * 300_000)
+
+        return Route(_GET, h, scrape=name == "metrics", priority=prio.request if name == "metrics" else None)
+
+    srv = HttpServer({"/metrics": handler("metrics"), "/v1/status": handler("status")}, HttpConfig(port=0))
+    srv.start()
+    try:
+        for path in ("/metrics", "/v1/status"):
+            out, _ = exchange(srv.port, f"GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n"
+                              .encode(), timeout=10)
+            assert statuses(out) == [200] and len(out) > 300_000
+        assert seen == {"metrics": 1, "status": 0}
+        assert prio.active == 0  # released once the answer was written
+    finally:
+        srv.stop(2.0)
+
+
+def test_the_sidecar_gives_metrics_the_scrape_priority() -> None:
+    from inferwatch_sidecar.config import load_config
+    from inferwatch_sidecar.daemon import Sidecar
+    from inferwatch_sidecar.export.priority import PRIORITY
+
+    s = Sidecar(load_config(environ={}, overrides={"gpu": {"enabled": False}, "http": {"port": 0}}), environ={})
+    routes = s._routes()
+    assert routes["/metrics"].priority == PRIORITY.request
+    assert [p for p, r in routes.items() if r.priority is not None] == ["/metrics"]

@@ -43,11 +43,12 @@ from inferwatch_sidecar.components import registry
 from inferwatch_sidecar.components.base import ComponentContext
 from inferwatch_sidecar.components.canary.config import CanaryConfig
 from inferwatch_sidecar.config import SidecarConfig
-from inferwatch_sidecar.daemon.heap import HeapTrimmer, tuned_gc
+from inferwatch_sidecar.daemon.heap import HeapTrimmer, switch_interval, tuned_gc
 from inferwatch_sidecar.daemon.status import StatusReport
 from inferwatch_sidecar.daemon.wiring import COMPONENT_METRICS, CORE_METRICS, ComponentSlot, StartupError, Wiring
 from inferwatch_sidecar.export.budget import ExpositionBudget
 from inferwatch_sidecar.export.prerender import ScrapeRenderer
+from inferwatch_sidecar.export.priority import PRIORITY
 from inferwatch_sidecar.export.summary import SinceTracker
 from inferwatch_sidecar.http.server import HttpServer
 from inferwatch_sidecar.ingest import otlp_traces
@@ -135,7 +136,7 @@ class Sidecar(Wiring, StatusReport):
         self.heap = HeapTrimmer(cfg.heap_trim_free_bytes, cfg.heap_trim_interval_s)
         self.scrapes = ScrapeRenderer(self._render_scrape, self._scrape_format, self._ingested_bytes,
                                       cfg.http.metrics_wait_s, cfg.http.metrics_max_age_s,
-                                      urgent=self._scrape_priority)
+                                      urgent=self._scrape_priority, held=lambda: PRIORITY.ingest_held > 0)
 
     def check(self) -> None:
         """Check everything :meth:`startup` checks, binding no socket and starting no thread.
@@ -297,7 +298,7 @@ class Sidecar(Wiring, StatusReport):
         with self.install_signal_handlers():
             self.startup()
             try:
-                with tuned_gc(self.cfg.gc_thresholds, self.heap.gc):
+                with tuned_gc(self.cfg.gc_thresholds, self.heap.gc), switch_interval(self.cfg.switch_interval_s):
                     self.main_loop()
             finally:
                 ok = self._shutdown_from_main_thread()

@@ -133,6 +133,7 @@ class StatusReport:
             "scrape": {"series_left_out": self.exposition.last_dropped,
                        "exposition_cuts": self.exposition.overflow.overflowed,
                        "ingest_paused_s": round(PRIORITY.paused_s, 3),
+                       "priority_denied": PRIORITY.denied,
                        "fresh": self.scrapes.fresh, "ahead": self.scrapes.ahead,
                        "renders_ahead": self.scrapes.renders_ahead},
             "heap": self.heap.status(),

@@ -200,6 +200,10 @@ class Wiring:
         """``/metrics``: a render made on the render thread (export/prerender.py)."""
         return self.scrapes.scrape(accept)
 
+    def _scrape_gzip(self, accept: str) -> tuple[bytes, str]:
+        """``/metrics`` for a scraper that takes gzip: the render gzipped on the render thread (export/prerender.py)."""
+        return self.scrapes.scrape(accept, gzip=True)
+
     def _render_scrape(self, accept: str) -> tuple[bytes, str]:
         """One ``/metrics`` render (the renderer makes ingest step aside while a scrape waits for it)."""
         return self.exposition.render(accept, protobuf=self.cfg.aggregate.native.protobuf)
@@ -213,8 +217,9 @@ class Wiring:
         return negotiate(accept, self.cfg.aggregate.native.protobuf)[0]
 
     def _ingested_bytes(self) -> int:
-        """Bytes taken in by every transport so far: changes while events arrive (export/prerender.py)."""
-        return sum(list(self.pipeline.bytes.values()))
+        """Bytes taken in by every transport so far, plus the times an ingest loop holding events stepped aside
+        for a scrape: changes while events arrive (export/prerender.py), even while a scrape holds them back."""
+        return sum(list(self.pipeline.bytes.values())) + PRIORITY.ingest_waits
 
     def _routes(self) -> dict[str, Route]:
         """The HTTP route table, wired to this daemon through narrow callables only."""
@@ -222,6 +227,9 @@ class Wiring:
         return sidecar_routes(
             Endpoints(
                 scrape=self._scrape,
+                scrape_gzip=self._scrape_gzip,
+                scrape_priority=PRIORITY.request,
+                scrape_ready=self.scrapes.ready,
                 ready=lambda: self.ready,
                 status=self.status,
                 ingest_json=self.json_ingest.post,

@@ -9,7 +9,8 @@ reach the rest of the sidecar only through the callables in
 
 Routes:
     GET  /metrics          Prometheus text, or OpenMetrics (with exemplars) when the Accept header asks, or the
-                           protobuf exposition with native histograms when it prefers that (docs/scale.md).
+                           protobuf exposition with native histograms when it prefers that (docs/scale.md);
+                           gzipped when Accept-Encoding takes gzip, as Prometheus's scrapes do.
     GET  /healthz          200 while the process runs (never touches GPU or drift).
     GET  /readyz           200 once started and not shutting down, else 503.
     GET  /v1/status        JSON status.
@@ -29,6 +30,7 @@ import json
 import logging
 import re
 from collections.abc import Callable, Mapping
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from importlib import resources
 from typing import Any, Protocol
@@ -106,6 +108,10 @@ class Route:
             loop, so it answers while every handler thread is busy.
         scrape: the handler runs on the server's scrape threads (``/metrics``): four
             OTLP or JSON bodies waiting to be decoded must not hold a scrape back.
+        priority: entered from the moment the request is routed until its answer is written
+            (export/priority.py: the sidecar's busy loops step aside meanwhile); None: not.
+        ready: an answer made on the event loop when one is at hand without waiting (a body rendered
+            ahead), tried before the handler; None (or its None) sends the request to the handler.
     """
 
     methods: frozenset[str]
@@ -116,6 +122,8 @@ class Route:
     inline: bool = False
     #: runs on the server's scrape threads, never queued behind the handler threads' ingest bodies.
     scrape: bool = False
+    priority: Callable[[], AbstractContextManager[Any]] | None = None
+    ready: Callable[[Request], Response | None] | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -150,6 +158,14 @@ class Endpoints:
     traces_max_body_bytes: int = 0
     #: body bytes -> (HTTP status, JSON answer) for ``POST /v1/skew`` (offline values, docs/skew.md); None: 404.
     ingest_skew: Callable[[bytes], tuple[int, Mapping[str, Any]]] | None = None
+    #: as ``scrape``, the body gzipped: answers a scrape whose ``Accept-Encoding`` takes gzip (as Prometheus's do);
+    #: None: bodies are sent as they are.
+    scrape_gzip: Callable[[str], tuple[bytes, str]] | None = None
+    #: entered around each ``/metrics`` request, routing to written answer (:attr:`Route.priority`); None: not.
+    scrape_priority: Callable[[], AbstractContextManager[Any]] | None = None
+    #: (``Accept``, gzip) -> the body a scrape would take at once, or None; called on the server's event loop,
+    #: so it never waits (:attr:`Route.ready`). None: every scrape goes to a scrape thread.
+    scrape_ready: Callable[[str, bool], tuple[bytes, str] | None] | None = None
 
 
 def scrape_registry(registry: Collector, accept: str, protobuf: bool = True) -> tuple[bytes, str]:
@@ -223,6 +239,27 @@ def _constant(resp: Response) -> Handler:
     return handler
 
 
+def accepts_gzip(header: str) -> bool:
+    """Whether an ``Accept-Encoding`` header takes gzip (RFC 9110 12.5.3: ``gzip``, ``x-gzip`` or ``*``, q above 0)."""
+    star = False
+    for item in header.split(","):
+        coding, _, params = item.partition(";")
+        coding = coding.strip().lower()
+        q = 1.0
+        for p in params.split(";"):
+            k, _, v = p.partition("=")
+            if k.strip().lower() == "q":
+                try:
+                    q = float(v.strip())
+                except ValueError:
+                    q = 0.0
+        if coding in ("gzip", "x-gzip"):
+            return q > 0
+        if coding == "*":
+            star = q > 0
+    return star
+
+
 def refuse_non_json(req: Request) -> Response | None:
     """415 for a JSON ingest body not sent as ``application/json``, else None.
 
@@ -237,16 +274,38 @@ def refuse_non_json(req: Request) -> Response | None:
                                         "send application/json"})
 
 
-def sidecar_routes(ep: Endpoints) -> dict[str, Route]:
-    """The sidecar's route table, path -> :class:`Route` (``/admin/*`` matches every path below it)."""
+def metrics_route(ep: Endpoints) -> Route:
+    """``GET /metrics``: on a scrape thread, with the scrape priority, answered on the event loop when a body
+    rendered ahead is at hand; gzipped for a scraper that takes it."""
+
+    def metrics_answer(body: bytes, ctype: str, gz: bool) -> Response:
+        if ep.scrape_gzip is None:
+            return Response(200, body, ctype)
+        headers = {"Content-Encoding": "gzip", "Vary": "Accept-Encoding"} if gz else {"Vary": "Accept-Encoding"}
+        return Response(200, body, ctype, headers)
 
     def metrics(req: Request) -> Response:
+        gz = ep.scrape_gzip is not None and accepts_gzip(req.headers.get("Accept-Encoding", ""))
         try:
-            body, ctype = ep.scrape(req.headers.get("Accept", ""))
+            scrape = ep.scrape_gzip if gz and ep.scrape_gzip is not None else ep.scrape
+            body, ctype = scrape(req.headers.get("Accept", ""))
         except Exception as e:  # a broken family must not kill the endpoint silently
             log.exception("scrape failed")
             return Response(500, f"scrape failed: {e}\n".encode())
-        return Response(200, body, ctype)
+        return metrics_answer(body, ctype, gz)
+
+    def metrics_ready(req: Request) -> Response | None:
+        if ep.scrape_ready is None:
+            return None
+        gz = ep.scrape_gzip is not None and accepts_gzip(req.headers.get("Accept-Encoding", ""))
+        got = ep.scrape_ready(req.headers.get("Accept", ""), gz)
+        return None if got is None else metrics_answer(*got, gz)
+
+    return Route(_GET, metrics, scrape=True, priority=ep.scrape_priority, ready=metrics_ready)
+
+
+def sidecar_routes(ep: Endpoints) -> dict[str, Route]:
+    """The sidecar's route table, path -> :class:`Route` (``/admin/*`` matches every path below it)."""
 
     def readyz(req: Request) -> Response:
         return Response(200, b"ready\n") if ep.ready() else Response(503, b"not ready\n")
@@ -291,7 +350,7 @@ def sidecar_routes(ep: Endpoints) -> dict[str, Route]:
 
     pages = {path: status_page(path) for path in STATUS_FILES}
     routes = {
-        "/metrics": Route(_GET, metrics, scrape=True),
+        "/metrics": metrics_route(ep),
         "/healthz": Route(_GET, lambda req: Response(200, b"ok\n"), inline=True),
         "/readyz": Route(_GET, readyz, inline=True),
         "/v1/status": Route(_GET, lambda req: json_response(200, ep.status())),

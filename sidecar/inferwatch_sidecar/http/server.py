@@ -326,8 +326,17 @@ class _App:
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         if scope["type"] != "http":
             return
+        route = resolve(self.routes, "GET" if scope["method"] == "HEAD" else scope["method"], scope["path"])
+        if route is None or route.priority is None:
+            await self._serve(scope, receive, send, route)
+            return
+        # Held until the answer is written: uvicorn writes a last body without waiting for the client.
+        with route.priority():
+            await self._serve(scope, receive, send, route)
+
+    async def _serve(self, scope: Any, receive: Any, send: Any, route: Route | None) -> None:
         try:
-            resp, body_unread = await self._answer(scope, receive)
+            resp, body_unread = await self._answer(scope, receive, route)
         except _Gone:
             return
         except asyncio.CancelledError:
@@ -345,7 +354,7 @@ class _App:
         await send({"type": "http.response.start", "status": resp.status, "headers": headers})
         await send({"type": "http.response.body", "body": resp.body})
 
-    async def _answer(self, scope: Any, receive: Any) -> tuple[Response, bool]:
+    async def _answer(self, scope: Any, receive: Any, route: Route | None) -> tuple[Response, bool]:
         """The response, and whether a request body is left unread (then the connection must close)."""
         raw: list[tuple[bytes, bytes]] = scope["headers"]
         names = {k for k, _ in raw}
@@ -357,7 +366,6 @@ class _App:
         length = headers.get("content-length", "")  # h11 has checked it is digits, one value
         has_body = b"transfer-encoding" in names or length not in ("", "0")
         method, path = scope["method"], scope["path"]
-        route = resolve(self.routes, "GET" if method == "HEAD" else method, path)
         req = Request(method, path, scope["query_string"].decode("latin-1"), headers)
         if route is None:
             return _NOT_FOUND, has_body
@@ -385,6 +393,14 @@ class _App:
             has_body = False
         if route.inline:
             return _run(route, req), has_body
+        if route.ready is not None:
+            try:
+                answer = route.ready(req)
+            except Exception:  # the handler, on its thread, answers instead (and logs its own failure)
+                log.exception("HTTP ready answer for %s %s failed", req.method, req.path)
+                answer = None
+            if answer is not None:
+                return answer, has_body
         loop = asyncio.get_running_loop()
         pool = self.scrape_executor if route.scrape else self.executor
         return await loop.run_in_executor(pool, _run, route, req), has_body

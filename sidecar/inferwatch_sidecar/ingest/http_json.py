@@ -394,7 +394,7 @@ class JsonIngest:
         """
         pipeline = self.pipeline
         pipeline.add_bytes("http", len(body))
-        PRIORITY.pause()
+        PRIORITY.pause(ingest=True)
         try:
             doc = json.loads(body, parse_int=_parse_int)
         except ValueError as e:  # JSONDecodeError and UnicodeDecodeError are ValueErrors

@@ -277,7 +277,7 @@ class IngestThread:
         prio = PRIORITY
         for _ in range(limit):
             if prio.active:
-                prio.pause()  # a scrape is rendering: let it have the interpreter (export/priority.py)
+                prio.pause(ingest=True)  # a scrape is rendering: let it have the interpreter (export/priority.py)
             try:
                 buf = recv(RECV_SIZE)
             except (BlockingIOError, InterruptedError):

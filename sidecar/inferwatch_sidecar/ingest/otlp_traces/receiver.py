@@ -84,7 +84,7 @@ class TraceReceiver:
             request's encoding (JSON when the content type is unknown).
         """
         self.pipeline.add_bytes("http", len(body))
-        PRIORITY.pause()
+        PRIORITY.pause(ingest=True)
         encoding = media_type(content_type)
         if encoding is None:
             self.pipeline.count_error("otlp", "unsupported_content_type")
