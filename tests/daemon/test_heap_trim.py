@@ -106,21 +106,3 @@ def test_the_collector_clock_counts_the_collections_made_while_serving_and_only_
     st = clock.status()
     assert st["collections"] == clock.collections and all(s >= 0.0 for s in st["seconds"])
 
-
-def test_the_switch_interval_is_set_inside_the_block_and_restored_after() -> None:
-    import sys
-
-    from inferwatch_sidecar.config import load_config
-    from inferwatch_sidecar.daemon.heap import switch_interval
-
-    before = sys.getswitchinterval()
-    with switch_interval(0.001):
-        assert abs(sys.getswitchinterval() - 0.001) < 1e-9
-    assert sys.getswitchinterval() == before
-    with switch_interval(None):  # null in the config: Python's own is left
-        assert sys.getswitchinterval() == before
-    assert load_config(environ={}, overrides={"switch_interval_s": 0.002}).switch_interval_s == 0.002
-    import pytest
-
-    with pytest.raises(Exception, match="switch_interval_s"):
-        load_config(environ={}, overrides={"switch_interval_s": 0})

@@ -48,11 +48,6 @@ class CoreConfig(Section):
         "malloc_trim), so RSS comes down after a burst of large objects; 0 never trims.",
     )
     heap_trim_interval_s: float = Field(10.0, gt=0, le=3600, description="Shortest time between two heap trims.")
-    switch_interval_s: float | None = Field(
-        None, gt=0, le=0.1,
-        description="How long a thread may hold the interpreter while another waits for it "
-        "(sys.setswitchinterval; Python's default 0.005). null keeps Python's.",
-    )
     gc_thresholds: tuple[NonNegativeInt, NonNegativeInt, NonNegativeInt] = Field(
         (10_000, 50, 20),
         description="Python's cyclic garbage collector thresholds (gc.set_threshold) for the sidecar process; "

@@ -22,7 +22,6 @@ import ctypes.util
 import gc
 import logging
 import os
-import sys
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -100,18 +99,6 @@ def tuned_gc(thresholds: tuple[int, int, int], clock: GcClock | None = None) -> 
             gc.callbacks.remove(clock)
         gc.set_threshold(*before)
         gc.unfreeze()
-
-
-@contextlib.contextmanager
-def switch_interval(seconds: float | None) -> Iterator[None]:
-    """Inside the block the interpreter's switch interval is ``seconds`` (None: left as it is)."""
-    before = sys.getswitchinterval()
-    if seconds is not None:
-        sys.setswitchinterval(seconds)
-    try:
-        yield
-    finally:
-        sys.setswitchinterval(before)
 
 
 def rss_bytes() -> int:

@@ -43,7 +43,7 @@ from inferwatch_sidecar.components import registry
 from inferwatch_sidecar.components.base import ComponentContext
 from inferwatch_sidecar.components.canary.config import CanaryConfig
 from inferwatch_sidecar.config import SidecarConfig
-from inferwatch_sidecar.daemon.heap import HeapTrimmer, switch_interval, tuned_gc
+from inferwatch_sidecar.daemon.heap import HeapTrimmer, tuned_gc
 from inferwatch_sidecar.daemon.status import StatusReport
 from inferwatch_sidecar.daemon.wiring import COMPONENT_METRICS, CORE_METRICS, ComponentSlot, StartupError, Wiring
 from inferwatch_sidecar.export.budget import ExpositionBudget
@@ -298,7 +298,7 @@ class Sidecar(Wiring, StatusReport):
         with self.install_signal_handlers():
             self.startup()
             try:
-                with tuned_gc(self.cfg.gc_thresholds, self.heap.gc), switch_interval(self.cfg.switch_interval_s):
+                with tuned_gc(self.cfg.gc_thresholds, self.heap.gc):
                     self.main_loop()
             finally:
                 ok = self._shutdown_from_main_thread()
