@@ -106,3 +106,18 @@ def test_the_collector_clock_counts_the_collections_made_while_serving_and_only_
     st = clock.status()
     assert st["collections"] == clock.collections and all(s >= 0.0 for s in st["seconds"])
 
+
+
+def test_glibc_arenas_are_capped_unless_the_environment_chose() -> None:
+    """mallopt(M_ARENA_MAX) is called where glibc has it; MALLOC_ARENA_MAX in the environment, or 0, leaves it."""
+    import ctypes.util
+
+    from inferwatch_sidecar.daemon.heap import cap_arenas
+
+    assert cap_arenas(0, environ={}) is False
+    assert cap_arenas(2, environ={"MALLOC_ARENA_MAX": "8"}) is False
+    libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+    if hasattr(libc, "mallopt"):  # glibc (the CI's and the images' C library)
+        assert cap_arenas(64, environ={}) is True  # a high cap: the test process keeps its arenas
+    else:
+        assert cap_arenas(2, environ={}) is False

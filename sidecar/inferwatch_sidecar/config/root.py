@@ -43,11 +43,17 @@ class CoreConfig(Section):
     )
     shutdown_timeout_s: float = Field(10.0, gt=0, le=300, description="Longest a graceful shutdown may take.")
     heap_trim_free_bytes: int = Field(
-        16 << 20, ge=0,
+        4 << 20, ge=0,
         description="Free bytes the C heap may hold before the sidecar gives them back to the system (glibc's "
         "malloc_trim), so RSS comes down after a burst of large objects; 0 never trims.",
     )
-    heap_trim_interval_s: float = Field(10.0, gt=0, le=3600, description="Shortest time between two heap trims.")
+    heap_trim_interval_s: float = Field(2.0, gt=0, le=3600, description="Shortest time between two heap trims.")
+    malloc_arena_max: int = Field(
+        2, ge=0, le=1024,
+        description="Most malloc arenas glibc may make for the sidecar's threads (mallopt M_ARENA_MAX, set at "
+        "start; glibc's default is 8 per core, each holding its own free memory). 0, or MALLOC_ARENA_MAX in the "
+        "environment, leaves glibc's choice.",
+    )
     gc_thresholds: tuple[NonNegativeInt, NonNegativeInt, NonNegativeInt] = Field(
         (10_000, 50, 20),
         description="Python's cyclic garbage collector thresholds (gc.set_threshold) for the sidecar process; "

@@ -43,7 +43,7 @@ from inferwatch_sidecar.components import registry
 from inferwatch_sidecar.components.base import ComponentContext
 from inferwatch_sidecar.components.canary.config import CanaryConfig
 from inferwatch_sidecar.config import SidecarConfig
-from inferwatch_sidecar.daemon.heap import HeapTrimmer, tuned_gc
+from inferwatch_sidecar.daemon.heap import HeapTrimmer, cap_arenas, tuned_gc
 from inferwatch_sidecar.daemon.status import StatusReport
 from inferwatch_sidecar.daemon.wiring import COMPONENT_METRICS, CORE_METRICS, ComponentSlot, StartupError, Wiring
 from inferwatch_sidecar.export.budget import ExpositionBudget
@@ -162,6 +162,7 @@ class Sidecar(Wiring, StatusReport):
         # The ingest thread must get the GIL back quickly from a scrape thread when datagrams arrive (the
         # kernel queue of a Unix datagram socket holds only net.unix.max_dgram_qlen frames); 5 ms is too long.
         sys.setswitchinterval(0.0005)
+        cap_arenas(cfg.malloc_arena_max)  # before the threads start (daemon/heap.py)
         self._build_components()
         udp = (cfg.ingest.udp_host, cfg.ingest.udp_port) if cfg.ingest.udp_port is not None else None
         self.ingest = IngestThread(
