@@ -7,10 +7,10 @@ while the same scrape alone takes milliseconds. So the scrape marks itself activ
 (:meth:`ScrapePriority.__enter__`), and each of those loops calls :meth:`ScrapePriority.pause`
 at its batch boundary (per datagram, per HTTP ingest body, per worker pass): a cheap attribute
 read when no scrape runs, else a sleep until the scrape is done, at most :data:`MAX_PAUSE_S` per
-call so a stream of scrapes cannot stop ingest. The cyclic garbage collector is off meanwhile (a
+call so a stream of scrapes cannot stop ingest. Datagrams wait in the kernel's socket queue
+meanwhile (``ingest.rcvbuf_bytes``). The cyclic garbage collector is off meanwhile too (a
 collection holds the interpreter, under the hostile mix 10-40 ms for a young one and up to 90 ms
-for a middle one); the collections put off run once the last scrape is answered. Datagrams wait in the kernel's socket queue
-meanwhile (``ingest.rcvbuf_bytes``).
+for a middle one); the collections put off run once the last scrape is answered.
 
 The HTTP server holds it around a whole ``/metrics`` request (:meth:`ScrapePriority.request`), from
 routing to the written answer, so a scrape that takes a body rendered ahead is not queued for the
