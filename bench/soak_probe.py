@@ -195,6 +195,41 @@ def _rss_mib() -> float:
     return 0.0
 
 
+def _time_scrapes(sidecar: Any) -> tuple[list[float], list[float]]:
+    """Time every ``/metrics`` route call (``scrape_wait_ms``) and whole request inside the server
+    (``scrape_served_ms``), in ms; the lists fill as scrapes come."""
+    waits: list[float] = []
+    served: list[float] = []
+
+    def timed(orig: Any) -> Any:
+        def timed_scrape(self: Any, accept: str) -> Any:
+            t = time.perf_counter()
+            try:
+                return orig(self, accept)
+            finally:
+                waits.append((time.perf_counter() - t) * 1e3)
+
+        return timed_scrape
+
+    sidecar._scrape = timed(sidecar._scrape)
+    if hasattr(sidecar, "_scrape_gzip"):  # the route a scraper that takes gzip goes through
+        sidecar._scrape_gzip = timed(sidecar._scrape_gzip)
+    from inferwatch_sidecar.http import server as http_server
+
+    orig_call = http_server._App.__call__
+
+    async def timed_call(self: Any, scope: Any, receive: Any, send: Any) -> None:
+        t = time.perf_counter()
+        try:
+            await orig_call(self, scope, receive, send)
+        finally:
+            if scope.get("type") == "http" and scope.get("path") == "/metrics":
+                served.append((time.perf_counter() - t) * 1e3)
+
+    http_server._App.__call__ = timed_call  # type: ignore[method-assign]
+    return waits, served
+
+
 def main() -> int:
     out = Path(sys.argv[1])
     sys.argv = ["inferwatch", "sidecar", *sys.argv[2:]]
@@ -209,36 +244,7 @@ def main() -> int:
 
     daemon.Sidecar.__init__ = init  # type: ignore[method-assign]
     pauses = _GcPauses()
-    waits: list[float] = []
-
-    def timed(orig: Any) -> Any:
-        def timed_scrape(self: Any, accept: str) -> Any:
-            t = time.perf_counter()
-            try:
-                return orig(self, accept)
-            finally:
-                waits.append((time.perf_counter() - t) * 1e3)
-
-        return timed_scrape
-
-    daemon.Sidecar._scrape = timed(daemon.Sidecar._scrape)  # type: ignore[method-assign]
-    if hasattr(daemon.Sidecar, "_scrape_gzip"):  # the route a scraper that takes gzip goes through
-        daemon.Sidecar._scrape_gzip = timed(daemon.Sidecar._scrape_gzip)  # type: ignore[method-assign]
-
-    served: list[float] = []
-    from inferwatch_sidecar.http import server as http_server
-
-    orig_call = http_server._App.__call__
-
-    async def timed_call(self: Any, scope: Any, receive: Any, send: Any) -> None:
-        t = time.perf_counter()
-        try:
-            await orig_call(self, scope, receive, send)
-        finally:
-            if scope.get("type") == "http" and scope.get("path") == "/metrics":
-                served.append((time.perf_counter() - t) * 1e3)
-
-    http_server._App.__call__ = timed_call  # type: ignore[method-assign]
+    waits, served = _time_scrapes(daemon.Sidecar)
 
     def probe(signum: int, frame: Any) -> None:
         def work() -> None:
