@@ -276,8 +276,6 @@ class IngestThread:
         datagram = self.pipeline.datagram
         prio = PRIORITY
         for _ in range(limit):
-            if prio.active:
-                prio.pause(ingest=True)  # a scrape is rendering: let it have the interpreter (export/priority.py)
             try:
                 buf = recv(RECV_SIZE)
             except (BlockingIOError, InterruptedError):
@@ -285,6 +283,10 @@ class IngestThread:
             except OSError:
                 self.recv_errors += 1
                 return
+            if prio.active:
+                # A scrape is answered: let it have the interpreter (export/priority.py). After the recv, so the
+                # thread steps aside only holding a datagram, which is what makes the scrape see events arriving.
+                prio.pause(ingest=True)
             datagram(buf, transport)
 
     def stop(self, timeout: float) -> None:
