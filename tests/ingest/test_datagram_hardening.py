@@ -387,3 +387,34 @@ def test_forged_producer_ids_add_no_lost_frames_and_a_late_hello_counts_the_gaps
     enc._seq += 2
     p.datagram(enc.encode(batch)[0], "unix")
     assert p.lost_frames == 7
+
+
+def test_socket_ingest_steps_aside_for_a_scrape_only_while_holding_a_datagram() -> None:
+    """Stepping aside counts as events arriving (export/prerender.py); the drain loop's last, empty turn must not,
+    or an idle sidecar's scrape takes the previous body instead of a fresh one."""
+    from inferwatch_sidecar.export.priority import PRIORITY
+    from inferwatch_sidecar.ingest.sockets import IngestThread
+
+    got: list[bytes] = []
+
+    class Pipe:
+        def datagram(self, buf: bytes, transport: str) -> None:
+            got.append(buf)
+
+    class Sock:
+        def __init__(self, n: int) -> None:
+            self.left = n
+
+        def recv(self, size: int) -> bytes:
+            if not self.left:
+                raise BlockingIOError
+            self.left -= 1
+            return b"frame"
+
+    t = IngestThread(Pipe(), None)  # type: ignore[arg-type]
+    before = PRIORITY.ingest_waits
+    with PRIORITY:  # a scrape is being answered
+        t._drain(Sock(0), "unix", 10)
+        assert PRIORITY.ingest_waits == before and got == []
+        t._drain(Sock(2), "unix", 10)
+    assert PRIORITY.ingest_waits == before + 2 and got == [b"frame", b"frame"]
