@@ -11,7 +11,7 @@ from prometheus_client.openmetrics.parser import text_string_to_metric_families 
 
 from inferwatch.wire import EV_BATCH, EV_DROPS, EV_QUEUE, EV_RECORD, EV_REQUEST, EV_STAGE, Encoder
 from inferwatch_sidecar.aggregate import aggregator
-from inferwatch_sidecar.aggregate.aggregator import _CACHE_LIMIT, Aggregator
+from inferwatch_sidecar.aggregate.aggregator import _CACHE_LIMIT, _STAGE_CACHE_LIMIT, Aggregator
 from inferwatch_sidecar.aggregate.labels import LabelLimiter
 from inferwatch_sidecar.components.base import ComponentContext
 from inferwatch_sidecar.ingest.pipeline import Pipeline
@@ -105,7 +105,49 @@ def test_label_caps_overflow_and_raw_caches_stay_bounded() -> None:
     assert stages == {"stage-0", "__overflow__"}
     assert sample(s, "inferwatch_requests_total", service="s", model="__overflow__", model_version="v", outcome="ok") == _CACHE_LIMIT + 48
     assert len(agg._ctx_cache) <= _CACHE_LIMIT and len(agg.bundles) == 3
-    assert all(len(b.stage_cache) <= _CACHE_LIMIT for b in agg.bundles.values())
+    assert all(len(b.stage_cache) <= _STAGE_CACHE_LIMIT for b in agg.bundles.values())
+
+
+def test_hostile_stage_names_in_every_label_set_hold_a_bounded_cache_and_count_exactly() -> None:
+    """Issue 28: each label set caches its raw stage names. New names sent to many label sets (the soak's series
+    attack sends 160 per post) must not hold ``label sets x names``: at 20,000 names a set, 1,000 sets could
+    hold 2.6 GB; the __overflow__ set's cache alone was most of the aggregator's 10 MB in the soak."""
+    import random
+
+    rng = random.Random(7)
+    ctx = ComponentContext()
+    agg = Aggregator(ctx)
+    budget = ctx.limiter("stage").max_values
+    sets = [("s", f"m{i}", "v") for i in range(20)]
+    per_set: dict[Any, int] = {}
+    sent = 0
+    for _ in range(60):  # ~500 new names per label set: past the cache's bound, far under the old 20,000
+        evs = []
+        for c in rng.sample(sets, 8):
+            names = [(f"st-{rng.randrange(1 << 40)}", 1000, None) for _ in range(rng.randrange(1, 40))]
+            evs.append(req(0.01, ctx=c, stages=names))
+            per_set[c] = per_set.get(c, 0) + len(names)
+            sent += len(names)
+        agg.process(evs, [0] * 16)
+        assert all(len(b.stage_cache) <= max(_STAGE_CACHE_LIMIT, 2 * budget) for b in agg.bundles.values())
+    s = parse_metrics(scrape(agg))
+    counted = sum(v for k, v in s.items() if k[0] == "inferwatch_stage_duration_seconds_count")
+    assert counted == sent  # every stage observed once, in its own series or __overflow__
+    for c, n in per_set.items():
+        got = sum(v for k, v in s.items() if k[0] == "inferwatch_stage_duration_seconds_count"
+                  and dict(k[1])["model"] == c[1])
+        assert got == n, c
+    stages = {dict(k[1])["stage"] for k in s if k[0] == "inferwatch_stage_duration_seconds_count"}
+    assert len(stages - {"__overflow__"}) == budget
+
+
+def test_a_larger_stage_budget_gets_a_cache_that_holds_it() -> None:
+    ctx = ComponentContext()
+    ctx.limiters["stage"] = LabelLimiter("stage", 400)
+    agg = Aggregator(ctx)
+    agg.process([req(0.01, stages=[(f"stage-{i}", 1000, None) for i in range(400)])], [0] * 16)
+    (b,) = agg.bundles.values()
+    assert len(b.stage_cache) == 400  # every budgeted name stays cached: no clear-and-refill on each request
 
 
 def test_sdk_drop_counts_add_up_across_producers() -> None:

@@ -112,7 +112,15 @@ METRICS: tuple[Metric, ...] = (
 
 #: Raw-label caches are cleared when they reach this size, so hostile label
 #: values cannot grow memory (the limiters already cap the exported series).
-_CACHE_LIMIT = 20000
+#: A real deployment sends a few dozen label sets and stage names, so 4,096 hits
+#: as often as more would; under the soak's series attack (unique labels every
+#: post) 20,000 held 3.4 MB of raw label tuples after 10 minutes (issue 28).
+_CACHE_LIMIT = 4096
+#: The same for each label set's raw stage names, which the stage budget (``labels.max_values.stage``, 50 by
+#: default) caps at far fewer: a cache per label set, so 256 names each (or twice a larger budget) bound them
+#: over 1,000 label sets. At 20,000 the __overflow__ label set's cache of hostile names was most of the
+#: aggregator's 10 MB in the soak.
+_STAGE_CACHE_LIMIT = 256
 _OVERFLOW_LAB = (OVERFLOW, OVERFLOW, OVERFLOW)
 #: "No context seen yet" in :meth:`Aggregator.process` (a ctx can be anything, even None).
 _NO_CTX = object()
@@ -214,6 +222,8 @@ class Aggregator:
         self._lim_model = ctx.limiter("model")
         self._lim_version = ctx.limiter("model_version")
         self._lim_stage = ctx.limiter("stage")
+        #: A label set's raw stage names cached: twice the stage budget, at least :data:`_STAGE_CACHE_LIMIT`.
+        self._stage_cache_limit = max(_STAGE_CACHE_LIMIT, 2 * self._lim_stage.max_values)
         self._lim_error = ctx.limiter("error_type")
         #: HTTP events: routes, status outcomes, retries and give-ups (aggregate/overload.py).
         self.overload = Overload(lambda c: self.bundle(c).lab, ctx.limiter("route"))
@@ -308,7 +318,7 @@ class Aggregator:
             ob.errors[OVERFLOW] = ob.errors.get(OVERFLOW, 0) + 1
 
     def _stage_series(self, b: Bundle, name: Any) -> tuple[StageSeries, bool]:
-        if len(b.stage_cache) >= _CACHE_LIMIT:
+        if len(b.stage_cache) >= self._stage_cache_limit:
             b.stage_cache.clear()
         capped = self._lim_stage.get(name)
         s = b.stages.get(capped)

@@ -6,6 +6,7 @@ and 16 model versions. Counts alone let 90k of them reach 1.75 GiB.
 
 from __future__ import annotations
 
+import math
 import random
 import string
 import tracemalloc
@@ -184,3 +185,41 @@ def test_kept_tail_rows_hold_only_what_the_analysis_can_use() -> None:
     assert held < 3 << 20, held
     c.drain(1020.0)
     assert all(rep["requests"] == 300 for rep in c.status()["models"])
+
+
+def test_kept_rows_hold_numeric_values_as_doubles_counted_at_eight_bytes() -> None:
+    """A kept row holds its numeric values as an array of doubles (8 bytes each), not the decoded tuple of floats
+    (a pointer and a float object, 32): ``max_window_bytes`` holds four times the numeric rows it did, and the
+    decoded objects leave with their batch. The values read back exactly, in the schema's order."""
+    from array import array
+
+    from inferwatch_sidecar.components.tail.component import _packed, feats_bytes
+
+    names = tuple(f"n{i}" for i in range(20))
+    sch = schema(names, (), sid=9)
+    rng = random.Random(11)
+    c = TailComponent(TailConfig(window_seconds=3600, max_staged_bytes=1 << 30), ComponentContext(clock=lambda: 1000.0))
+    by_latency: dict[float, tuple[float, ...]] = {}
+    events: list[tuple[Any, ...]] = []
+    for i in range(3000):
+        nums = tuple(rng.choice([rng.gauss(0, 1e6), float(rng.randrange(-9, 9)), math.inf, 5e-324])
+                     for _ in names)
+        dur = rng.randrange(10**6, 10**10)
+        by_latency[dur * 1e-9] = nums
+        rec = (EV_RECORD, ("svc", "m", "v1"), 0, f"r{i}", None, None, None, (sch, nums, ()))
+        req = (EV_REQUEST, ("svc", "m", "v1"), 0, dur, 0, None, f"r{i}", None, (("inference", 10**6, None),))
+        events += [rec, req] if i % 2 else [req, rec]
+    c.handle(0, 0, events)
+    c.drain(1000.0)
+    rows = {id(r): r for w in c.windows.values() for r in w.sample + [t[2] for t in w.top]}.values()
+    assert 1024 <= len(rows) <= 1536 and all(r.feats is not None for r in rows)  # the sample and the slowest
+    for r in rows:
+        kept = r.feats[1]
+        assert type(kept) is array and kept.typecode == "d"
+        assert list(kept) == list(by_latency[r.latency])  # exact: doubles in, doubles out
+        assert r.nbytes == feats_bytes(r.feats) == 120 + 8 * len(names)
+    assert c.window_bytes == _window_bytes_recounted(c) == len(rows) * (120 + 8 * len(names))
+    assert c.dropped["window_full"] == 0
+    # What cannot be a double stays as it came (the analysis reads either by index).
+    assert _packed((1.0, None)) == (1.0, None) and _packed(()) == () and _packed((2**1100,)) == (2**1100,)
+    assert list(_packed((1, True, 2.5))) == [1.0, 1.0, 2.5]

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import logging
 import math
+from array import array
 from collections import OrderedDict
 from typing import Any, ClassVar
 
@@ -64,14 +65,30 @@ LAZY_IMPORTS = ("scipy",)
 
 
 def feats_bytes(feats: Any) -> int:
-    """Estimated bytes a record's ``(schema, nums, cats)`` holds while it waits (its strings counted)."""
+    """Estimated bytes a record's ``(schema, nums, cats)`` holds while it waits (its strings counted).
+
+    A numeric value costs 32 bytes in a tuple (a float object and its pointer), 8 in the array of doubles a
+    trimmed record holds (:func:`trim`).
+    """
     try:
         _, nums, cats = feats
+        per_num = 8 if type(nums) is array else 32
         if type(cats) is tuple and not cats:  # numeric-only records, the common kind: no generator to run
-            return 120 + 32 * len(nums)
-        return 120 + 32 * len(nums) + sum(57 + len(c) for c in cats if isinstance(c, str)) + 8 * len(cats)
+            return 120 + per_num * len(nums)
+        return 120 + per_num * len(nums) + sum(57 + len(c) for c in cats if isinstance(c, str)) + 8 * len(cats)
     except (TypeError, ValueError):
         return 120
+
+
+def _packed(nums: tuple[Any, ...]) -> Any:
+    """``nums`` as an array of doubles (8 bytes a value against 32 in a tuple of floats), or as it is when
+    empty or when a value is not a number (the analysis reads both the same way, by index)."""
+    if not nums:
+        return nums
+    try:
+        return array("d", nums)
+    except (TypeError, OverflowError):
+        return nums
 
 
 #: No event's ctx (the identity check's start value in :meth:`TailComponent.absorb`).
@@ -99,7 +116,9 @@ class _Trimmed:
 
 def trim(feats: Any, limit: int, cache: dict[int, tuple[Any, _Trimmed]]) -> Any:
     """What a kept row holds of ``feats``: the first ``limit`` feature names in sorted order (the ones
-    :func:`~.analysis._columns` can pick) and categorical values cut to :data:`MAX_KEPT_VALUE`.
+    :func:`~.analysis._columns` can pick), their numeric values as an array of doubles, and categorical
+    values cut to :data:`MAX_KEPT_VALUE`. The row holds none of the decoded record's objects, which are
+    freed with their batch: a row with 20 numeric features holds 160 bytes of values instead of 640.
 
     ``cache`` is keyed by the schema object's ``id`` and holds the schema beside its trim (so the id
     stays its own): a schema is a named tuple, and hashing it hashed every feature name, per kept row.
@@ -114,9 +133,9 @@ def trim(feats: Any, limit: int, cache: dict[int, tuple[Any, _Trimmed]]) -> Any:
         t = _Trimmed(schema, limit)
         cache[id(schema)] = (schema, t)
     if t.all_numeric and type(nums) is tuple and len(nums) <= len(t.num_idx):
-        kept_nums = nums  # the same values in the same order: no copy
+        kept_nums = _packed(nums)  # the same values in the same order: no selection
     else:
-        kept_nums = tuple(nums[i] for i in t.num_idx if i < len(nums))
+        kept_nums = _packed(tuple(nums[i] for i in t.num_idx if i < len(nums)))
     if not t.cat_idx:
         return (t, kept_nums, ())
     return (t, kept_nums, tuple(c[:MAX_KEPT_VALUE] if isinstance(c, str) else c

@@ -35,8 +35,9 @@ class TailConfig(BaseModel):
         max_pending_bytes: estimated bytes of the records waiting for their request (their features); past
             it the oldest are dropped and counted as ``unmatched_record``.
         max_window_bytes: estimated bytes of the features the windows' kept requests hold, over all model
-            versions (16 versions x 1,536 kept rows x 32 features of 64 characters would be ~100 MiB); past it a
-            kept request keeps its latency and stages without features, counted as ``window_full``.
+            versions (16 versions x 1,536 kept rows x 32 features of 64 characters would be ~100 MiB; numeric
+            values are kept as doubles, 8 bytes each, so the default holds ~15,000 rows of 20 numeric features);
+            past it a kept request keeps its latency and stages without features, counted as ``window_full``.
         max_staged_bytes: estimated bytes of the staged events (an upper bound from their feature counts);
             past it events are dropped and counted as ``staging_full``. Past half of it the component's thread
             drains at once rather than at its next tick.
@@ -59,7 +60,7 @@ class TailConfig(BaseModel):
     max_features: int = Field(default=32, ge=1, le=256)
     max_pending: int = Field(default=50_000, ge=100)
     max_staged: int = Field(default=200_000, ge=1000)
-    max_pending_bytes: int = Field(default=8 << 20, ge=1 << 16)
-    max_window_bytes: int = Field(default=8 << 20, ge=1 << 16)
+    max_pending_bytes: int = Field(default=4 << 20, ge=1 << 16)
+    max_window_bytes: int = Field(default=4 << 20, ge=1 << 16)
     max_staged_bytes: int = Field(default=8 << 20, ge=1 << 20)
     seed: int = 0

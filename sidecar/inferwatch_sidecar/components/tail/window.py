@@ -11,8 +11,9 @@ A :class:`TailWindow` keeps, for the requests of one window:
 - the request count.
 
 Each kept request is a :class:`Row` that references the decoded event's own
-stage tuple and the record's feature tuple, so keeping one allocates a single
-small object. Memory is bounded by ``max_tail + reservoir`` rows whatever the
+stage tuple and what the component keeps of the record's features (its trimmed
+copy: numeric values as an array of doubles), so keeping one allocates a single
+small object besides them. Memory is bounded by ``max_tail + reservoir`` rows whatever the
 traffic, and :attr:`TailWindow.bytes` is the estimated bytes of the features the
 kept rows hold (a row's ``nbytes``, counted while the sample or the slowest hold
 it), which the component holds under ``tail.max_window_bytes`` over all windows.
