@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from typing import Any
 
 import numpy as np
 
@@ -72,3 +73,36 @@ def test_sidecar_report_needs_a_token(tmp_path, monkeypatch, capsys) -> None:
     monkeypatch.delenv("INFERWATCH_ADMIN_TOKEN", raising=False)
     assert main(["report", "--sidecar", "http://127.0.0.1:9", "-o", str(tmp_path / "r.html")]) == 2
     assert "needs a token" in capsys.readouterr().err
+
+
+def test_a_constant_confidence_gets_a_report_not_an_error(tmp_path) -> None:
+    """Issue 28 listed a constant confidence as giving HTTP 500 from ``/admin/drift/report``. Not reproduced (a
+    constant in the reference, in the window, or in both; from a file or a warm-up; served or in process); this
+    pins the answer for the two ends: a reference file with spread confidences and a window at exactly 1.0, and a
+    warm-up reference and window both at 1.0."""
+    from inferwatch_sidecar.components.drift import profile as prof
+    from tests.components.drift.helpers import records
+    from tests.components.drift.test_component import COLORS, SCH
+
+    quiet_import("evidently")
+    rng = np.random.default_rng(5)
+    n = 2000
+    p = prof.build({"a": rng.normal(size=n), "b": rng.normal(5, 2, size=n), "conf": rng.uniform(0.5, 1, size=n)},
+                   {"color": list(rng.choice(COLORS, size=n)), "cls": [str(x) for x in rng.integers(0, 3, n)]},
+                   prediction="cls", confidence="conf", source="test")
+    p.save(str(tmp_path / "p.json"))
+
+    def window(m: int, start: int) -> list[Any]:
+        return records("m", "v1", SCH, rng.normal(size=m), rng.normal(5, 2, size=m),
+                       list(rng.choice(COLORS, size=m)), [int(x) for x in rng.integers(0, 3, m)], np.ones(m), start)
+
+    for cfg, batches in ((DriftConfig(reference=str(tmp_path / "p.json"), window_events=1000), [window(400, 0)]),
+                         (DriftConfig(warmup_events=300, window_events=1000), [window(300, 0), window(300, 300)])):
+        comp = build(cfg, context())
+        for b in batches:
+            comp.handle(1, 1, b)
+            comp.drain()
+        comp.evaluate()
+        status, ctype, body = comp.admin_routes()["report"]({"model": "m", "model_version": "v1"})
+        assert (status, ctype) == (200, "text/html; charset=utf-8"), body[:300]
+        assert b"inferwatch-verdicts" in body and b"Drifted" in body
