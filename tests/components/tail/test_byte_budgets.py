@@ -189,8 +189,9 @@ def test_kept_tail_rows_hold_only_what_the_analysis_can_use() -> None:
 
 def test_kept_rows_hold_numeric_values_as_doubles_counted_at_eight_bytes() -> None:
     """A kept row holds its numeric values as an array of doubles (8 bytes each), not the decoded tuple of floats
-    (a pointer and a float object, 32): ``max_window_bytes`` holds four times the numeric rows it did, and the
-    decoded objects leave with their batch. The values read back exactly, in the schema's order."""
+    (a pointer and a float object, 32): ``max_window_bytes`` holds four times the numeric values it did (a row of 20
+    is 280 estimated bytes, not 760), and the decoded objects leave with their batch. The values read back exactly,
+    in the schema's order."""
     from array import array
 
     from inferwatch_sidecar.components.tail.component import _packed, feats_bytes
