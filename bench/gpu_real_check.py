@@ -104,6 +104,25 @@ def history_check(out: str) -> bool:
     print("history sites:", json.dumps(got["sites"][:3]), "state:", got["state"], got["error"])
     ok = top is not None and top["file"] == "<string>" and top["line"] == line
     print("RESULT:", f"second stage named the leaking line {line}" if ok else f"SECOND STAGE MISSED line {line}")
+    return ok and sites_to_sidecar(got["sites"], line)
+
+
+def sites_to_sidecar(sites: list[dict[str, Any]], line: int) -> bool:
+    """The real capture's sites as the probe sends them (EV_ALLOC_SITE over the wire) and as the sidecar keeps
+    them for /v1/status: the top site must still be the leaking line."""
+    from inferwatch._torch import site_events
+    from inferwatch.wire import Decoder, Encoder
+    from inferwatch_sidecar.components.gpu.sites import SiteCaptures, site_of
+
+    dec = Decoder()
+    recs = [r for fr in Encoder(1, 2).encode(site_events(time.time_ns(), sites)) for r in dec.decode(fr).records]
+    caps = SiteCaptures()
+    for r in recs:
+        t_ns, dev, site = site_of(r)
+        caps.add(4242, t_ns, dev, site)
+    shown = caps.latest(4242)
+    ok = bool(shown and shown["sites"] and shown["sites"][0]["line"] == line)
+    print("RESULT:", "the sites reach the sidecar's status" if ok else f"SITES LOST ON THE WAY: {shown}")
     return ok
 
 

@@ -22,7 +22,9 @@ it switches on ``torch.cuda.memory._record_memory_history`` for a bounded time
 and number of entries, takes ``torch.cuda.memory._snapshot()``, switches the
 history off again and names the allocation sites (file:line of the first
 Python frame outside torch) whose allocations made during the recording are
-still live: bytes and count per site, at most ``top`` of them. All of it runs
+still live: bytes and count per site, at most ``top`` of them, sent to the
+sidecar as ``EV_ALLOC_SITE`` events with the sample that ends the recording
+(``/v1/status`` shows them by process and on the leak episode). All of it runs
 on the sender thread at sample time, never on the request path; a failure
 turns the stage off for good and is reported once in ``last_error``.
 """
@@ -37,7 +39,7 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from inferwatch.wire import EV_ALLOC
+from inferwatch.wire import EV_ALLOC, EV_ALLOC_SITE, MAX_STRING
 
 logger = logging.getLogger("inferwatch")
 
@@ -120,7 +122,8 @@ def growing_sites(snapshot: Mapping[str, Any], top: int = HISTORY_TOP) -> list[d
     ``size`` and ``frames``), and ``segments`` whose ``blocks`` carry ``state`` and, for allocations made
     while recording, ``frames``. The traces decide (an ``alloc`` not followed by a free of its address);
     without traces, the live (``active_allocated``) blocks that carry frames. Returns at most ``top``
-    sites, most bytes first: ``{"file", "line", "function", "bytes", "count"}``.
+    sites, most bytes first: ``{"file", "line", "function", "device", "bytes", "count"}`` (a site that
+    allocated on two devices is two sites: the sidecar judges each device's series).
     """
     live: dict[tuple[int, int], tuple[int, Any]] = {}
     traces = snapshot.get("device_traces") or []
@@ -143,16 +146,30 @@ def growing_sites(snapshot: Mapping[str, Any], top: int = HISTORY_TOP) -> list[d
                 if isinstance(blk, Mapping) and blk.get("state") == "active_allocated" and blk.get("frames"):
                     live[(_int(seg.get("device", 0)), _int(blk.get("address", 0)))] = (
                         _int(blk.get("size", 0)), blk.get("frames"))
-    sites: dict[tuple[str, int, str], list[int]] = {}
-    for size, frames in live.values():
+    sites: dict[tuple[str, int, str, int], list[int]] = {}
+    for (dev, _addr), (size, frames) in live.items():
         site = _site_frame(frames)
         if site is None:
             continue
-        acc = sites.setdefault(site, [0, 0])
+        acc = sites.setdefault((*site, dev), [0, 0])
         acc[0] += size
         acc[1] += 1
-    ranked = sorted(sites.items(), key=lambda kv: (-kv[1][0], kv[0][0], kv[0][1]))
-    return [{"file": f, "line": ln, "function": fn, "bytes": b, "count": c} for (f, ln, fn), (b, c) in ranked[:top]]
+    ranked = sorted(sites.items(), key=lambda kv: (-kv[1][0], kv[0][0], kv[0][1], kv[0][3]))
+    return [{"file": f, "line": ln, "function": fn, "device": dev, "bytes": b, "count": c}
+            for (f, ln, fn, dev), (b, c) in ranked[:top]]
+
+
+def site_events(t_ns: int, sites: list[dict[str, Any]]) -> list[tuple[Any, ...]]:
+    """``EV_ALLOC_SITE`` events of one capture taken at ``t_ns`` (wall-clock ns): one per site. A path longer
+    than the wire's strings keeps its end (the file's name), not its start."""
+    out = []
+    for s in sites:
+        path = str(s.get("file") or "?")
+        if len(path.encode("utf-8", "replace")) > MAX_STRING:
+            path = "..." + path.encode("utf-8", "replace")[-(MAX_STRING - 3):].decode("utf-8", "ignore")
+        out.append((EV_ALLOC_SITE, t_ns, _int(s.get("device", 0)) % 256, path, min(_int(s.get("line", 0)), 2**32 - 1),
+                    str(s.get("function") or "?"), _int(s.get("bytes", 0)), min(_int(s.get("count", 0)), 2**32 - 1)))
+    return out
 
 
 class TensorSuspect:
@@ -335,6 +352,8 @@ class AllocatorProbe:
                 logger.warning("inferwatch: live tensor bytes grew at: %s", "; ".join(
                     f"{s['file']}:{s['line']} ({s['function']}) {s['bytes']} bytes in {s['count']}"
                     for s in self.history.sites))
+                # The sites travel to the sidecar once, with this sample (/v1/status and the episode show them).
+                out.extend(site_events(t, self.history.sites))
             return out
         except Exception as e:
             self.errors += 1

@@ -14,7 +14,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from inferwatch._torch import AllocatorProbe, HistoryCapture, TensorSuspect, growing_sites
+from inferwatch._torch import AllocatorProbe, HistoryCapture, TensorSuspect, growing_sites, site_events
+from inferwatch.wire import EV_ALLOC, EV_ALLOC_SITE, MAX_STRING, Decoder, Encoder
 
 MiB = 2**20
 
@@ -81,7 +82,8 @@ def test_growing_sites_from_device_traces(seed: int) -> None:
     sites = growing_sites(snap)
     assert leak_n > 0
     # The site is the first frame outside torch; freed allocations leave nothing behind.
-    assert sites == [{"file": LEAK[0], "line": LEAK[1], "function": LEAK[2], "bytes": leak_bytes, "count": leak_n}]
+    assert sites == [{"file": LEAK[0], "line": LEAK[1], "function": LEAK[2], "device": 0, "bytes": leak_bytes,
+                      "count": leak_n}]
 
 
 def test_growing_sites_from_blocks_when_there_are_no_traces() -> None:
@@ -93,8 +95,8 @@ def test_growing_sites_from_blocks_when_there_are_no_traces() -> None:
         {"address": 5, "size": 32 * MiB, "state": "active_allocated"},  # allocated before the recording
     ]
     snap = {"segments": [{"device": 0, "address": 0, "total_size": 128 * MiB, "blocks": blocks}], "device_traces": [[]]}
-    assert growing_sites(snap, top=1) == [{"file": LEAK[0], "line": 42, "function": "remember", "bytes": 12 * MiB,
-                                           "count": 2}]
+    assert growing_sites(snap, top=1) == [{"file": LEAK[0], "line": 42, "function": "remember", "device": 0,
+                                           "bytes": 12 * MiB, "count": 2}]
     assert [s["bytes"] for s in growing_sites(snap)] == [12 * MiB, 2 * MiB]
     assert growing_sites({}) == [] and growing_sites({"segments": [{"blocks": "junk"}], "device_traces": "x"}) == []
     assert growing_sites({"segments": [3, None, {"blocks": [5]}], "device_traces": [[7], None]}) == []
@@ -165,11 +167,33 @@ def test_probe_runs_the_stage_when_its_samples_rise(caplog: pytest.LogCaptureFix
     alloc = [8 * 2**30]
     probe = AllocatorProbe(10.0, source=lambda: {0: {"allocated_bytes.all.current": alloc[0]}},
                            clock=lambda: wall[0], history=cap, suspect=TensorSuspect(300, 128 * MiB))
+    sent = []
     with caplog.at_level(logging.WARNING, logger="inferwatch"):
         for _ in range(60):
-            assert probe.sample()[0][3] == alloc[0]
+            evs = probe.sample()
+            assert evs[0][0] == EV_ALLOC and evs[0][3] == alloc[0]
+            sent.append((wall[0], evs))
             wall[0] += 10 * 10**9
             mono[0] += 10
             alloc[0] += 16 * MiB
     assert cap.captures >= 1 and cap.sites[0]["file"] == LEAK[0] and cap.sites[0]["bytes"] == leak_bytes
     assert "live tensor bytes grew at: /srv/app/cache.py:42" in caplog.text
+    # The sites travel once per capture, with the sample that ended the recording, stamped with its time.
+    with_sites = [(t, [e for e in evs if e[0] == EV_ALLOC_SITE]) for t, evs in sent]
+    with_sites = [(t, s) for t, s in with_sites if s]
+    assert len(with_sites) == cap.captures
+    t_cap, site_evs = with_sites[0]
+    assert site_evs == [(EV_ALLOC_SITE, t_cap, 0, LEAK[0], LEAK[1], LEAK[2], leak_bytes, cap.sites[0]["count"])]
+
+
+def test_site_events_fit_the_wire_and_keep_a_long_path_s_end() -> None:
+    deep = "/srv/" + "very-long-package-name/" * 20 + "cache.py"
+    sites = [{"file": deep, "line": 42, "function": "remember", "device": 3, "bytes": 3 * 2**40, "count": 7},
+             {"file": "ü" * 200, "line": -1, "function": None, "device": 300, "bytes": "x", "count": 2**40}]
+    evs = site_events(10**18, sites)
+    assert evs[0][3].startswith("...") and evs[0][3].endswith("/cache.py") and len(evs[0][3].encode()) == MAX_STRING
+    assert evs[1][2:] == (300 % 256, evs[1][3], 0, "?", 0, 2**32 - 1) and len(evs[1][3].encode()) <= MAX_STRING
+    # What the probe makes, the encoder sends and the decoder gives back unchanged.
+    dec = Decoder()
+    got = [r for fr in Encoder(1, 2).encode(evs) for r in dec.decode(fr).records]
+    assert got == evs

@@ -41,6 +41,7 @@ from inferwatch.wire.spec import (
     DROP_CODES,
     DROP_REASONS,
     EV_ALLOC,
+    EV_ALLOC_SITE,
     EV_BATCH,
     EV_DROPS,
     EV_HELLO,
@@ -113,6 +114,7 @@ __all__ = [
     "EV_QUEUE",
     "EV_DROPS",
     "EV_ALLOC",
+    "EV_ALLOC_SITE",
     "EV_HTTP",
     # values
     "OUTCOME_OK",

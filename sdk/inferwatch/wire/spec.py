@@ -46,6 +46,7 @@ EV_QUEUE = 7
 EV_DROPS = 8
 EV_ALLOC = 9
 EV_HTTP = 10
+EV_ALLOC_SITE = 11
 
 OUTCOME_OK = 0
 OUTCOME_ERROR = 1
@@ -280,6 +281,15 @@ RECORD_TYPES: dict[int, RecordType] = {
              ("resend_count", U32), ("client_wait_ns", U64), ("excluded", BOOL), ("request_id", RID)],
             ("ctx", "end_unix_ns", "route", "status", "outcome", "resend_count", "client_wait_ns", "excluded",
              "request_id"),
+        ),
+        # One allocation site of the torch probe's second stage (a bounded recording of the allocator's
+        # history): a Python frame whose allocations made while recording were still live at its end.
+        # Every site of one capture carries the capture's time; the sidecar keeps the latest capture.
+        _record_type(
+            EV_ALLOC_SITE, "ALLOC_SITE",
+            [("unix_ns", I64), ("device", DEVICE), ("file", STR), ("line", U32), ("function", STR),
+             ("bytes", U64), ("count", U32)],
+            ("unix_ns", "device", "file", "line", "function", "bytes", "count"),
         ),
     )
 }

@@ -26,7 +26,9 @@ def register(subparsers: Any) -> None:
             "Allocator files (JSON lines of the torch probe's samples: t, pid, device, allocated_bytes,\n"
             "reserved_bytes, inactive_split_bytes, num_alloc_retries; docs/gpu.md) given beside them\n"
             "are judged first (the allocated floor) and name each episode's cause (kind): tensor,\n"
-            "allocator_cache, fragmentation, outside_allocator or unknown.\n"
+            "allocator_cache, fragmentation, outside_allocator or unknown. Their site lines (t, pid,\n"
+            "device, sites: the torch probe's second stage) show the allocation sites whose live bytes\n"
+            "grew on the episode they were captured in.\n"
             "Exit status 0 whatever the verdicts; 1 when a file cannot be read or parsed\n"
             "or the plot cannot be written; 2 for bad options (or --plot FILE.png without matplotlib)."
         ),
@@ -144,6 +146,31 @@ def _device(r: dict[str, Any]) -> str:
     return f"{r['device']} {r['name']}" if r.get("name") else str(r["device"])
 
 
+def _sites_table(result: dict[str, Any]) -> None:
+    """The allocation sites captured during episodes (once per process and capture)."""
+    from datetime import datetime, timezone
+
+    from rich.console import Console
+    from rich.table import Table
+
+    t = Table(title="Allocation sites whose live bytes grew (torch probe, during the episode)")
+    for col in ("device", "pid", "captured at", "site", "live bytes", "allocations"):
+        t.add_column(col, overflow="fold")
+    seen = set()
+    for r in result["results"]:
+        for ep in r["episodes"]:
+            cap = ep.get("sites")
+            if not cap or (r["pid"], cap["captured_at"]) in seen:
+                continue
+            seen.add((r["pid"], cap["captured_at"]))
+            at = datetime.fromtimestamp(cap["captured_at"], tz=timezone.utc).strftime("%Y/%m/%d %H:%M:%S")
+            for st in cap["sites"]:
+                t.add_row(_device(r), str(r["pid"]), at, f"{st['file']}:{st['line']} ({st['function']})",
+                          _fmt_size(st["bytes"]), str(st["count"]))
+    if seen:
+        Console(width=160).print(t)
+
+
 def _table(result: dict[str, Any]) -> None:
     from rich.console import Console
     from rich.table import Table
@@ -178,6 +205,7 @@ def _table(result: dict[str, Any]) -> None:
                       ep.get("kind") or "-")
     if n:
         Console(width=160).print(e)
+        _sites_table(result)
     if result["duplicate_model_copies"]:
         d = Table(title="Duplicated model copies (several processes each holding a similar, flat amount)")
         for col in ("device", "copies", "pids", "each", "beyond one copy", "first seen", "last seen"):

@@ -33,6 +33,7 @@ from prometheus_client.metrics_core import Metric as PromMetric
 
 from inferwatch.wire import (
     EV_ALLOC,
+    EV_ALLOC_SITE,
     EV_BATCH,
     EV_DROPS,
     EV_HELLO,
@@ -78,6 +79,7 @@ EVENT_TYPES = {
     EV_DROPS: "drops",
     EV_ALLOC: "alloc",
     EV_HTTP: "http",
+    EV_ALLOC_SITE: "alloc_site",
 }
 TRANSPORTS = ("unix", "udp", "http")
 #: Every catalog entry :meth:`Pipeline.collect` exports, in the order it yields them.

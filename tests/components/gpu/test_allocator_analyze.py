@@ -134,3 +134,36 @@ def test_a_leak_on_one_of_two_gpus_in_one_jittered_log_with_missing_rows(tmp_pat
     eps = by_dev["1"]["episodes"]
     assert len(eps) == 1 and eps[0]["kind"] is None
     assert stamp(T0 + onset) <= eps[0]["detected_at"] <= stamp(T0 + onset + 15 * 60)
+
+
+def test_episodes_show_the_sites_captured_during_them(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Site lines (the probe's second stage) beside the samples: each episode of the process shows the newest
+    capture taken during it; a capture long before the onset, or of another process, is not shown."""
+    apps, alloc = scenario(tmp_path, "tensor", 7)
+    leak = {"file": "/srv/app/cache.py", "line": 42, "function": "remember", "bytes": 900 * MiB, "count": 30}
+    lines = [
+        {"t": T0 + 600.0, "pid": 4242, "device": 0, "sites": [{**leak, "file": "/srv/app/warm.py", "line": 3}]},
+        {"t": T0 + 7200.0, "pid": 4242, "device": 0,
+         "sites": [{"file": "/srv/app/model.py", "line": 17, "function": "forward", "bytes": 64 * MiB, "count": 2},
+                   leak]},
+        {"t": T0 + 7300.0, "pid": 99, "device": 0, "sites": [leak]},
+        {"t": T0 + 7400.0, "pid": 4242, "device": 0, "sites": [{"file": "x.py", "line": -4}]},
+        {"t": T0 + 7500.0, "pid": 4242, "device": 0, "sites": "everywhere"},
+    ]
+    sites_file = tmp_path / "sites.jsonl"
+    sites_file.write_text("".join(json.dumps(d) + "\n" for d in lines))
+    log = parse_allocator_log(str(sites_file))  # captures alone make a valid file
+    assert log.rows == [] and log.captures == 3 and dict(log.bad_rows) == {"bad_sites": 2}
+    assert main(["gpu", "analyze", "--json", apps, alloc, str(sites_file)]) == 0
+    out = json.loads(capsys.readouterr().out)
+    want = {"captured_at": T0 + 7200.0, "sites": [leak, {"file": "/srv/app/model.py", "line": 17,
+                                                        "function": "forward", "bytes": 64 * MiB, "count": 2}]}
+    for series in ("nvml", "allocator_allocated"):
+        (r,) = [r for r in out["results"] if r["series"] == series and r["pid"] == 4242]
+        assert r["episodes"] and r["episodes"][-1]["sites"] == want, series
+    assert main(["gpu", "analyze", apps, alloc, str(sites_file)]) == 0
+    text = capsys.readouterr().out
+    assert "Allocation sites" in text and "/srv/app/cache.py:42 (remember)" in text and "warm.py" not in text
+    # Without site lines the key is there, empty.
+    res = analyze([apps, alloc])
+    assert all(e["sites"] is None for r in res["results"] if r["pid"] is not None for e in r["episodes"])

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
+from typing import Any
 
 import pytest
 
-from inferwatch.wire import EV_ALLOC
+from inferwatch.wire import EV_ALLOC, EV_ALLOC_SITE
 from inferwatch_sidecar.components.base import Component, ComponentContext
 from inferwatch_sidecar.components.gpu.component import GpuComponent, build
 from inferwatch_sidecar.components.gpu.config import GpuConfig
@@ -22,8 +24,10 @@ def rec(t: float, allocated: int, reserved: int, split: int = 0, retries: int = 
     return (EV_ALLOC, int(t * 1e9), device, allocated, reserved, allocated, split, retries, ooms, 0)
 
 
-def scenario(kind: str) -> tuple[GpuComponent, Clock]:
-    """A process leaking 4 MiB/s seen by NVML, with allocator stats matching ``kind``."""
+def scenario(kind: str, extra: Callable[[int, float], list[tuple[Any, ...]]] | None = None
+             ) -> tuple[GpuComponent, Clock]:
+    """A process leaking 4 MiB/s seen by NVML, with allocator stats matching ``kind``; ``extra(i, t)``: more
+    records the process sends with its i-th sample."""
     clock = Clock()
     rate = 4 * MiB
 
@@ -42,7 +46,8 @@ def scenario(kind: str) -> tuple[GpuComponent, Clock]:
             a, r, s = 6 * GiB, 8 * GiB + rate * el, int(0.5 * rate * el)
         else:  # native: allocator flat, NVML grows
             a, r, s = 6 * GiB, 8 * GiB, 0
-        comp.handle(50, 1, [rec(clock.t, int(a), int(r), s, retries=int(el // 10) if kind != "native" else 0)])
+        comp.handle(50, 1, [rec(clock.t, int(a), int(r), s, retries=int(el // 10) if kind != "native" else 0),
+                            *(extra(_, clock.t) if extra else ())])
         comp.tick()
         clock.t += 1
     return comp, clock
@@ -51,7 +56,7 @@ def scenario(kind: str) -> tuple[GpuComponent, Clock]:
 def test_component_satisfies_the_contract() -> None:
     comp, _ = scenario("native")
     assert isinstance(comp, Component)
-    assert comp.name == "gpu" and comp.record_types == frozenset({EV_ALLOC})
+    assert comp.name == "gpu" and comp.record_types == frozenset({EV_ALLOC, EV_ALLOC_SITE})
 
 
 @pytest.mark.parametrize("kind", ["tensor", "cache_fragmentation", "native"])

@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 
 from inferwatch.wire import (
     EV_ALLOC,
+    EV_ALLOC_SITE,
     EV_BATCH,
     EV_DROPS,
     EV_HELLO,
@@ -63,6 +64,8 @@ def test_every_event_type_round_trips() -> None:
         (EV_QUEUE, CTX, 0),
         (EV_DROPS, {"buffer_full": 3, "socket_absent": 2**40}),
         (EV_ALLOC, 5, 1, 100, 200, 50, 25, 3, 1, True),
+        (EV_ALLOC_SITE, 5, 1, "/srv/app/cache.py", 42, "remember", 3 << 30, 12),
+        (EV_ALLOC_SITE, 5, 0, None, 0, None, 0, 0),
     ]
     got = roundtrip(events)
     assert got[0] == events[0]

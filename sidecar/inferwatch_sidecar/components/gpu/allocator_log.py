@@ -9,8 +9,14 @@ File format (one JSON object per line, UTF-8; blank lines and lines starting wit
 process sees it; the byte fields are torch's ``memory_stats()`` ``allocated_bytes.all.current``,
 ``reserved_bytes.all.current``, ``inactive_split_bytes.all.current`` and the cumulative
 ``num_alloc_retries`` (the last two optional, 0 when absent). It is what the SDK's probe sends as
-``EV_ALLOC`` records; ``/v1/status`` shows the latest per process. A line that is not such an object is
-counted by reason and skipped; a file without any valid line is an error.
+``EV_ALLOC`` records; ``/v1/status`` shows the latest per process. The probe's second stage adds lines of
+allocation sites (what it sends as ``EV_ALLOC_SITE`` records; ``sites.py``), one line per capture::
+
+    {"t": 1706706000.0, "pid": 4242, "device": 0, "sites": [{"file": "/srv/app/cache.py", "line": 42,
+     "function": "remember", "bytes": 943718400, "count": 30}]}
+
+``gpu analyze`` shows on each episode of the process the newest capture taken during it. A line that is not
+such an object is counted by reason and skipped; a file without any valid line is an error.
 
 Causes (``name_cause``), from the rises of the floors over an episode, against the rise of what NVML
 reports for the process (``N``):
@@ -33,7 +39,12 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from inferwatch.wire import EV_ALLOC_SITE
 from inferwatch_sidecar.components.gpu.replay import LogError
+from inferwatch_sidecar.components.gpu.sites import SiteCaptures, site_of
+
+#: Captures kept per (pid, device) from a file (the live sidecar keeps 4; a file is bounded by its size).
+FILE_CAPTURES_PER_KEY = 100_000
 
 CAUSES = ("tensor", "allocator_cache", "fragmentation", "outside_allocator", "unknown")
 #: A cause needs its floor to rise by at least this share of the NVML rise.
@@ -65,6 +76,9 @@ class AllocLog:
     rows: list[AllocRow] = field(default_factory=list)
     bad_rows: Counter[str] = field(default_factory=Counter)
     kind: str = "allocator"
+    #: The second stage's allocation sites, by (pid, device).
+    sites: SiteCaptures = field(default_factory=lambda: SiteCaptures(1 << 30, FILE_CAPTURES_PER_KEY))
+    captures: int = 0
 
 
 def is_allocator_log(path: str) -> bool:
@@ -114,6 +128,9 @@ def parse_allocator_log(path: str) -> AllocLog:
                     pid, dev = d.get("pid"), d.get("device", 0)
                     if not isinstance(pid, int) or isinstance(pid, bool) or not isinstance(dev, int) or isinstance(dev, bool):
                         raise KeyError("pid" if not isinstance(pid, int) else "device")
+                    if "sites" in d:
+                        _add_capture(out, pid, dev, _num(d, "t", True), d["sites"])
+                        continue
                     out.rows.append(AllocRow(_num(d, "t", True), pid, dev, _num(d, "allocated_bytes", True),
                                              _num(d, "reserved_bytes", True), _num(d, "inactive_split_bytes", False),
                                              _num(d, "num_alloc_retries", False)))
@@ -121,10 +138,26 @@ def parse_allocator_log(path: str) -> AllocLog:
                     out.bad_rows[f"bad_{e.args[0]}"] += 1
     except (OSError, UnicodeDecodeError) as e:
         raise LogError(f"{path}: cannot read: {getattr(e, 'strerror', None) or e}") from e
-    if not out.rows:
+    if not out.rows and not out.captures:
         raise LogError(f"{path}: no allocator sample (JSON lines with t, pid, allocated_bytes, reserved_bytes); "
                        f"skipped: {dict(out.bad_rows) or 'nothing'}")
     return out
+
+
+def _add_capture(out: AllocLog, pid: int, dev: int, t: float, sites: object) -> None:
+    """One capture line's sites into ``out.sites`` (KeyError ``sites`` for a list that is not sites)."""
+    if not isinstance(sites, list) or not all(isinstance(s, dict) for s in sites):
+        raise KeyError("sites")
+    parsed = []
+    for s in sites:
+        try:
+            parsed.append(site_of((EV_ALLOC_SITE, int(t * 1e9), dev, s.get("file"), s.get("line", 0),
+                                   s.get("function"), s.get("bytes"), s.get("count", 1)))[2])
+        except ValueError:
+            raise KeyError("sites") from None
+    for site in parsed:
+        out.sites.add(pid, int(t * 1e9), dev, site)
+    out.captures += 1
 
 
 def _rise(t: np.ndarray, v: np.ndarray, a: float, b: float) -> float | None:

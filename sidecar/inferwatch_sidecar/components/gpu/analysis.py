@@ -22,6 +22,7 @@ from inferwatch_sidecar.components.gpu.detector import Episode, LeakDetector
 from inferwatch_sidecar.components.gpu.duplicates import BINS, Copies, FlatTracker, find_copies
 from inferwatch_sidecar.components.gpu.duplicates import FIX as DUPLICATES_FIX
 from inferwatch_sidecar.components.gpu.replay import ParsedLog, Row, file_size, parse_log
+from inferwatch_sidecar.components.gpu.sites import in_episode
 
 
 @dataclass
@@ -71,7 +72,9 @@ def analyze(paths: list[str], cfg: DetectorConfig | None = None,
         every leak episode with ``onset_estimate``, ``detected_at``, ``cleared_at`` (None while still
         leaking at the end of the log), ``end``, ``rate_bytes_per_s``, ``rate_ci_bytes_per_s`` and
         ``kind``: the cause (``allocator_log.CAUSES``) where an allocator file covers the process, else
-        None. ``series`` is ``nvml`` (what nvidia-smi reported), ``nvml_unattributed`` (a device whose
+        None, and (for a process) ``sites``: the newest capture of the torch probe's second stage taken
+        during the episode (``{"captured_at", "sites": [{"file", "line", "function", "bytes", "count"}]}``,
+        from an allocator file's site lines), else None. ``series`` is ``nvml`` (what nvidia-smi reported), ``nvml_unattributed`` (a device whose
         processes are logged too: its used memory minus what they hold, as the live sidecar judges it) or
         ``allocator_allocated`` (a process's allocated floor from an allocator file: allocator first). ``duplicate_model_copies`` lists, per
         device, the largest set of duplicated model copies seen (``components.gpu.duplicates``).
@@ -107,7 +110,7 @@ def run(paths: list[str], cfg: DetectorConfig | None = None, progress: Callable[
         results.append(res)
         if found is not None:
             out.series.append(found)
-    results.extend(_allocator_results(logs.alloc, cfg, logs.log_end))
+    results.extend(_allocator_results(logs, cfg))
     _device_time_to_oom(results)
     out.result = {
         "results": results,
@@ -124,6 +127,8 @@ class _Logs:
 
     logs: list[ParsedLog]
     alloc_logs: list[AllocLog]
+    #: the second stage's allocation sites of every allocator file, by (pid, device)
+    sites: list[AllocLog] = field(default_factory=list)
     #: (pid, device) -> the allocator rows of that process
     alloc: dict[tuple[int, int], list[AllocRow]] = field(default_factory=dict)
     #: (device, pid or None) -> the nvidia-smi rows of that series
@@ -149,7 +154,7 @@ class _Logs:
             else:
                 logs.append(parse_log(p, None if progress is None else (lambda n, off=off: progress(off + n))))
             base += file_size(p)
-        out = cls(logs, alloc_logs)
+        out = cls(logs, alloc_logs, [lg for lg in alloc_logs if lg.captures])
         for alog in alloc_logs:
             for ar in alog.rows:
                 out.alloc.setdefault((ar.pid, ar.device), []).append(ar)
@@ -207,6 +212,10 @@ def _judge_series(logs: _Logs, dev: str, pid: int | None, rows: list[Row], cfg: 
     uuid = rows[-1].uuid
     index = dev if pid is None else logs.index_of.get(dev, dev)
     arows = None if pid is None else _alloc_rows(logs.alloc, pid, index)
+    if pid is not None:
+        for e, d in zip(det.episodes, eps, strict=True):
+            end_t = e.cleared_at if e.cleared_at is not None else (rows[-1].t if ended else logs.log_end)
+            d["sites"] = _episode_sites(logs, pid, index, e.onset_estimate, end_t)
     if arows is not None:
         nt = np.array([r.t for r in rows if r.used is not None])
         nv = np.array([float(r.used) for r in rows if r.used is not None])
@@ -361,6 +370,19 @@ def _copies(procs: dict[int, list[Row]], dcfg: DuplicatesConfig, log_end: float)
             "last_seen": stamp(last), "at_end": last >= log_end - tol}
 
 
+def _episode_sites(logs: _Logs, pid: int, device: str, onset: float, end: float) -> dict[str, Any] | None:
+    """The newest capture of ``pid``'s allocation sites taken during an episode (onset to ``end``), by the
+    device's index (a process with captures on one device alone: those), or None."""
+    best = None
+    for lg in logs.sites:
+        devs = lg.sites.devices(pid)
+        dev = int(device) if device.isdigit() and int(device) in devs else devs[0] if len(devs) == 1 else None
+        got = in_episode(lg.sites.of(pid, dev), onset, end) if dev is not None else None
+        if got is not None and (best is None or got["captured_at"] > best["captured_at"]):
+            best = got
+    return best
+
+
 def _alloc_rows(alloc: dict[tuple[int, int], list[AllocRow]], pid: int, device: str) -> list[AllocRow] | None:
     """The allocator samples of a process on one device (by index; a process on one device alone: that one)."""
     cands = {d: rows for (p, d), rows in alloc.items() if p == pid}
@@ -371,15 +393,15 @@ def _alloc_rows(alloc: dict[tuple[int, int], list[AllocRow]], pid: int, device: 
     return next(iter(cands.values())) if len(cands) == 1 else None
 
 
-def _allocator_results(alloc: dict[tuple[int, int], list[AllocRow]], cfg: DetectorConfig,
-                       log_end: float) -> list[dict[str, Any]]:
+def _allocator_results(logs: _Logs, cfg: DetectorConfig) -> list[dict[str, Any]]:
     """Allocator first: the same detector on each process's allocated floor (live tensors: no cache sawtooth).
 
     Each episode of that series is a tensor leak by construction; its ``kind`` still comes from
     :func:`name_cause` over the allocator's own counters.
     """
     out = []
-    for (pid, dev), rows in sorted(alloc.items()):
+    log_end = logs.log_end
+    for (pid, dev), rows in sorted(logs.alloc.items()):
         rows.sort(key=lambda r: r.t)
         det = LeakDetector(cfg)
         for r in rows:
@@ -389,6 +411,7 @@ def _allocator_results(alloc: dict[tuple[int, int], list[AllocRow]], cfg: Detect
         for e, d in zip(det.episodes, eps, strict=True):
             end_t = e.cleared_at if e.cleared_at is not None else rows[-1].t
             d["kind"] = name_cause(np.zeros(0), np.zeros(0), rows, e.onset_estimate, end_t)
+            d["sites"] = _episode_sites(logs, pid, str(dev), e.onset_estimate, end_t)
         out.append({
             "device": str(dev), "uuid": None, "name": None, "pid": pid, "series": "allocator_allocated",
             "verdict": det.verdict,

@@ -1,7 +1,9 @@
 """The gpu component: sampling thread, allocator ingest, leak detectors, export.
 
 Threads: ``handle`` runs on the daemon's ingest thread and only stores the
-latest allocator record per (pid, device) (a dict assignment); the sampler
+latest allocator record per (pid, device) (a dict assignment) and queues the
+second stage's allocation sites (a bounded deque, folded in under the lock by
+the sampler thread or a status read); the sampler
 thread samples NVML every ``interval_s``, feeds every detector and prunes dead
 PIDs; ``collect`` and ``status`` read a consistent state under one lock.
 """
@@ -16,7 +18,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from inferwatch.wire import EV_ALLOC
+from inferwatch.wire import EV_ALLOC, EV_ALLOC_SITE
 from inferwatch_sidecar.components.base import ComponentContext
 from inferwatch_sidecar.components.gpu import report
 from inferwatch_sidecar.components.gpu.config import GpuConfig
@@ -31,6 +33,7 @@ from inferwatch_sidecar.components.gpu.report import (
     cause_of,
 )
 from inferwatch_sidecar.components.gpu.sampler import DeviceSample, Fault, NvmlSampler, Snapshot, container_hint
+from inferwatch_sidecar.components.gpu.sites import MAX_KEYS, MAX_SITES, SiteCaptures, site_of
 from inferwatch_sidecar.components.periodic import PeriodicComponent
 from inferwatch_sidecar.metrics import gpu as gm
 from inferwatch_sidecar.metrics.gpu import METRICS
@@ -111,7 +114,7 @@ class GpuComponent(PeriodicComponent):
     """
 
     name = "gpu"
-    record_types = frozenset({EV_ALLOC})
+    record_types = frozenset({EV_ALLOC, EV_ALLOC_SITE})
     metrics = METRICS
     export_empty = True  # every family's HELP and TYPE, sampled or not
     immediate = True  # the first sample is taken at once
@@ -134,6 +137,9 @@ class GpuComponent(PeriodicComponent):
         self._latest: dict[tuple[int, int], tuple[tuple[Any, ...], float]] = {}
         self.errors: dict[tuple[str, str], _FaultStat] = {}
         self.alloc_drops: dict[str, int] = {}
+        #: Allocation sites of the probe's second stage (sites.py), and those the ingest thread queued.
+        self.sites = SiteCaptures()
+        self._site_inbox: deque[tuple[int, int, int, dict[str, Any]]] = deque()
         self.samples = 0
         self.cpu_s = 0.0
         self.up = False
@@ -168,10 +174,16 @@ class GpuComponent(PeriodicComponent):
 
     # -- ingest --------------------------------------------------------------------
     def handle(self, pid: int, producer_id: int, records: list[tuple[Any, ...]]) -> None:
-        """Keep the latest allocator record per (pid, device); never raises."""
+        """Keep the latest allocator record per (pid, device) and queue allocation sites; never raises."""
         now = self.ctx.monotonic()
         for r in records:
             try:
+                if len(r) == 8 and r[0] == EV_ALLOC_SITE:
+                    t_ns, dev, site = site_of(r)
+                    if len(self._site_inbox) >= MAX_KEYS * MAX_SITES:
+                        raise ValueError("sites_full")  # the sampler thread has not folded them in
+                    self._site_inbox.append((int(pid), t_ns, dev, site))
+                    continue
                 if len(r) != 10 or r[0] != EV_ALLOC:
                     raise ValueError("bad_layout")
                 dev = int(r[2])
@@ -179,7 +191,7 @@ class GpuComponent(PeriodicComponent):
                     raise ValueError("bad_value")
                 self._latest[(int(pid), dev)] = (r, now)
             except (ValueError, TypeError) as e:
-                reason = str(e) if str(e) in ("bad_layout", "bad_value") else "bad_value"
+                reason = str(e) if str(e) in ("bad_layout", "bad_value", "sites_full") else "bad_value"
                 self.alloc_drops[reason] = self.alloc_drops.get(reason, 0) + 1
 
     # -- sampling --------------------------------------------------------------------
@@ -208,8 +220,16 @@ class GpuComponent(PeriodicComponent):
             else:
                 self.copies.clear()  # no device was sampled: none is known to hold copies now
             self._feed_allocator()
+            self.fold_sites()
             self._prune(snap.t)
         self.cpu_s += time.thread_time() - c0
+
+    def fold_sites(self) -> None:
+        """Take the queued allocation sites into :attr:`sites` (``_lock`` held)."""
+        inbox = self._site_inbox
+        while inbox:
+            pid, t_ns, dev, site = inbox.popleft()
+            self.sites.add(pid, t_ns, dev, site)
 
     def _ingest(self, snap: Snapshot) -> None:
         t = snap.t
@@ -298,6 +318,7 @@ class GpuComponent(PeriodicComponent):
                     d = {"gpu": st.gpu, "pid": st.pid, "kind": st.kind, **_episode_dict(e)}
                     if d["cleared_at"] is None:  # leaking until the process went away
                         d["cleared_at"], d["end"] = st.last_seen, "process_exited"
+                    d["sites"] = report.episode_sites(self, st.gpu, st.pid, e.onset_estimate, d["cleared_at"])
                     self.past_episodes.append(d)
                 del self.procs[key]
         for key, a in list(self.allocs.items()):
@@ -307,6 +328,7 @@ class GpuComponent(PeriodicComponent):
         # Release the label slots of dead PIDs, so the PID label stays bounded by the live
         # processes. Only slots this component took are released (the limiter is shared).
         live = {str(p.pid) for p in self.procs.values()} | {str(a.pid) for a in self.allocs.values()}
+        self.sites.keep(int(p) for p in live)
         for pid in list(self._labelled_pids - live):
             self._pid_lim.forget(pid)
             self._labelled_pids.discard(pid)
@@ -466,6 +488,7 @@ class GpuComponent(PeriodicComponent):
         """JSON-able state for /v1/status: backend, versions, devices, processes, leaks, faults (gpu/report.py)."""
         now = self.ctx.monotonic()
         with self._lock:
+            self.fold_sites()
             return report.status(self, now)
 
 

@@ -12,6 +12,7 @@ from inferwatch_sidecar.components.gpu.detector import Episode, LeakDetector
 from inferwatch_sidecar.components.gpu.duplicates import FIX as DUPLICATES_FIX
 from inferwatch_sidecar.components.gpu.duplicates import Copies
 from inferwatch_sidecar.components.gpu.sampler import FIX
+from inferwatch_sidecar.components.gpu.sites import in_episode
 
 if TYPE_CHECKING:
     from inferwatch_sidecar.components.gpu.component import GpuComponent, _Alloc
@@ -34,6 +35,21 @@ def cause_of(kind: str | None, a: _Alloc | None) -> str | None:
 def _episode_dict(e: Episode) -> dict[str, Any]:
     return {"onset_estimate": e.onset_estimate, "detected_at": e.detected_at, "cleared_at": e.cleared_at,
             "end": e.end, "rate_bytes_per_s": e.rate, "rate_ci_bytes_per_s": list(e.rate_ci)}
+
+
+def _sites_device(comp: GpuComponent, gpu: str, pid: int) -> int | None:
+    """The CUDA device whose captures belong to the process series on ``gpu`` (None: any of the process's)."""
+    a = comp._alloc_for(gpu, pid)
+    return a.device if a is not None else None
+
+
+def episode_sites(comp: GpuComponent, gpu: str, pid: int | None, onset: float,
+                  cleared: float | None) -> dict[str, Any] | None:
+    """The allocation sites the probe's second stage captured during an episode of ``pid`` on ``gpu`` (None:
+    no capture then, or a device series)."""
+    if pid is None:
+        return None
+    return in_episode(comp.sites.of(pid, _sites_device(comp, gpu, pid)), onset, cleared)
 
 
 def _leak_dict(det: LeakDetector, headroom: float | None) -> dict[str, Any]:
@@ -120,12 +136,15 @@ def _processes(comp: GpuComponent, growing: dict[str, float]
         st = comp.procs.get((gpu, pid))
         entry["used_bytes"] = st.used if st else None
         entry["series"] = "nvml" if st else "allocator_reserved"
+        entry["sites"] = comp.sites.latest(pid, _sites_device(comp, gpu, pid))
         if det.verdict == "leak":
             entry["kind"] = kind
             entry["cause"] = cause_of(kind, a)
+            ep = det.episodes[-1] if det.episodes else None
             leaks.append({"gpu": gpu, "pid": pid, "kind": kind, "cause": entry["cause"],
                           "rate_bytes_per_s": det.rate,
-                          "time_to_oom_s": entry["time_to_oom_s"], "detected_at": det.detected_at})
+                          "time_to_oom_s": entry["time_to_oom_s"], "detected_at": det.detected_at,
+                          "sites": episode_sites(comp, gpu, pid, ep.onset_estimate, ep.cleared_at) if ep else None})
         procs_by_gpu.setdefault(gpu, []).append(entry)
     return procs_by_gpu, leaks
 
@@ -138,7 +157,7 @@ def _devices(comp: GpuComponent, procs_by_gpu: dict[str, list[dict[str, Any]]], 
         det = comp.dev_det[gpu]
         leak = _leak_dict(det, comp._headroom(gpu))
         if det.verdict == "leak":
-            leaks.append({"gpu": gpu, "pid": None, "kind": None, "rate_bytes_per_s": det.rate,
+            leaks.append({"gpu": gpu, "pid": None, "kind": None, "sites": None, "rate_bytes_per_s": det.rate,
                           "time_to_oom_s": leak["time_to_oom_s"], "detected_at": det.detected_at})
         devices.append({
             "gpu": gpu, "uuid": d.uuid, "name": d.name, "parent": d.parent, "total_bytes": d.total,
@@ -158,10 +177,11 @@ def _episodes(comp: GpuComponent) -> list[dict[str, Any]]:
     for gpu, pid, _c, det, kind, a in comp._process_view():
         st = comp.procs.get((gpu, pid))
         k = kind or (st.kind if st is not None else None)
-        episodes += [{"gpu": gpu, "pid": pid, "kind": k if a is not None else None, **_episode_dict(e)}
+        episodes += [{"gpu": gpu, "pid": pid, "kind": k if a is not None else None, **_episode_dict(e),
+                      "sites": episode_sites(comp, gpu, pid, e.onset_estimate, e.cleared_at)}
                      for e in det.episodes]
     for gpu, det in comp.dev_det.items():
-        episodes += [{"gpu": gpu, "pid": None, "kind": None, **_episode_dict(e)} for e in det.episodes]
+        episodes += [{"gpu": gpu, "pid": None, "kind": None, **_episode_dict(e), "sites": None} for e in det.episodes]
     episodes.sort(key=lambda e: e["detected_at"])
     return episodes
 
@@ -177,5 +197,6 @@ def _allocator(comp: GpuComponent) -> list[dict[str, Any]]:
             "inactive_split_bytes": a.rec[6], "alloc_retries": a.rec[7], "ooms": a.rec[8],
             "fragmentation_ratio": a.rec[6] / a.rec[4] if a.rec[4] else 0.0,
             "fragmentation_warning": a.frag_warning, "fragmentation_reason": a.frag_reason or None,
+            "sites": comp.sites.latest(a.pid, a.device),
         })
     return allocator
