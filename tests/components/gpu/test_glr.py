@@ -142,3 +142,62 @@ def test_an_ongoing_leak_is_not_released_by_one_floor_sample(period: float, free
     assert all(e.end != "released" for e in det.episodes), det.episodes
     assert det.episodes[0].detected_at > 5000
     assert det.rate == pytest.approx(30 * MiB / 3600, rel=0.5)
+
+
+@pytest.mark.parametrize("seed", [11, 12, 13])
+def test_a_creep_seen_every_few_minutes_is_not_a_slow_shift(seed: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Floor samples every 2.5-8 minutes (a slow sawtooth's releases): a creep over the last five of them
+    stands out, since no load or cache fill takes several of those spacings (glr.RAMP_MAX_S). With the
+    ramps of three spacings the null had before, a shift as slow as the creep took it."""
+    rng = np.random.default_rng(seed)
+    spacing = float(rng.uniform(150, 480))
+    n = int(rng.integers(12, 24))
+    t = np.arange(n) * spacing + rng.uniform(-0.1, 0.1, n) * spacing
+    y = rng.normal(0, 1, n) + 3.0 * np.maximum(0, np.arange(n) - (n - 5))  # 3 SDs a sample, the last five
+    stat = glr.statistic(t, y, -1e9, 1200.0, 1.0, cache=False)[0]
+    assert stat > glr.threshold(n)
+    with monkeypatch.context() as m:
+        m.setattr(glr, "RAMP_MAX_S", 1e12)
+        assert glr.statistic(t, y, -1e9, 1200.0, 1.0, cache=False)[0] < glr.threshold(n)
+    d = glr.designs(t, -1e9, 1200.0, cache=False)
+    assert d["step"].shape[0] == len(np.unique(np.linspace(1, n - 1, min(n - 1, glr.MAX_STEPS)).astype(int))) * 2
+    # The same samples on a fast layout (10 s: a fill may span three of them) keep every ramp.
+    fast = glr.designs(np.arange(n) * 10.0, -1e9, 1200.0, cache=False)
+    assert fast["step"].shape[0] == d["step"].shape[0] * 2
+    # And a step that is a load, abrupt, is still in the null on the slow layout.
+    step = rng.normal(0, 1, n) + 30.0 * (np.arange(n) >= n // 2)
+    assert glr.statistic(t, step, -1e9, 1200.0, 1.0, cache=False)[0] < 1.0
+
+
+def test_the_minimum_s_noise_table_is_the_order_statistic() -> None:
+    from scipy import integrate, stats
+
+    from inferwatch_sidecar.components.gpu.trend import MIN_SD, min_sd
+
+    for m, sd in MIN_SD:
+        def pdf(x: float, m: int = m) -> float:
+            return float(m * stats.norm.pdf(x) * stats.norm.sf(x) ** (m - 1))
+
+        mu = integrate.quad(lambda x: x * pdf(x), -12, 12, limit=200)[0]
+        var = integrate.quad(lambda x: x * x * pdf(x), -12, 12, limit=200)[0] - mu * mu
+        assert sd == pytest.approx(var**0.5, abs=1e-3), m
+    assert min_sd(0.2) == 1.0 and min_sd(1e6) == MIN_SD[-1][1] and MIN_SD[4][1] < min_sd(7) < MIN_SD[3][1]
+
+
+@pytest.mark.parametrize("seed", [21, 22])
+def test_release_aligned_floors_are_judged_at_least_at_the_noise_of_a_minimum(seed: int) -> None:
+    """A square sawtooth (half of each period at the floor) sampled every 10 s with Gaussian noise: each
+    release-aligned floor sample is a minimum of about period / 10 s samples, so the block noise the GLR
+    uses is at least that minimum's SD, whatever the MAD of the window's few floor changes says."""
+    rng = np.random.default_rng(seed)
+    period, noise = float(rng.uniform(180, 400)), float(rng.uniform(20, 60)) * MiB
+    det = LeakDetector(DetectorConfig())
+    for t in np.arange(0.0, 3 * 3600, 10.0):
+        tooth = 600 * MiB * (((t % period) / period) >= 0.5)
+        det.update(float(t), 8 * 2**30 + tooth + rng.normal(0, noise))
+    from inferwatch_sidecar.components.gpu.trend import min_sd
+
+    judged = [r for r in det.results if r.sigma is not None]
+    assert judged and det.episodes == ()
+    for r in judged:
+        assert r.sigma >= 0.9 * min_sd(period / 10.0) * noise, (r.window_s, r.sigma / MiB)

@@ -81,6 +81,7 @@ from inferwatch_sidecar.components.gpu.trend import (
     _release_floors,
     _Scale,
     _slope,
+    floor_share,
     sen_mann_kendall,
 )
 
@@ -297,7 +298,7 @@ class LeakDetector:
             fb = _floor_blocks(sc, rw, cfg.min_blocks)
         if fb is None:
             return None
-        jump, g, sigma = _destep(fb.fy, cfg.method == "glr", cfg.step_k, self._sigma)
+        jump, g, sigma = _destep(fb.fy, cfg.method == "glr", cfg.step_k, self._sigma, floor_share(fb, self._dts))
         ft, fy, win = fb.ft, fb.fy, fb.win
         tw, gw = ft[win], g[win]
         slope, se = _slope(tw, gw, sigma)

@@ -4,8 +4,8 @@ Data: the de-stepped release-floor blocks of a scale (times ``t``, floors ``y``)
 Gaussian noise of one SD and a free offset:
 
 - **null** (leak-free), the best of: a constant; one level shift of any size at any block boundary,
-  abrupt or spread over up to RAMP_BLOCKS blocks (a cache filled within a minute, a load straddling
-  blocks); a saturating warm-up ``a (1 - exp(-(t - t0) / tau))`` (or its S-shaped form) from the
+  abrupt or spread over up to RAMP_BLOCKS blocks and RAMP_MAX_S seconds (a cache filled within a minute,
+  a load straddling blocks); a saturating warm-up ``a (1 - exp(-(t - t0) / tau))`` (or its S-shaped form) from the
   series' start ``t0`` with ``a >= 0`` and ``tau <= tau_max`` (its slope decays at least as fast as
   ``exp(-t / tau_max)``); the shift and the warm-up together (a load at the start, a cache filled on
   top of the warm-up);
@@ -38,8 +38,12 @@ TAU_MIN_SHARE = 1 / 64
 TAU_GRID = 49
 #: At most this many level-shift positions (a grid over the block boundaries).
 MAX_STEPS = 32
-#: A level shift of the null may take up to this many block spacings.
+#: A level shift of the null may take up to this many block spacings, and no longer than RAMP_MAX_S: a load or a
+#: cache fill completes within a minute or two, so it spreads over several floor samples only where they come
+#: faster than that. (Three spacings of release-aligned floors under a 5-minute sawtooth are 15 minutes: a
+#: "shift" that slow is a creep, and the null took the first quarter hour of every slow-sawtooth leak.)
 RAMP_BLOCKS = 3
+RAMP_MAX_S = 240.0
 #: The hinge's knot leaves at least this many floor samples after it. (A share of the span, a quarter
 #: before, kept a leak that began in the last quarter of a long window out of the knots: the best
 #: allowed hinge then started hours early at a third of the rate. A rise over the last few samples is
@@ -119,12 +123,14 @@ def designs(t: np.ndarray, t0: float, tau_max: float, cache: bool = True) -> dic
     """
     span = float(t[-1] - t[0])
     x = np.round((t - t[0]) / span, 6)
-    key = x.tobytes()
-    fixed = _CACHE.get(key) if cache else _fixed(x)
+    spacing = float(np.median(np.diff(t))) if len(t) > 1 else span
+    ramps = max(1, min(RAMP_BLOCKS, int(RAMP_MAX_S / spacing) if spacing > 0 else RAMP_BLOCKS))
+    key = x.tobytes() + bytes([ramps])
+    fixed = _CACHE.get(key) if cache else _fixed(x, ramps)
     if fixed is None:
         if len(_CACHE) >= CACHE_SIZE:
             _CACHE.pop(next(iter(_CACHE)))
-        fixed = _CACHE[key] = _fixed(x)
+        fixed = _CACHE[key] = _fixed(x, ramps)
     n = len(x)
     if t[0] - t0 > OLD * tau_max:
         warm = np.zeros((1, n))  # the warm-up is over: the null and the alternative hold none
@@ -135,12 +141,12 @@ def designs(t: np.ndarray, t0: float, tau_max: float, cache: bool = True) -> dic
     return {"warm": warm, "step": fixed["step"], "hinge": fixed["hinge"], "knots": t[0] + fixed["knots"] * span}
 
 
-def _fixed(x: np.ndarray) -> dict[str, np.ndarray]:
+def _fixed(x: np.ndarray, ramps: int = RAMP_BLOCKS) -> dict[str, np.ndarray]:
     n = len(x)
     us = np.unique(np.linspace(1, n - 1, min(n - 1, MAX_STEPS)).astype(np.int64))
     dx = float(np.median(np.diff(x)))
     steps = [(np.arange(n)[None, :] >= us[:, None]).astype(float)]
-    for ln in range(1, RAMP_BLOCKS + 1):
+    for ln in range(1, ramps + 1):
         steps.append(np.clip((x[None, :] - x[us - 1][:, None]) / (ln * dx), 0.0, 1.0))
     knots = x[: max(1, n - MIN_TAIL)]
     hinge = np.maximum(0.0, x[None, :] - knots[:, None])

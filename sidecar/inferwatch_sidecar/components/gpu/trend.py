@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 from collections import deque
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -372,7 +373,33 @@ def _release_floors(sc: _Scale, releases: np.ndarray, min_blocks: int, since: fl
     return _Blocks(ft, fy, win, block, edge, True)
 
 
-def _destep(fy: np.ndarray, glr_method: bool, step_k: float, sample_sigma: float
+#: SD of the minimum of m independent standard normal samples, (m, SD): order statistics (numerical
+#: integration of m phi(x) (1 - Phi(x))^(m - 1); tests/components/gpu/test_glr.py checks them with scipy).
+MIN_SD = ((1, 1.0), (2, 0.826), (3, 0.748), (5, 0.669), (10, 0.587), (20, 0.525), (50, 0.464), (100, 0.429),
+          (200, 0.401), (500, 0.370), (1000, 0.351))
+
+
+def min_sd(m: float) -> float:
+    """The SD of the minimum of ``m`` standard normal samples (MIN_SD, interpolated in log m; flat past the ends)."""
+    return float(np.interp(math.log(max(1.0, m)), [math.log(a) for a, _ in MIN_SD], [b for _, b in MIN_SD]))
+
+
+def floor_share(fb: _Blocks, dts: Iterable[float]) -> float:
+    """The least block noise, as a share of the per-sample noise, for the floor samples of ``fb``.
+
+    A release-aligned floor sample is the sawtooth's trough, the minimum of the segment's samples (``fb.block``
+    over the median sampling interval of ``dts``): its noise is at least that of such a minimum (a sawtooth's
+    ramp leaves fewer samples near the trough: more, never less), while the MAD of a window's few changes, or
+    of long idle segments among busy ones, can say far less. Fixed blocks keep 0.3: an allocator's floor is
+    the minimum under one-sided spikes (activations), far less noisy than its samples.
+    """
+    d = sorted(dts)
+    if not fb.aligned or not d or d[0] <= 0:
+        return 0.3
+    return max(0.3, min_sd(fb.block / d[len(d) // 2]))
+
+
+def _destep(fy: np.ndarray, glr_method: bool, step_k: float, sample_sigma: float, floor_share: float = 0.3
             ) -> tuple[np.ndarray, np.ndarray, float]:
     """The level shifts among the floor blocks, the de-stepped floor, and the block noise.
 
@@ -421,7 +448,7 @@ def _destep(fy: np.ndarray, glr_method: bool, step_k: float, sample_sigma: float
     # Quantised floors (2 MiB granules) often repeat exactly: the MAD can be 0. A block minimum of
     # Gaussian samples has an SD of at least 0.3 of theirs, and never less than one granule.
     mad = 1.4826 * float(np.median(np.abs(rest - np.median(rest)))) / math.sqrt(2) if len(rest) else 0.0
-    sigma = max(2 * MiB, 0.3 * sample_sigma, mad)
+    sigma = max(2 * MiB, floor_share * sample_sigma, mad)
     return jump, g, sigma
 
 
