@@ -125,8 +125,19 @@ def distance2(f: np.ndarray, start_t: np.ndarray, taus: np.ndarray | None = None
     return ks, np.maximum(0.0, np.minimum(best_step, best_warm))
 
 
-def oracle_time(tr: Trace, until: float) -> tuple[float, float]:
-    """(t_or, P) of a leak trace: the earliest time the oracle separates the leak (inf: not by ``until``)."""
+def own_noise(tr: Trace, period: float) -> float:
+    """The noise of the leaking process's floor as its own samples show it, MiB: the SD of the minimum of the
+    samples of one floor interval (``period / dt`` of them; the order statistic of its Gaussian noise). A
+    lower bound: a sawtooth's ramp leaves fewer samples near its trough."""
+    from inferwatch_sidecar.components.gpu.trend import min_sd
+
+    dt = float(tr.desc["dt"])  # type: ignore[arg-type]
+    return float(tr.desc["noise_mib"]) * min_sd(max(1.0, period / dt))  # type: ignore[arg-type]
+
+
+def oracle_time(tr: Trace, until: float, noise_mib: float = NOISE / MiB) -> tuple[float, float]:
+    """(t_or, P) of a leak trace: the earliest time the oracle separates the leak (inf: not by ``until``),
+    seeing the floor with ``noise_mib`` of noise (default NOISE, the issue's; :func:`own_noise` for the trace's)."""
     p = tr.leak_proc
     assert p is not None and tr.onset is not None
     period = floor_period(p, float(tr.desc["dt"]))
@@ -140,6 +151,6 @@ def oracle_time(tr: Trace, until: float) -> tuple[float, float]:
     # leave the true warm-up's misfit, which enough samples would "separate" before the onset).
     taus = np.r_[np.exp(np.linspace(*np.log(TAU_RANGE), TAU_GRID)), p.warm_tau]
     ks, d2 = distance2(f, el, taus)
-    need = ((Z_ALPHA + Z_BETA) * NOISE / MiB) ** 2
+    need = ((Z_ALPHA + Z_BETA) * max(noise_mib, 1e-9)) ** 2
     ok = np.flatnonzero(d2 >= need)
     return (float(ts[ks[ok[0]] - 1]) if len(ok) else math.inf), period

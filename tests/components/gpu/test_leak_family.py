@@ -193,6 +193,31 @@ def test_the_oracle_cannot_separate_what_the_null_holds_and_separates_a_creep_by
     assert oracle.target_delay(1.0) == 900.0 and oracle.target_delay(0.5) == pytest.approx(1800.0)
 
 
+def test_the_oracle_at_a_trace_s_own_noise_needs_more_time_when_its_floor_is_noisier() -> None:
+    """The oracle's time at the trace's own floor noise (the minimum of a floor interval's samples) against the
+    issue's 20 MiB: later where that noise is larger, and its noise the order statistic of the drawn one."""
+    from inferwatch_sidecar.components.gpu.trend import min_sd
+
+    rng = np.random.default_rng(3)
+    checked = 0
+    while checked < 4:
+        tr = fam.make_trace(rng, 1.0)
+        p = tr.leak_proc
+        assert p is not None
+        period = oracle.floor_period(p, float(tr.desc["dt"]))
+        own = oracle.own_noise(tr, period)
+        assert own == pytest.approx(tr.desc["noise_mib"] * min_sd(period / tr.desc["dt"]))
+        until = tr.onset + 4 * 3600
+        t20 = oracle.oracle_time(tr, until)[0]
+        if not np.isfinite(t20):
+            continue
+        t_own = oracle.oracle_time(tr, until, own)[0]
+        t_double = oracle.oracle_time(tr, until, 40.0)[0]
+        assert t_double >= t20
+        assert (t_own >= t20) if own >= 20 else (t_own <= t20)
+        checked += 1
+
+
 def test_the_allocator_series_samples_every_10_s_and_carries_the_tensor_leak() -> None:
     rng = np.random.default_rng(7)
     measured = 0
