@@ -489,7 +489,8 @@ def report_own_noise(own: list[tuple[bool, bool, bool]]) -> None:
     sep = [x for x in own if x[0]]
     both = [x for x in sep if x[1]]
     print(f"at each trace's own floor noise (leak_oracle.own_noise: the per-sample noise drawn, 0-80 MiB, as the "
-          f"minimum of a floor interval's samples sees it), the oracle separates {len(both)} of those {len(sep)} "
+          f"minimum of a floor interval's samples sees it, and the sawtooth's phase at the first sample after a "
+          f"release), the oracle separates {len(both)} of those {len(sep)} "
           f"by their deadline; inferwatch finds {sum(x[2] for x in both)} of them in time "
           f"({100 * sum(x[2] for x in both) / max(1, len(both)):.1f}%), and {sum(x[2] for x in sep if not x[1])} of "
           f"the {len(sep) - len(both)} that the data at their own noise do not separate in time")

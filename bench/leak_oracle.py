@@ -127,12 +127,20 @@ def distance2(f: np.ndarray, start_t: np.ndarray, taus: np.ndarray | None = None
 
 def own_noise(tr: Trace, period: float) -> float:
     """The noise of the leaking process's floor as its own samples show it, MiB: the SD of the minimum of the
-    samples of one floor interval (``period / dt`` of them; the order statistic of its Gaussian noise). A
-    lower bound: a sawtooth's ramp leaves fewer samples near its trough."""
+    samples of one floor interval (``period / dt`` of them; the order statistic of its Gaussian noise) and,
+    under a visible saw or random-release sawtooth, the phase of the first sample after each release, which
+    the tooth has already lifted by up to its slope x dt (SD slope x dt / sqrt 12). A lower bound still:
+    missing and jittered samples, loads and busy/idle swings add more."""
     from inferwatch_sidecar.components.gpu.trend import min_sd
 
+    p = tr.leak_proc
+    assert p is not None
     dt = float(tr.desc["dt"])  # type: ignore[arg-type]
-    return float(tr.desc["noise_mib"]) * min_sd(max(1.0, period / dt))  # type: ignore[arg-type]
+    sample = float(tr.desc["noise_mib"]) * min_sd(max(1.0, period / dt))  # type: ignore[arg-type]
+    phase = 0.0
+    if period > dt and p.saw_shape in ("saw", "random") and p.saw_period > 0:
+        phase = (p.saw_amp / MiB) / p.saw_period * dt / math.sqrt(12)
+    return math.hypot(sample, phase)
 
 
 def oracle_time(tr: Trace, until: float, noise_mib: float = NOISE / MiB) -> tuple[float, float]:
