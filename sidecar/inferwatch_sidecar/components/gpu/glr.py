@@ -38,9 +38,9 @@ TAU_MIN_SHARE = 1 / 64
 TAU_GRID = 49
 #: At most this many level-shift positions (a grid over the block boundaries).
 MAX_STEPS = 32
-#: A level shift of the null may take up to this many block spacings, and no longer than RAMP_MAX_S: a load or a
-#: cache fill completes within a minute or two, so it spreads over several floor samples only where they come
-#: faster than that. (Three spacings of release-aligned floors under a 5-minute sawtooth are 15 minutes: a
+#: A level shift of the null may take up to this many block spacings, and no longer than RAMP_MAX_S: a load and
+#: its cache fill are over within a few minutes, so a shift spreads over several floor samples only where they
+#: come faster than that. (Three spacings of release-aligned floors under a 5-minute sawtooth are 15 minutes: a
 #: "shift" that slow is a creep, and the null took the first quarter hour of every slow-sawtooth leak.)
 RAMP_BLOCKS = 3
 RAMP_MAX_S = 240.0
