@@ -127,7 +127,7 @@ class _Logs:
 
     logs: list[ParsedLog]
     alloc_logs: list[AllocLog]
-    #: the second stage's allocation sites of every allocator file, by (pid, device)
+    #: the allocator files that hold captures of the second stage (their sites, by pid and device)
     sites: list[AllocLog] = field(default_factory=list)
     #: (pid, device) -> the allocator rows of that process
     alloc: dict[tuple[int, int], list[AllocRow]] = field(default_factory=dict)
