@@ -106,3 +106,15 @@ def test_malformed_site_records_are_counted_and_dropped() -> None:
     assert v[("inferwatch_gpu_allocator_records_dropped_total", (("reason", "bad_layout"),))] == 1
     assert v[("inferwatch_gpu_allocator_records_dropped_total", (("reason", "bad_value"),))] == 1
     assert comp.status()["allocator"][0]["sites"]["sites"][0]["file"] == "a.py"
+
+
+def test_a_flood_of_site_records_is_bounded_and_counted_until_the_sampler_folds_it() -> None:
+    comp, clock = scenario("native")
+    n = sm.MAX_KEYS * sm.MAX_SITES
+    comp.handle(50, 1, [site(clock.t, "a.py", i, 5) for i in range(n + 7)])
+    assert len(comp._site_inbox) == n
+    v = values(comp)
+    assert v[("inferwatch_gpu_allocator_records_dropped_total", (("reason", "sites_full"),))] == 7
+    comp.status()  # folds the queue under the lock: the capture holds at most MAX_SITES of them
+    assert len(comp._site_inbox) == 0
+    assert len(comp.status()["allocator"][0]["sites"]["sites"]) == sm.MAX_SITES
