@@ -47,7 +47,9 @@ def _context_files(rel: str) -> list[str]:
     return sorted(
         f.relative_to(ROOT).as_posix()
         for f in p.rglob("*")
-        if f.is_file() and "__pycache__" not in f.parts and not f.name.endswith(".pyc")
+        # Local build output (git-ignored; the ignore file keeps it out of the context): bytecode, and the
+        # compiled wire loop that an editable install leaves beside its source.
+        if f.is_file() and "__pycache__" not in f.parts and not f.name.endswith((".pyc", ".so"))
     )
 
 

@@ -96,7 +96,11 @@ class Decoder:
     _fast = True
 
     def __init__(self, max_schemas: int = 4096, max_schema_bytes: int = 64 << 20,
-                 max_string_chars: int | None = None) -> None:
+                 max_string_chars: int | None = None, loop: Any = None) -> None:
+        #: The loop over a frame's records on the fast path: None, the generated one
+        #: (:func:`generated_loop`); else a drop-in with its arguments and results, as the
+        #: sidecar's compiled one (``inferwatch_sidecar.ingest.fastwire``).
+        self._loop = loop
         # (producer_id << 32 | schema_id) -> Schema, in announcement order.
         self._schemas: dict[int, Schema] = {}
         self._sizes: dict[int, int] = {}
@@ -156,7 +160,8 @@ class Decoder:
         except UnicodeDecodeError:
             raise WireError("bad_string") from None
         if self._fast:
-            records, errors = (_decode_fast or _generate())(self, buf, off, n_rec, strings, producer << 32)
+            loop = self._loop or _decode_fast or _generate()
+            records, errors = loop(self, buf, off, n_rec, strings, producer << 32)
         else:
             records, errors = self._decode_general(buf, off, n_rec, strings, producer << 32)
         return Frame(pid, producer, seq, sent, records, errors)
@@ -405,6 +410,12 @@ def _drops(buf: bytes, p: int, end: int) -> tuple[dict[str, int], int]:
 #: The generated loop over a frame's records (see :func:`inferwatch.wire._codegen.decoder`),
 #: generated on first use, so that importing the SDK compiles nothing.
 _decode_fast: Any = None
+
+
+def generated_loop() -> Any:
+    """The generated loop, ``loop(decoder, buf, off, n_rec, strings, producer_id << 32) -> (records, errors)``:
+    what a :class:`Decoder`'s ``loop`` must give the same results as, and what it may hand records to."""
+    return _decode_fast or _generate()
 
 
 def _generate() -> Any:

@@ -218,10 +218,10 @@ class StagedComponent(PeriodicComponent):
         self.evaluate_interval_s = evaluate_interval_s
         self._next_eval = 0.0
 
-    def handle(self, pid: int, producer_id: int, records: list[tuple[Any, ...]]) -> None:
-        """Stage records for the worker. Cheap, bounded, never raises."""
+    def handle(self, pid: int, producer_id: int, records: list[tuple[Any, ...]], nbytes: int | None = None) -> None:
+        """Stage records for the worker. Cheap, bounded, never raises. ``nbytes``: see ``Staging.put``."""
         try:
-            refused = self._staging.put(records)
+            refused = self._staging.put(records, nbytes)
         except Exception:  # pragma: no cover - defensive: the ingest thread must survive
             self.dropped["error"] = self.dropped.get("error", 0) + 1
             return

@@ -30,6 +30,24 @@ def record_bytes(r: tuple[Any, ...]) -> int:
     return EVENT_BYTES
 
 
+def feature_bytes(records: list[tuple[Any, ...]]) -> int:
+    """What the RECORD events of ``records`` add to :data:`EVENT_BYTES` each (their features; see
+    :func:`record_bytes`), summed in one pass without a call per record. The pipeline sums a frame once
+    and hands the total to every component it stages for (``Staging.put``'s ``nbytes``)."""
+    total = 0
+    rec, cat_bytes = EV_RECORD, CAT_BYTES
+    for r in records:
+        if r[0] == rec:
+            try:
+                f = r[7]
+                if f is not None:
+                    _, nums, cats = f
+                    total += 8 * len(nums) + cat_bytes * len(cats)
+            except (TypeError, ValueError, IndexError):
+                pass
+    return total
+
+
 class Staging:
     """A bounded list of records, filled by one thread and emptied by another.
 
@@ -46,27 +64,21 @@ class Staging:
         self._lock = threading.Lock()
         self._items: list[tuple[Any, ...]] = []
 
-    def put(self, records: list[tuple[Any, ...]]) -> int:
-        """Stage as many of ``records`` as fit; return how many did not."""
+    def put(self, records: list[tuple[Any, ...]], nbytes: int | None = None) -> int:
+        """Stage as many of ``records`` as fit; return how many did not.
+
+        ``nbytes``: what :func:`record_bytes` sums to over ``records``, when the caller knows it (the
+        pipeline sums a frame once for every component); None: summed here.
+        """
         with self._lock:
             room = self.limit - len(self._items)
             take = records if room >= len(records) else records[:max(room, 0)]
             budget = self.max_bytes - self.nbytes
-            # The whole batch at its floor (EVENT_BYTES each) plus the features of its RECORD events,
-            # summed in one pass without a call per record (the sum is what record_bytes would give).
-            # Only a batch that does not fit in full is walked again, record by record, to find where
-            # the budget ends: the records staged and refused are the same as one record_bytes per record.
-            total = EVENT_BYTES * len(take)
-            rec, cat_bytes = EV_RECORD, CAT_BYTES
-            for r in take:
-                if r[0] == rec:
-                    try:
-                        f = r[7]
-                        if f is not None:
-                            _, nums, cats = f
-                            total += 8 * len(nums) + cat_bytes * len(cats)
-                    except (TypeError, ValueError, IndexError):
-                        pass
+            # The whole batch at its floor (EVENT_BYTES each) plus the features of its RECORD events (the
+            # sum is what record_bytes would give). Only a batch that does not fit in full is walked again,
+            # record by record, to find where the budget ends: the records staged and refused are the same
+            # as one record_bytes per record.
+            total = nbytes if nbytes is not None and take is records else EVENT_BYTES * len(take) + feature_bytes(take)
             if total <= budget:
                 self.nbytes += total
                 self._items.extend(take)

@@ -35,6 +35,7 @@ from inferwatch_sidecar.components.base import (
     ServesAdmin,
     TakesOffline,
 )
+from inferwatch_sidecar.components.periodic import StagedComponent
 from inferwatch_sidecar.config import SidecarConfig
 from inferwatch_sidecar.export.budget import ExpositionBudget
 from inferwatch_sidecar.export.prerender import ScrapeRenderer
@@ -157,7 +158,8 @@ class Wiring:
                 self.slots.append(ComponentSlot(name, "unavailable", reason="build() returned None"))
                 continue
             self.slots.append(ComponentSlot(name, "built", comp))
-            self.pipeline.subscribe(name, frozenset(comp.record_types), comp.handle)
+            self.pipeline.subscribe(name, frozenset(comp.record_types), comp.handle,
+                                    sized=isinstance(comp, StagedComponent))
         # A component that reads another's results (the canary judge reads the drift estimates) gets the others.
         peers = Peers({s.name: s.component for s in self.slots if s.component is not None})
         for s in self.slots:

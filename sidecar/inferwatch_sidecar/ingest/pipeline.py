@@ -46,6 +46,8 @@ from inferwatch.wire import (
     WireError,
 )
 from inferwatch_sidecar.aggregate.aggregator import Aggregator, HistogramSet, histogram_family
+from inferwatch_sidecar.components.staging import EVENT_BYTES, feature_bytes
+from inferwatch_sidecar.ingest import fastwire
 from inferwatch_sidecar.metrics import families
 from inferwatch_sidecar.metrics.core import (
     COMPONENT_ERRORS_TOTAL,
@@ -189,8 +191,11 @@ class Pipeline:
         self.agg = aggregator
         self.lock = aggregator.lock
         self.dispatch = dispatch or []
+        #: The names in ``dispatch`` whose handle takes the records' byte estimate (see :meth:`subscribe`).
+        self.sized: frozenset[str] = frozenset()
+        loop, self.wire_decoder = fastwire.choose()
         self.decoder = Decoder(max_schemas=max_schemas, max_schema_bytes=max_schema_bytes,
-                               max_string_chars=max_string_chars)
+                               max_string_chars=max_string_chars, loop=loop)
         self.max_schema_bytes = max_schema_bytes
         self.max_event_rate = max_event_rate
         self.max_frame_rate = max_frame_rate
@@ -288,10 +293,19 @@ class Pipeline:
             self._count_error("record", "internal_error")
             log.exception("aggregation failed")
         n_rec, n_types = len(records), len(counts)
+        sized = self.sized
+        # The features' bytes of the frame's RECORD events, summed once (None: not yet) for every component
+        # that stages all of them; a component that takes no RECORD stages EVENT_BYTES an event.
+        fbytes: int | None = None
         for name, types, handle in dispatch:
+            nb: int | None = None
             if not ok:
                 sub = [r for r in records if r[0] in types]
             elif sink is not None and types == _RECORD_ONLY:
+                if name in sized:
+                    if fbytes is None:
+                        fbytes = feature_bytes(sink)
+                    nb = EVENT_BYTES * len(sink) + fbytes
                 sub, sink = sink, list(sink)  # each component gets its own list
             else:
                 # How many of this frame's events the component takes, from the per-type counters:
@@ -303,10 +317,22 @@ class Pipeline:
                         wanted += counts[t] - before[t]
                 if not wanted:
                     continue
-                sub = records[:] if wanted == n_rec else [r for r in records if r[0] in types]
+                if wanted == n_rec:
+                    sub = records[:]
+                    if name in sized:
+                        if fbytes is None:
+                            fbytes = feature_bytes(sink if sink is not None else records)
+                        nb = EVENT_BYTES * n_rec + fbytes
+                else:
+                    sub = [r for r in records if r[0] in types]
+                    if EV_RECORD not in types and name in sized:
+                        nb = EVENT_BYTES * len(sub)
             if sub:
                 try:
-                    handle(pid, pid64, sub)
+                    if nb is None:
+                        handle(pid, pid64, sub)
+                    else:
+                        handle(pid, pid64, sub, nb)
                 except Exception:
                     self.count_component_error(name, "handle")
 
@@ -332,16 +358,22 @@ class Pipeline:
             for method in self.COMPONENT_METHODS:
                 self.component_errors.setdefault((name, method), 0)
 
-    def subscribe(self, name: str, record_types: frozenset[int],
-                  handle: Callable[[int, int, list[tuple[Any, ...]]], None]) -> None:
+    def subscribe(self, name: str, record_types: frozenset[int], handle: Callable[..., None], *,
+                  sized: bool = False) -> None:
         """Send component ``name`` the decoded records of ``record_types`` (``handle`` runs on the ingest thread:
         it must not block; what it raises is counted). Registers its error series at zero too.
+
+        ``sized``: ``handle`` takes a fourth argument, the records' byte estimate
+        (:func:`~inferwatch_sidecar.components.staging.record_bytes` summed, or None), which the pipeline
+        sums once per frame for every component instead of each stage summing it again.
 
         The list is replaced, not changed in place, so a frame being dispatched keeps the list it started with.
         """
         self.register_component(name)
         if record_types:
             self.dispatch = [*self.dispatch, (name, frozenset(record_types), handle)]
+            if sized:
+                self.sized = self.sized | {name}
 
     def count_component_error(self, name: str, method: str) -> None:
         """Count an exception from a component; log it with its traceback now and then (call from an except block)."""
@@ -404,6 +436,7 @@ class Pipeline:
                 "implausible": dict(self.implausible),
                 "schema_cache_bytes": self.decoder.schema_bytes,
                 "sdk_dropped": dict(self.agg.sdk_drops),
+                "wire_decoder": self.wire_decoder,
             }
 
     def producers_status(self, now: float, timeout_s: float, limit: int = 100) -> dict[str, Any]:

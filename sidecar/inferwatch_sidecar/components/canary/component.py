@@ -91,9 +91,9 @@ class CanaryComponent(StagedComponent):
 
     # -- ingest thread --------------------------------------------------------------------------------------------
 
-    def handle(self, pid: int, producer_id: int, records: list[tuple[Any, ...]]) -> None:
+    def handle(self, pid: int, producer_id: int, records: list[tuple[Any, ...]], nbytes: int | None = None) -> None:
         """Stage events for the judge's thread. Cheap, bounded, never raises."""
-        super().handle(pid, producer_id, records)
+        super().handle(pid, producer_id, records, nbytes)
         # Replicas per version, for the load-imbalance warning: one dict store per frame (its first event's
         # context; a frame's events nearly always share one), bounded.
         try:

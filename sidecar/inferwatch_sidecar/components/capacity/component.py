@@ -72,9 +72,9 @@ class CapacityComponent(StagedComponent):
         self._report: dict[str, Any] = {}
         self.cold = ColdStarts(self._keys.of)
 
-    def handle(self, pid: int, producer_id: int, records: list[tuple[Any, ...]]) -> None:
+    def handle(self, pid: int, producer_id: int, records: list[tuple[Any, ...]], nbytes: int | None = None) -> None:
         """Stage the records; a producer still warming up also feeds the cold-start tracker (ingest thread)."""
-        super().handle(pid, producer_id, records)
+        super().handle(pid, producer_id, records, nbytes)
         try:
             self.cold.frame(pid, producer_id, records)
         except Exception:  # pragma: no cover - defensive: the ingest thread must survive
