@@ -1,8 +1,10 @@
-"""The one compiled part: the sidecar's loop over a wire frame's records (issue 23, item 8).
+"""The two compiled parts of the sidecar (issue 23, item 8): its loop over a wire frame's records, and the
+reading of a batch's feature rows into a matrix.
 
-Everything else is in pyproject.toml. The extension is optional: without a C compiler the build goes on and
-the sidecar decodes with the SDK's pure-Python loop (``/v1/status`` says which one runs). CI (``CI=true``)
-requires it: ``tests/ingest/test_wirec.py`` fails when it is missing.
+Everything else is in pyproject.toml. Both extensions are optional: without a C compiler the build goes on
+and the sidecar runs the pure-Python paths they replace (``/v1/status`` says which wire loop runs). CI
+(``CI=true``) requires them: ``tests/ingest/test_wirec.py`` and ``tests/stats/test_rows.py`` fail when one is
+missing.
 """
 
 from setuptools import Extension, setup
@@ -14,6 +16,12 @@ setup(
             sources=["sidecar/inferwatch_sidecar/ingest/_wirec.c"],
             extra_compile_args=["-O2", "-Wall", "-Wextra", "-Wno-unused-parameter", "-Wno-missing-field-initializers"],
             optional=True,
-        )
+        ),
+        Extension(
+            "inferwatch_sidecar.stats._rows",
+            sources=["sidecar/inferwatch_sidecar/stats/_rows.c"],
+            extra_compile_args=["-O2", "-Wall", "-Wextra", "-Wno-unused-parameter", "-Wno-missing-field-initializers"],
+            optional=True,
+        ),
     ]
 )

@@ -327,3 +327,12 @@ def test_the_pipeline_runs_the_compiled_loop_and_says_so(monkeypatch: pytest.Mon
     monkeypatch.setenv(fastwire.ENV, "cython")
     with pytest.raises(ValueError, match="INFERWATCH_WIRE_DECODER='cython'"):
         Pipeline(Aggregator(ComponentContext()))
+
+
+def test_a_bad_choice_stops_start_up_with_what_to_set(monkeypatch: pytest.MonkeyPatch) -> None:
+    from inferwatch_sidecar.config import SidecarConfig
+    from inferwatch_sidecar.daemon import Sidecar, StartupError
+
+    monkeypatch.setenv(fastwire.ENV, "fast")
+    with pytest.raises(StartupError, match="use 'auto'.*or 'python'"):
+        Sidecar(SidecarConfig.model_validate({"gpu": {"enabled": False}}))

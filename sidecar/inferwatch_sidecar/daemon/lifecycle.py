@@ -106,12 +106,15 @@ class Sidecar(Wiring, StatusReport):
         for problem in self.aggregator.alert_bound_problems():
             log.warning("%s", problem)
         self.latency = LatencyStatus(self.aggregator)
-        self.pipeline = Pipeline(
-            self.aggregator, max_producers=cfg.ingest.max_producers, max_schemas=cfg.ingest.max_schemas,
-            max_schema_bytes=cfg.ingest.max_schema_bytes, max_event_rate=cfg.ingest.max_producer_event_rate,
-            max_frame_rate=cfg.ingest.max_producer_frame_rate, clock=clock,
-            max_string_chars=cfg.ingest.max_string_chars,
-        )
+        try:
+            self.pipeline = Pipeline(
+                self.aggregator, max_producers=cfg.ingest.max_producers, max_schemas=cfg.ingest.max_schemas,
+                max_schema_bytes=cfg.ingest.max_schema_bytes, max_event_rate=cfg.ingest.max_producer_event_rate,
+                max_frame_rate=cfg.ingest.max_producer_frame_rate, clock=clock,
+                max_string_chars=cfg.ingest.max_string_chars,
+            )
+        except ValueError as e:  # INFERWATCH_WIRE_DECODER names no loop
+            raise StartupError(str(e)) from None
         self.json_ingest = JsonIngest(self.pipeline, JsonDecoder(cfg.ingest.max_json_events))
         # Built even when traces.enabled is false (no route then), so its counters export at zero.
         self.traces = otlp_traces.build(cfg.traces, self.pipeline)

@@ -11,7 +11,6 @@ configured reference it first fills a :class:`~inferwatch_sidecar.components.dri
 from __future__ import annotations
 
 import logging
-from itertools import chain
 from typing import Any
 
 import numpy as np
@@ -26,12 +25,10 @@ from inferwatch_sidecar.components.drift.state import state_array
 from inferwatch_sidecar.components.drift.warmup import Warmup
 from inferwatch_sidecar.components.drift.window import ColumnWindow
 from inferwatch_sidecar.stats.columns import to_float
+from inferwatch_sidecar.stats.rows import float_rows
 
 #: How a label reached its prediction (the ``result`` label of ``inferwatch_drift_labels_total``).
 LABEL_RESULTS = ("joined", "inline", "unmatched", "expired")
-
-#: The row type :meth:`Monitor._ingest_slot` reads with ``np.fromiter`` (the same values as ``np.array``).
-_TUPLE = {tuple}
 
 log = logging.getLogger("inferwatch.sidecar.drift")
 
@@ -186,10 +183,7 @@ class Monitor:
             n = len(nums)
             seen: set[str] = set()
             if num_names:
-                if set(map(type, nums)) == _TUPLE:  # the decoder's rows: read in one flat pass, no shape discovery
-                    mat = np.fromiter(chain.from_iterable(nums), dtype=np.float64).reshape(n, len(num_names))
-                else:
-                    mat = np.array(nums, dtype=np.float64).reshape(n, len(num_names))
+                mat = float_rows(nums, len(num_names))
                 for j, name in enumerate(num_names):
                     cw = cols.get(name)
                     if cw is not None and name not in special and name not in seen:
