@@ -6,8 +6,11 @@ A :class:`TailWindow` keeps, for the requests of one window:
   hold every tail group the analysis needs: the slowest 1% exactly while the
   window has at most ``100 * max_tail`` requests, the slowest 0.1% up to
   ``1000 * max_tail``;
-- a uniform sample of all requests (reservoir sampling, Algorithm R, seeded),
-  which gives the median requests and "the rest" the tail is compared with;
+- a uniform sample of all requests (reservoir sampling, seeded), which gives the
+  median requests and "the rest" the tail is compared with. Algorithm L (Li,
+  1994): the sample is Algorithm R's in distribution, but once it is full the
+  number of requests to pass over before the next one enters is drawn at once
+  (geometric), so a busy window makes O(k log(n/k)) draws, not one per request;
 - the request count.
 
 Each kept request is a :class:`Row` that references the decoded event's own
@@ -22,6 +25,7 @@ it), which the component holds under ``tail.max_window_bytes`` over all windows.
 from __future__ import annotations
 
 import heapq
+import math
 import random
 from typing import Any
 
@@ -53,7 +57,8 @@ class TailWindow:
         seed: seed of the sampling.
     """
 
-    __slots__ = ("key", "n", "max_tail", "size", "sample", "top", "_rng", "_randbelow", "_seq", "bytes")
+    __slots__ = ("key", "n", "max_tail", "size", "sample", "top", "_rng", "_randbelow", "_seq", "bytes", "_w",
+                 "_next")
 
     def __init__(self, key: tuple[str, str, str], max_tail: int, reservoir: int, seed: int) -> None:
         self.key = key
@@ -69,6 +74,31 @@ class TailWindow:
         self._seq = 0
         #: Estimated bytes of the features the kept rows hold.
         self.bytes = 0
+        #: Algorithm L's running weight, and the request count at which the next request enters the full sample.
+        self._w = 1.0
+        self._next = 0
+
+    def _skip(self) -> None:
+        """Draw how many requests pass before the next one enters the full sample (Algorithm L's geometric gap)."""
+        rnd = self._rng.random
+        self._w *= math.exp(math.log(1.0 - rnd()) / self.size)
+        w = self._w
+        gap = 0 if w >= 1.0 else math.floor(math.log(1.0 - rnd()) / math.log1p(-w))
+        self._next = self.n + gap + 1
+
+    def _slot(self) -> int:
+        """The sample index of the ``n``-th request: the end while the sample fills, a random index when the
+        drawn gap ends on it, else ``size`` (not sampled)."""
+        j = len(self.sample)
+        if j < self.size:
+            if j + 1 == self.size:
+                self._skip()
+            return j
+        if self.n == self._next:
+            j = self._randbelow(self.size)
+            self._skip()
+            return j
+        return self.size
 
     def _release(self, row: Row) -> None:
         row.held -= 1
@@ -81,7 +111,7 @@ class TailWindow:
         A row is added without features; :meth:`attach` gives it them, so their bytes are counted.
         """
         self.n += 1
-        j = len(self.sample) if len(self.sample) < self.size else self._randbelow(self.n)
+        j = self._slot()
         self._seq += 1
         top = self.top
         if j >= self.size and len(top) >= self.max_tail and not row.latency > top[0][0]:
@@ -94,7 +124,8 @@ class TailWindow:
         kept (most requests of a busy window are not): the kept row, or None. The same draws and the same rows
         kept as :meth:`add`."""
         self.n += 1
-        j = len(self.sample) if len(self.sample) < self.size else self._randbelow(self.n)
+        # Past the fill, most requests are neither drawn nor among the slowest: two comparisons each.
+        j = self.size if self.n != self._next and len(self.sample) >= self.size else self._slot()
         self._seq += 1
         top = self.top
         if j >= self.size and len(top) >= self.max_tail and not latency > top[0][0]:
