@@ -58,7 +58,14 @@ def tree_api() -> dict[str, Any]:
         raise ImportError(f"none of {names}")
 
     wire = first("inferwatch.wire", "inferwatch._wire")
+    try:  # the sidecar's compiled wire loop (issue 23), where the tree has it and it was built
+        from inferwatch_sidecar.ingest import fastwire
+
+        loop = fastwire.compiled()
+    except ImportError:
+        loop = None
     return {
+        "loop": loop,
         "Decoder": wire.Decoder,
         "Aggregator": first("inferwatch_sidecar.aggregate.aggregator", "inferwatch_sidecar.aggregate").Aggregator,
         "Pipeline": first("inferwatch_sidecar.ingest.pipeline", "inferwatch_sidecar.pipeline").Pipeline,

@@ -155,8 +155,17 @@ def timed_variants(api: dict[str, Any], frames: list[bytes], n_events: int) -> d
             return el
         return run
 
-    return {"decode": decode, "aggregate": aggregate, "pipeline": pipeline_with(False),
-            "pipeline_handoff": pipeline_with(True)}
+    out = {"decode": decode, "aggregate": aggregate, "pipeline": pipeline_with(False),
+           "pipeline_handoff": pipeline_with(True)}
+    if api.get("loop") is not None:
+        def decode_compiled() -> float:
+            d = api["Decoder"](loop=api["loop"])
+            t = clock()
+            for f in frames:
+                d.decode(f)
+            return clock() - t
+        out["decode_compiled"] = decode_compiled
+    return out
 
 
 def variants_child(frames_path: str, n_events: int) -> None:
@@ -457,6 +466,8 @@ def print_part1(p1: dict[str, Any]) -> None:
         print(line + ("  us/event" if unit == "us" else "  events/s per core"))
 
     row("decode (inferwatch.wire.Decoder)", "decode_us_per_event", "us", False)
+    if "decode_compiled_us_per_event" in p1:
+        row("decode, the sidecar's compiled loop", "decode_compiled_us_per_event", "us", False)
     row("aggregate, inferwatch arrays", "aggregate_us_per_event", "us", False)
     row("aggregate, prometheus_client observe", "prometheus_client_us_per_event", "us", False)
     row("pipeline: decode, account, aggregate", "pipeline_ev_per_s", "ev", True)

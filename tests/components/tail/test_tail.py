@@ -159,3 +159,53 @@ def test_the_sample_is_uniform_over_the_window_whatever_its_size() -> None:
         assert stats.binomtest(int(got), 200 * windows, p).pvalue > 1e-3, (got, 200 * windows * p)
     ranks = np.repeat(np.arange(n), kept.astype(int))
     assert abs(ranks.mean() - (n - 1) / 2) < 4 * n / np.sqrt(12 * size * windows)
+
+
+def test_records_join_their_requests_in_any_order_and_any_batch_split() -> None:
+    """A record before or after its request, in the same batch or a later one: every kept request gets its
+    record's features. What still waits is only records whose request came in an earlier batch and was not
+    kept (the component does not remember requests it did not keep); none was dropped."""
+    import random
+
+    for seed in range(12):
+        rng = random.Random(seed)
+        events = traffic(seed, 600)
+        pairs = [events[i:i + 2] for i in range(0, len(events), 2)]
+        out: list[tuple[Any, ...]] = []
+        held: list[tuple[Any, ...]] = []  # records sent up to a few requests late
+        for rec, req in pairs:
+            if rng.random() < 0.3:
+                held.append(rec)
+                out.append(req)
+            else:
+                out += [rec, req]
+            if held and rng.random() < 0.5:
+                out.append(held.pop(0))
+        out += held
+        c = TailComponent(TailConfig(window_seconds=60, max_tail=32, reservoir=100),
+                          ComponentContext(clock=lambda: 1000.0))
+        i = 0
+        while i < len(out):  # batches of random sizes
+            k = rng.randint(1, 150)
+            c.handle(0, 0, out[i:i + k])
+            c.drain(1000.0)
+            i += k
+        (w,) = c.windows.values()
+        rows = {id(r): r for r in w.sample} | {id(t[2]): t[2] for t in w.top}
+        assert rows and all(r.feats is not None for r in rows.values()), seed
+        assert (c.dropped["unmatched_record"], len(c._awaiting)) == (0, 0)
+        kept_lat = {r.latency for r in rows.values()}
+        by_rid = {e[6]: e[3] * 1e-9 for e in events if e[0] == EV_REQUEST}
+        assert not {rid for rid in c._pending if by_rid[rid] in kept_lat}, seed
+        assert len(c._pending) < 0.05 * len(pairs) and c.pending_bytes == sum(nb for _, nb in c._pending.values())
+
+
+def test_records_without_requests_wait_within_their_bound_and_are_counted_when_dropped() -> None:
+    recs = [(EV_RECORD, CTX, 0, f"lone{i}", "cat", 0.9, None, (SCHEMA, (1.0, 2.0), ("a",))) for i in range(500)]
+    c = TailComponent(TailConfig(window_seconds=60, max_pending=200), ComponentContext(clock=lambda: 1000.0))
+    feed(c, recs, 1000.0, frame=70)
+    assert len(c._pending) == 200 and c.dropped["unmatched_record"] == 300
+    assert list(c._pending)[0] == "lone300"  # the oldest went first
+    late = (EV_REQUEST, CTX, 0, 5_000_000, 0, None, "lone499", None, (("inference", 5_000_000, None),))
+    feed(c, [late], 1000.0)
+    assert "lone499" not in c._pending and c.pending_bytes == sum(nb for _, nb in c._pending.values())

@@ -184,71 +184,110 @@ class TailComponent(StagedComponent):
                              lambda k: TailWindow(k, cfg.max_tail, cfg.reservoir, cfg.seed))
 
     def absorb(self, batch: list[tuple[Any, ...]], now: float) -> None:
-        """Take the staged events into the windows, then close the window if ``now`` is past its end."""
+        """Take the staged events into the windows, then close the window if ``now`` is past its end.
+
+        Two passes. The records first: one whose kept request waits for it (from an earlier batch) joins it;
+        the others are held by request ID for this batch's requests. Then the requests: each takes its record
+        from there or from the records still waiting from earlier batches. Only the records no request of the
+        batch claimed wait on, sized and bounded (``_pending``): the SDK sends a request's record just before
+        the request, so most never wait, and a record whose request was not kept is dropped with its batch.
+        """
         W = self.cfg.window_seconds
         if self.window_end is None:
             self.window_end = (math.floor(now / W) + 1) * W
-        pending, awaiting, limit = self._pending, self._awaiting, self.cfg.max_pending
-        max_bytes = self.cfg.max_pending_bytes
-        cache: dict[Any, TailWindow | None] = {}
-        last_ctx: Any = _NO_CTX
-        last_w: TailWindow | None = None
-        # A pending record is kept with its estimated bytes, (feats, bytes), so each is sized once.
-        for ev in batch:
-            try:
-                if ev[0] == EV_REQUEST:
-                    ctx = ev[1]
-                    if ctx is last_ctx:  # a frame's events share one ctx object: no tuple hashed
-                        w = last_w
-                    else:
-                        w = cache[ctx] if ctx in cache else cache.setdefault(ctx, self._window(ctx))
-                        last_ctx, last_w = ctx, w
-                    if w is None:
-                        self.dropped["too_many_models"] += 1
-                        continue
-                    rid = ev[6]
-                    got = pending.pop(rid, None) if rid is not None else None
-                    if got is not None:
-                        self.pending_bytes -= got[1]
-                    before = w.bytes
-                    row = w.offer(ev[3] * 1e-9, ev[8])  # None: not kept (no Row made)
-                    if row is None:
-                        continue
-                    self.window_bytes += w.bytes - before  # rows it pushed out
-                    if got is not None:
-                        self._attach(w, row, got[0])
-                    elif rid is not None:
-                        awaiting[rid] = (w, row)
-                        if len(awaiting) > limit:
-                            awaiting.popitem(last=False)
-                elif ev[7] is not None and ev[3] is not None:  # a record with features and a request ID
-                    rid = ev[3]
-                    if rid in awaiting:
-                        self._attach(*awaiting.pop(rid), ev[7])
-                        continue
-                    old = pending.pop(rid, None)
-                    if old is not None:
-                        self.pending_bytes -= old[1]
-                    # A record larger than any kept row can be waits trimmed to what a kept row would hold, not
-                    # whole until it joins: its full values (up to 64 x 255 characters) are freed with its batch,
-                    # and the budget holds several times more records. Smaller ones (the common kind) wait as they
-                    # came: trimming them would gain little, at a cost per record.
-                    feats = ev[7]
-                    nb = feats_bytes(feats)
-                    if nb > self._trim_above:
-                        feats = trim(feats, self.cfg.max_features, self._trim_cache)
-                        nb = feats_bytes(feats)
-                    pending[rid] = (feats, nb)
-                    self.pending_bytes += nb
-                    if len(pending) > limit or self.pending_bytes > max_bytes:
-                        while pending and (len(pending) > limit or self.pending_bytes > max_bytes):
-                            self.pending_bytes -= pending.popitem(last=False)[1][1]
-                            self.dropped["unmatched_record"] += 1
-            except Exception:
-                self.dropped["error"] += 1
+        arrived = self._records_of(batch)
+        self._requests_of(batch, arrived)
+        if arrived:
+            self._wait(arrived)
         if now >= self.window_end:
             self._close(self.window_end)
             self.window_end = (math.floor(now / W) + 1) * W
+
+    def _records_of(self, batch: list[tuple[Any, ...]]) -> dict[str, Any]:
+        """The batch's records with features and a request ID, by ID (a later one replaces an earlier one);
+        a record whose kept request already waits for it (``_awaiting``) joins that request instead."""
+        awaiting = self._awaiting
+        arrived: dict[str, Any] = {}
+        rec = EV_RECORD
+        for ev in batch:
+            try:
+                if ev[0] == rec and ev[7] is not None and ev[3] is not None:
+                    rid = ev[3]
+                    if awaiting and rid in awaiting:
+                        self._attach(*awaiting.pop(rid), ev[7])
+                        continue
+                    arrived[rid] = ev[7]
+            except Exception:
+                self.dropped["error"] += 1
+        return arrived
+
+    def _requests_of(self, batch: list[tuple[Any, ...]], arrived: dict[str, Any]) -> None:
+        """Offer the batch's requests to their windows; a kept one takes its record's features, or waits for them."""
+        pending, awaiting, limit = self._pending, self._awaiting, self.cfg.max_pending
+        cache: dict[Any, TailWindow | None] = {}
+        last_ctx: Any = _NO_CTX
+        last_w: TailWindow | None = None
+        req = EV_REQUEST
+        for ev in batch:
+            try:
+                if ev[0] != req:
+                    continue
+                ctx = ev[1]
+                if ctx is last_ctx:  # a frame's events share one ctx object: no tuple hashed
+                    w = last_w
+                else:
+                    w = cache[ctx] if ctx in cache else cache.setdefault(ctx, self._window(ctx))
+                    last_ctx, last_w = ctx, w
+                if w is None:
+                    self.dropped["too_many_models"] += 1
+                    continue
+                rid = ev[6]
+                feats = None
+                if rid is not None:
+                    feats = arrived.pop(rid, None)
+                    if feats is None and pending:
+                        got = pending.pop(rid, None)
+                        if got is not None:
+                            self.pending_bytes -= got[1]
+                            feats = got[0]
+                before = w.bytes
+                row = w.offer(ev[3] * 1e-9, ev[8])  # None: not kept (no Row made)
+                if row is None:
+                    continue
+                self.window_bytes += w.bytes - before  # rows it pushed out
+                if feats is not None:
+                    self._attach(w, row, feats)
+                elif rid is not None:
+                    awaiting[rid] = (w, row)
+                    if len(awaiting) > limit:
+                        awaiting.popitem(last=False)
+            except Exception:
+                self.dropped["error"] += 1
+
+    def _wait(self, arrived: dict[str, Any]) -> None:
+        """Let the records no request of their batch claimed wait for a later one, within ``max_pending``
+        records and ``max_pending_bytes``; the oldest beyond either are dropped as ``unmatched_record``."""
+        pending, limit, max_bytes = self._pending, self.cfg.max_pending, self.cfg.max_pending_bytes
+        for rid, feats in arrived.items():
+            try:
+                old = pending.pop(rid, None)
+                if old is not None:
+                    self.pending_bytes -= old[1]
+                # A record larger than any kept row can be waits trimmed to what a kept row would hold, not
+                # whole until it joins: its full values (up to 64 x 255 characters) are freed with its batch,
+                # and the budget holds several times more records. Smaller ones (the common kind) wait as they
+                # came: trimming them would gain little, at a cost per record.
+                nb = feats_bytes(feats)
+                if nb > self._trim_above:
+                    feats = trim(feats, self.cfg.max_features, self._trim_cache)
+                    nb = feats_bytes(feats)
+                pending[rid] = (feats, nb)
+                self.pending_bytes += nb
+                while pending and (len(pending) > limit or self.pending_bytes > max_bytes):
+                    self.pending_bytes -= pending.popitem(last=False)[1][1]
+                    self.dropped["unmatched_record"] += 1
+            except Exception:
+                self.dropped["error"] += 1
 
     def _attach(self, w: TailWindow, row: Row, feats: Any) -> None:
         """Give a kept row what it keeps of its record's features (trimmed unless a waiting record already was),
