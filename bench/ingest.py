@@ -319,14 +319,14 @@ def scrape_totals(port: int) -> dict[str, float]:
 
 #: The warm-up row: offered events/s and seconds, then a wait for drift's first evaluation (:func:`drift_evaluated`).
 #: Its one-time costs (drift's warm-up reference, built from the first ``drift.warmup_events`` = 5,000 records; the
-#: first evaluation's import of scipy.stats) are a start-up's, not an event's: the row is printed and kept out of the
+#: first evaluation's import of scipy.special) are a start-up's, not an event's: the row is printed and kept out of the
 #: median (until this row existed they fell in the first rates' rows, by when the 5-s evaluation came).
 WARMUP = (5000.0, 2.5)
 
 
 def drift_evaluated(port: int, timeout_s: float = 20.0) -> bool:
     """Wait until the drift component has evaluated a window against its warm-up reference (its first
-    evaluation imports scipy.stats, about 0.3 s of CPU once); False when it has not within ``timeout_s``."""
+    evaluation imports scipy.special, about 0.3 s of CPU once); False when it has not within ``timeout_s``."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/v1/status", timeout=10) as r:
@@ -490,7 +490,7 @@ def print_live(rows: list[dict[str, Any]]) -> None:
                                  if r["received_events"] > 0 and not r.get("warmup"))
     if any(r.get("warmup") for r in rows):
         print("(warm-up, until drift's first evaluation: its one-time costs, drift's reference from the first 5,000 "
-              "records and the evaluation's import of scipy.stats, are a start-up's; not in the median)")
+              "records and the evaluation's first import of scipy.special, are a start-up's; not in the median)")
     at20 = [r for r in rows if not r["unpaced"] and r["offered_ev_per_s"] == 20000.0]
     print(f"\nmedian events/s per core (live, default components): {per_core:,.0f}  (target >= 150,000)")
     if at20:
