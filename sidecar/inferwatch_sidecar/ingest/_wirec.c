@@ -65,7 +65,7 @@ typedef struct {
     uint64_t ctx_keys[CTX_CACHE];
     PyObject *ctx_vals[CTX_CACHE]; /* owned */
     int n_ctx;
-    long last_sid;      /* -1: none cached */
+    long long last_sid; /* -1: none cached */
     PyObject *schema;   /* owned, the schema of last_sid */
     Py_ssize_t n_num, n_cat;
 } WireFrame;
@@ -193,9 +193,9 @@ fail:
 }
 
 /* The features of a RECORD with schema ``sid`` at *p: (schema, nums, cats); NULL: fall back. */
-static PyObject *features_at(WireFrame *f, long sid, Py_ssize_t *p, Py_ssize_t end) {
+static PyObject *features_at(WireFrame *f, long long sid, Py_ssize_t *p, Py_ssize_t end) {
     if (sid != f->last_sid) {
-        PyObject *k = PyLong_FromLong(sid);
+        PyObject *k = PyLong_FromLongLong(sid);
         if (k == NULL) {
             return NULL;
         }
@@ -264,7 +264,7 @@ static PyObject *read_record(WireFrame *f, Py_ssize_t start, Py_ssize_t end) {
         return NULL;
     }
     const unsigned char *h = buf + start + 3;
-    long sid = (long)u32(h + 14);
+    long long sid = (long long)u32(h + 14);
     PyObject *it[8] = {NULL};
     it[0] = PyLong_FromLong(EV_RECORD);
     it[1] = ctx_of(f, h);
