@@ -324,6 +324,24 @@ def scrape_totals(port: int) -> dict[str, float]:
 WARMUP = (5000.0, 2.5)
 
 
+def drained(port: int, sent: float) -> dict[str, float]:
+    """The sidecar's totals once it has taken what was queued: the events received reach ``sent``, or stop
+    changing (frames lost on the way).
+
+    Each /v1/status answer costs the sidecar about 3 ms of CPU, which a row would count as ingest work (0.5 us
+    an event at 20k events/s over 1.5 s, 2 us at 5k, when it was asked three times or more a row), so it is
+    asked once where nothing was lost. Until issue 23's third pass the loop asked until two answers agreed.
+    """
+    time.sleep(0.05)
+    after = scrape_totals(port)
+    last = -1.0
+    while after["events"] < sent and after["events"] != last:
+        last = after["events"]
+        time.sleep(0.2)
+        after = scrape_totals(port)
+    return after
+
+
 def drift_evaluated(port: int, timeout_s: float = 20.0) -> bool:
     """Wait until the drift component has evaluated a window against its warm-up reference (its first
     evaluation imports scipy.special, about 0.3 s of CPU once); False when it has not within ``timeout_s``."""
@@ -379,18 +397,7 @@ def live(rates_ev: list[float], duration: float, producers_per_rate: int,
             offered_req = sum(o["requests"] for o in outs)
             offered_ev = 2 * offered_req
             sdk_drops = sum(sum(o["drops"].values()) for o in outs)
-            # Let the sidecar finish what is queued: done once the events received reach what the producers
-            # sent, or stop changing (frames lost on the way). Each /v1/status answer costs the sidecar about
-            # 3 ms of CPU, which the row would count as ingest work (0.5 us an event at 20k events/s over
-            # 1.5 s, 2 us at 5k, when it was asked three times or more a row), so it is asked once where
-            # nothing was lost. Until this pass the loop always asked until two answers agreed.
-            time.sleep(0.05)
-            after = scrape_totals(port)
-            last = -1.0
-            while after["events"] - before["events"] < offered_ev - sdk_drops and after["events"] != last:
-                last = after["events"]
-                time.sleep(0.2)
-                after = scrape_totals(port)
+            after = drained(port, before["events"] + offered_ev - sdk_drops)
             if warming:
                 drift_evaluated(port)
                 after = scrape_totals(port)
