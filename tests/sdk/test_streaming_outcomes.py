@@ -152,8 +152,8 @@ def test_cancelled_stream_round_trips_on_the_wire_and_a_short_one_is_a_bad_recor
     st = (EV_STAGE, ctx, 1_700_000_000_000_000_000, "r1", ("generate", MS, (0, 0, [], 0)))
     (frame,) = Encoder(1, 2).encode([ev, st])
     got = Decoder().decode(frame).records
-    assert got[0][8] == [("generate", 9 * MS, (MS, 5, (100, 200), 2)), ("post", MS, None),
-                         ("gen2", 4 * MS, (MS, 2, (7,)))]
+    assert got[0][8] == (("generate", 9 * MS, (MS, 5, (100, 200), 2)), ("post", MS, None),
+                         ("gen2", 4 * MS, (MS, 2, (7,))))
     assert got[1][4] == ("generate", MS, (0, 0, (), 0))
     # A completed stream's record with the cancelled flag set lacks the undelivered count: a bad record.
     (frame,) = Encoder(1, 2).encode([(EV_STAGE, ctx, 1, "r1", ("generate", 5, (0, 0, [])))])

@@ -43,7 +43,7 @@ from inferwatch.wire.spec import (
     fixed_format,
 )
 
-_PlainStages = tuple[struct.Struct, Callable[[tuple[int, ...], list[str]], "list[tuple[Any, ...]] | None"]]
+_PlainStages = tuple[struct.Struct, Callable[[tuple[int, ...], list[str]], "tuple[tuple[Any, ...], ...] | None"]]
 _PLAIN_STAGES: list[_PlainStages | None] = [None] * 256
 
 
@@ -61,7 +61,7 @@ def plain_stages(n: int) -> _PlainStages:
         at = {sf.kind: j for j, sf in enumerate(STAGE_FIELDS)}
         flags = " or ".join(f"f[{w * i + w - 1}]" for i in range(n)) or "False"
         tuples = ", ".join(f"(s[f[{w * i + at[STR]}]], f[{w * i + at[U64]}], None)" for i in range(n))
-        build = _compile("build", ["def build(f, s):", f"    return None if {flags} else [{tuples}]"], {})
+        build = _compile("build", ["def build(f, s):", f"    return None if {flags} else ({tuples},)"], {})
         got = _PLAIN_STAGES[n] = (struct.Struct("<" + fixed_format(STAGE_FIELDS) * n), build)
     return got
 
@@ -144,7 +144,7 @@ def _decode_var(rt: RecordType, f: Field, lead: str, k: int) -> list[str]:
             "    else:",
             f"        p += {k} + sst.size" if k else "        p += sst.size",
             "else:",
-            f"    {v} = []",
+            f"    {v} = ()",
             *("    " + x for x in _advance(k)),
         ]
     if kind is STAGE:

@@ -366,7 +366,7 @@ def _value(buf: bytes, p: int, strings: list[str]) -> tuple[Any, int]:
     raise WireError("bad_record", "value tag")
 
 
-def _stages(buf: bytes, p: int, end: int, nst: int, strings: list[str]) -> tuple[list[tuple[Any, ...]], int]:
+def _stages(buf: bytes, p: int, end: int, nst: int, strings: list[str]) -> tuple[tuple[tuple[Any, ...], ...], int]:
     out: list[tuple[Any, ...]] = []
     unpack = STAGE_STRUCT.unpack_from
     for _ in range(nst):
@@ -388,7 +388,7 @@ def _stages(buf: bytes, p: int, end: int, nst: int, strings: list[str]) -> tuple
                 out.append((strings[sref], dur, (ttft, items, gaps)))
         else:
             out.append((strings[sref], dur, None))
-    return out, p
+    return tuple(out), p
 
 
 def _drops(buf: bytes, p: int, end: int) -> tuple[dict[str, int], int]:

@@ -29,6 +29,7 @@
 static PyObject *fallback_loop = NULL;
 static PyObject *str_truncated = NULL;
 static PyObject *str_schemas = NULL;
+static PyObject *struct_type = NULL; /* struct.Struct */
 
 static inline uint16_t u16(const unsigned char *p) { return (uint16_t)(p[0] | (p[1] << 8)); }
 
@@ -53,6 +54,42 @@ static inline PyObject *atomic(PyObject *t) {
         PyObject_GC_UnTrack(t);
     }
     return t;
+}
+
+/* A tuple none of whose items the collector tracks cannot be part of a cycle either (CPython's own rule for
+ * untracking tuples): untrack it now. For the records themselves, once their parts are untracked. */
+static inline PyObject *flat(PyObject *t) {
+    if (t == NULL || !PyObject_GC_IsTracked(t)) {
+        return t;
+    }
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(t); i++) {
+        PyObject *o = PyTuple_GET_ITEM(t, i);
+        if (PyObject_IS_GC(o) && PyObject_GC_IsTracked(o)) {
+            return t;
+        }
+    }
+    PyObject_GC_UnTrack(t);
+    return t;
+}
+
+/* A wire Schema is (id, numeric names, categorical names, struct.Struct, struct.Struct). A Struct holds its
+ * format and codes only, so nothing it refers to can refer back: no cycle can pass through a schema whose
+ * other items are untracked. Untracked, it lets the features tuples and RECORD records that share it be
+ * untracked too (otherwise every RECORD would stay on the collector's list for as long as it is staged). */
+static void untrack_schema(PyObject *schema) {
+    if (!PyObject_GC_IsTracked(schema)) {
+        return;
+    }
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(schema); i++) {
+        PyObject *o = PyTuple_GET_ITEM(schema, i);
+        if (PyTuple_CheckExact(o)) {
+            flat(o);
+        }
+        if (PyObject_IS_GC(o) && PyObject_GC_IsTracked(o) && Py_TYPE(o) != (PyTypeObject *)struct_type) {
+            return;
+        }
+    }
+    PyObject_GC_UnTrack(schema);
 }
 
 /* Per call: the frame's state the records share. */
@@ -210,6 +247,7 @@ static PyObject *features_at(WireFrame *f, long long sid, Py_ssize_t *p, Py_ssiz
                 || !PyTuple_Check(PyTuple_GET_ITEM(schema, 1)) || !PyTuple_Check(PyTuple_GET_ITEM(schema, 2))) {
             return NULL;
         }
+        untrack_schema(schema);
         Py_INCREF(schema);
         Py_XSETREF(f->schema, schema);
         f->last_sid = sid;
@@ -253,7 +291,7 @@ static PyObject *features_at(WireFrame *f, long long sid, Py_ssize_t *p, Py_ssiz
     *p = q + 2 * nc;
     Py_INCREF(f->schema);
     PyObject *items[3] = {f->schema, nums, cats};
-    return pack(3, items);
+    return flat(pack(3, items));
 }
 
 /* RECORD: (5, ctx, unix_ns, rid, prediction, confidence, label, features). */
@@ -298,7 +336,7 @@ static PyObject *read_record(WireFrame *f, Py_ssize_t start, Py_ssize_t end) {
     if (it[7] != NULL && p != end) {
         Py_CLEAR(it[7]);
     }
-    return pack(8, it);
+    return flat(pack(8, it));
 }
 
 /* Plain stages (no flag set) as [(name, dur, None), ...]; Py_None returned (new ref) when a flag is set. */
@@ -312,7 +350,7 @@ static PyObject *plain_stages(WireFrame *f, Py_ssize_t p, Py_ssize_t end, unsign
             Py_RETURN_NONE;
         }
     }
-    PyObject *out = PyList_New(n);
+    PyObject *out = PyTuple_New(n);
     if (out == NULL) {
         return NULL;
     }
@@ -328,9 +366,9 @@ static PyObject *plain_stages(WireFrame *f, Py_ssize_t p, Py_ssize_t end, unsign
             Py_DECREF(out);
             return NULL;
         }
-        PyList_SET_ITEM(out, i, t);
+        PyTuple_SET_ITEM(out, i, t);
     }
-    return out;
+    return flat(out);
 }
 
 /* REQUEST: (2, ctx, end_ns, duration_ns, outcome, error_type, rid, trace_id, stages); a stream's stages fall back. */
@@ -367,7 +405,7 @@ static PyObject *read_request(WireFrame *f, Py_ssize_t start, Py_ssize_t end) {
     }
     if (it[7] != NULL) {
         if (n_stages == 0) {
-            it[8] = PyList_New(0);
+            it[8] = PyTuple_New(0);
         } else {
             it[8] = plain_stages(f, p, end, n_stages);
             if (it[8] == Py_None) {
@@ -379,7 +417,7 @@ static PyObject *read_request(WireFrame *f, Py_ssize_t start, Py_ssize_t end) {
     if (it[8] != NULL && p != end) {
         Py_CLEAR(it[8]);
     }
-    return pack(9, it);
+    return flat(pack(9, it));
 }
 
 /* HTTP: (10, ctx, end_ns, route, status, outcome, resend_count, client_wait_ns, excluded, rid). */
@@ -585,6 +623,15 @@ PyMODINIT_FUNC PyInit__wirec(void) {
     str_truncated = PyUnicode_InternFromString("truncated");
     str_schemas = PyUnicode_InternFromString("_schemas");
     if (str_truncated == NULL || str_schemas == NULL) {
+        return NULL;
+    }
+    PyObject *mod = PyImport_ImportModule("struct");
+    if (mod == NULL) {
+        return NULL;
+    }
+    struct_type = PyObject_GetAttrString(mod, "Struct");
+    Py_DECREF(mod);
+    if (struct_type == NULL) {
         return NULL;
     }
     return PyModule_Create(&module);

@@ -145,7 +145,7 @@ def test_decoded_fast_path_frame_matches_the_events() -> None:
             None,
             f"req-{i}-é",
             b"\x01" * 16,
-            [(n, 1000 * i + k, None) for k, n in enumerate(NAMES)],
+            tuple((n, 1000 * i + k, None) for k, n in enumerate(NAMES)),
         )
         for i in range(10)
     ]
@@ -175,9 +175,9 @@ def test_out_of_range_values_are_clamped_or_dropped_exactly_as_before() -> None:
     assert fast.drops == {"encode_error": 3}
     assert sum(c for _, c in frames) == 4
     recs = Decoder().decode(frames[0][0]).records
-    assert recs[0][8] == [("a", 0, None), ("b", 2**64 - 1, None), ("c", 3, None)]
+    assert recs[0][8] == (("a", 0, None), ("b", 2**64 - 1, None), ("c", 3, None))
     assert recs[1][3] == 0 and recs[2][3] == 2**64 - 1
-    assert recs[3][6] == "12345" and recs[3][7] == b"\x02" * 16 and recs[3][8] == [("z", 1, None)]
+    assert recs[3][6] == "12345" and recs[3][7] == b"\x02" * 16 and recs[3][8] == (("z", 1, None),)
 
 
 def test_context_identity_cache_is_per_frame_and_follows_the_object() -> None:
@@ -281,7 +281,7 @@ def test_streamed_and_plain_requests_interleaved_match() -> None:
     recs = [r for f, _ in frames for r in Decoder().decode(f).records]
     assert len(recs) == 60
     assert recs[0][8][1] == ("decode", 9_000, (1_500, 3, (10, 2**32 - 1, 0)))
-    assert recs[1][8] == [("prefill", 1, None)]
+    assert recs[1][8] == (("prefill", 1, None),)
 
 
 # -- runs of look-alike requests --------------------------------------------------------

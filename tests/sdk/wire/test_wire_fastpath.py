@@ -49,8 +49,8 @@ def test_plain_requests_and_feature_records_round_trip_on_the_fast_path() -> Non
     (out,) = _same(enc.encode(events))
     recs, errors = out
     assert errors == []
-    assert recs[0] == events[0]
-    assert recs[1] == (EV_REQUEST, CTX, 6, 9, 1, "ValueError", None, bytes(range(16)), [])
+    assert recs[0] == events[0][:8] + (tuple(events[0][8]),)  # stages decode as a tuple
+    assert recs[1] == (EV_REQUEST, CTX, 6, 9, 1, "ValueError", None, bytes(range(16)), ())
     r = recs[2]
     assert r[:7] == (EV_RECORD, CTX, 7, "rid-1", "cat", 0.75, None)
     schema, nums, cats = r[7]
@@ -88,12 +88,12 @@ def test_streamed_stage_and_flags_fall_back_to_the_general_decoder() -> None:
     stages = [("queue", 5, None), ("gen", 50, (10, 3, [4, 5]))]
     ev = (EV_REQUEST, CTX, 1, 100, 0, None, "r", None, stages)
     (out,) = _same(enc.encode([ev]))
-    assert out == ([(EV_REQUEST, CTX, 1, 100, 0, None, "r", None, [("queue", 5, None), ("gen", 50, (10, 3, (4, 5)))])], [])
+    assert out == ([(EV_REQUEST, CTX, 1, 100, 0, None, "r", None, (("queue", 5, None), ("gen", 50, (10, 3, (4, 5)))))], [])
     # A reserved flag bit (2) on a plain stage: not a stream, decoded by the general path all the same.
     frame = bytearray(enc.encode([(EV_REQUEST, CTX, 1, 100, 0, None, None, None, [("s", 5, None)])])[0])
     frame[-1] = 2
     (out,) = _same([bytes(frame)])
-    assert out[0][0][8] == [("s", 5, None)]
+    assert out[0][0][8] == (("s", 5, None),)
 
 
 def test_unknown_schema_truncated_and_bad_records_count_the_same_reasons() -> None:
@@ -133,7 +133,7 @@ def test_every_stage_count_up_to_the_u8_limit_round_trips() -> None:
     for n in (0, 1, 2, 7, 255):
         stages = [(f"s{i % 5}", i * 1000, None) for i in range(n)]
         (out,) = _same(enc.encode([(EV_REQUEST, CTX, 1, 2, 2, None, None, None, stages)]))
-        assert out == ([(EV_REQUEST, CTX, 1, 2, 2, None, None, None, stages)], [])
+        assert out == ([(EV_REQUEST, CTX, 1, 2, 2, None, None, None, tuple(stages))], [])
 
 
 def test_stage_events_and_other_types_take_the_general_path_unchanged() -> None:

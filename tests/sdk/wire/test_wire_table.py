@@ -256,7 +256,7 @@ def _expected(kind: Kind, v: Any) -> Any:
     if kind is spec.STAGE:
         return _expected_stage(v)
     if kind is spec.STAGES:
-        return [_expected_stage(s) for s in v[:MAX_STAGES]]
+        return tuple(_expected_stage(s) for s in v[:MAX_STAGES])  # a tuple, so a decoded event is untrackable
     if kind is spec.FEATURES:
         if not v:
             return None
