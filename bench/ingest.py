@@ -18,6 +18,10 @@ Three parts, run side by side in one go:
    its stage was full (``staging_full``: received, but not analysed by that component).
 3. **Capacity**: one producer with no pacing; same figures.
 
+On a machine with two or more CPUs the live sidecar (every thread) runs on the last CPU and the producers
+on the others (``--no-pin``: no pinning): sharing a core with a producer, the sidecar's CPU per event moved
+by 10-20% between runs of the same tree, with which core the scheduler put it on.
+
 ``--callgrind`` instead counts instructions per event of the live path in one thread (the
 daemon's pipeline and default components, drained as their workers do) under valgrind, this
 tree and ``--baseline`` side by side: the figure that does not move with the machine's load.
@@ -359,8 +363,26 @@ def drift_evaluated(port: int, timeout_s: float = 20.0) -> bool:
     return False
 
 
+def cpu_split(pin: bool) -> tuple[set[int], set[int]] | None:
+    """(the sidecar's CPU, the producers' CPUs) when pinning applies: two or more CPUs this process may use."""
+    if not pin or not hasattr(os, "sched_getaffinity"):
+        return None
+    cpus = sorted(os.sched_getaffinity(0))
+    return ({cpus[-1]}, set(cpus[:-1])) if len(cpus) >= 2 else None
+
+
+def pin_threads(pid: int, cpus: set[int]) -> None:
+    """Pin every thread of ``pid`` to ``cpus``; threads it starts later inherit it from their creator."""
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        try:
+            os.sched_setaffinity(int(tid), cpus)
+        except (ProcessLookupError, OSError):  # a thread that ended meanwhile
+            pass
+
+
 def live(rates_ev: list[float], duration: float, producers_per_rate: int,
-         sets: list[str] | None = None, warmup: tuple[float, float] | None = WARMUP) -> list[dict[str, Any]]:
+         sets: list[str] | None = None, warmup: tuple[float, float] | None = WARMUP,
+         pin: bool = True) -> list[dict[str, Any]]:
     from tests.helpers.sidecar import SidecarProc  # here: the counted children import this file
 
     tmp = tempfile.mkdtemp(prefix="iw-bench-")
@@ -373,6 +395,11 @@ def live(rates_ev: list[float], duration: float, producers_per_rate: int,
     try:
         sc.start()
         startup_s = sc.ready_after
+        split = cpu_split(pin)
+        if split is not None:
+            pin_threads(sc.pid, split[0])
+            print(f"sidecar pinned to CPU {min(split[0])}, producers to CPU {', '.join(map(str, sorted(split[1])))}")
+        prod_cpus = split[1] if split is not None else None
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/v1/status", timeout=10) as r:
             comps = json.load(r).get("components", {})
         running = sorted(n for n, c in comps.items() if isinstance(c, dict) and c.get("state") == "running")
@@ -390,7 +417,8 @@ def live(rates_ev: list[float], duration: float, producers_per_rate: int,
             t0 = time.perf_counter()
             procs = [
                 subprocess.Popen([sys.executable, __file__, "--producer", sock, str(per_proc_req), str(duration), str(i)],
-                                 stdout=subprocess.PIPE, env=env, cwd=REPO)
+                                 stdout=subprocess.PIPE, env=env, cwd=REPO,
+                                 preexec_fn=None if prod_cpus is None else lambda: os.sched_setaffinity(0, prod_cpus))
                 for i in range(nprod)
             ]
             outs = [json.loads(p.communicate(timeout=duration + 60)[0]) for p in procs]
@@ -445,6 +473,8 @@ def parse_args() -> argparse.Namespace:
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", dest="sets",
                     help="passed to the live sidecar's --set (e.g. gc_thresholds=[20000,10,100]; repeatable)")
     ap.add_argument("--in-process-only", action="store_true", help="run part 1 only")
+    ap.add_argument("--no-pin", action="store_true",
+                    help="do not pin the live sidecar and the producers to separate CPUs")
     ap.add_argument("--callgrind", type=int, nargs="?", const=2000, metavar="REQUESTS",
                     help="instructions per event of the live path (pipeline + default components, one thread) "
                          "under valgrind's callgrind, this tree and --baseline side by side, then exit "
@@ -539,7 +569,7 @@ def main() -> int:
             Path(args.json).write_text(json.dumps({"in_process": p1}, indent=1))
         return 0
     print(f"\n== part 2/3: live sidecar, real SDK senders over the Unix socket, {duration} s per rate")
-    rows = live([*rates, 0.0], duration, producers_per_rate=2, sets=args.sets)
+    rows = live([*rates, 0.0], duration, producers_per_rate=2, sets=args.sets, pin=not args.no_pin)
     print_live(rows)
     if args.json:
         Path(args.json).write_text(json.dumps({"in_process": p1, "live": rows}, indent=1))
