@@ -49,6 +49,11 @@ from inferwatch_sidecar.metrics.canary import (
 from inferwatch_sidecar.metrics.samples import Samples
 from inferwatch_sidecar.stats.columns import canon
 
+try:  # the compiled pass over a batch (setup.py); the Python loop where it was not built
+    from inferwatch_sidecar.components.canary._gatherc import gather as _compiled_gather  # type: ignore[import-not-found]
+except ImportError:  # pragma: no cover - CI requires it (tests/components/canary/test_gatherc.py)
+    _compiled_gather = None
+
 log = logging.getLogger("inferwatch.sidecar.canary")
 #: Modules this component imports only where it first computes (scipy: 26-72 MiB that an idle sidecar need not
 #: hold); start-up checks that they are installed (daemon/wiring.py), so a missing one is named at start.
@@ -80,6 +85,8 @@ class CanaryComponent(StagedComponent):
         self._accuracy_source: EstimatesAccuracy | None = None
         self._keys = VersionKeys(ctx)
         self._lim_stage = ctx.limiter("stage")
+        #: The compiled pass over a batch (None: the Python loop, where it was not built or is switched off).
+        self.compiled_gather = _compiled_gather
         #: (raw ctx, pid, producer ID) -> when its last frame came (monotonic s): the replicas of each version.
         self._replicas: dict[tuple[Any, int, int], float] = {}
         #: Holds a new fail back for canary.fail_after_s of re-judgements (judge thread only).
@@ -160,6 +167,31 @@ class CanaryComponent(StagedComponent):
             dict[Any, tuple[list[int], list[float], dict[str, list[float]]]],
             dict[Any, tuple[list[float], list[float], list[int]]], dict[Any, tuple[list[float], list[str]]]]:
         """Per raw ctx: outcomes, e2e seconds, stage seconds by name; streamed stages' TTFTs and gaps (seconds)
+        and the requests that met every SLO; confidences and predictions. In C where it was built and no SLO is
+        set (the SLO's per-request checks are the Python loop's); the results are the same either way."""
+        if slo is None and self.compiled_gather is not None:
+            return self._gather_compiled(batch)
+        return self._gather_python(batch, slo)
+
+    def _gather_compiled(self, batch: list[tuple[Any, ...]]) -> tuple[
+            dict[Any, tuple[list[int], list[float], dict[str, list[float]]]],
+            dict[Any, tuple[list[float], list[float], list[int]]], dict[Any, tuple[list[float], list[str]]]]:
+        """:meth:`_gather_python` with no SLO, in C (_gatherc.c): each event it does not read goes to
+        :meth:`_gather_one` in its turn, so the lists and the limiter's calls come in the same order."""
+        reqs: dict[Any, tuple[list[int], list[float], dict[str, list[float]], dict[Any, list[float]]]] = {}
+        streams: dict[Any, tuple[list[float], list[float], list[int]]] = {}
+        recs: dict[Any, tuple[list[float], list[str]]] = {}
+        assert self.compiled_gather is not None
+        errors = self.compiled_gather(batch, reqs, recs, self._lim_stage.get, OVERFLOW,
+                                      lambda ev: self._gather_one(ev, reqs, streams, recs), EV_REQUEST, N_OUTCOMES)
+        if errors:
+            self.dropped["error"] += errors
+        return {k: v[:3] for k, v in reqs.items()}, streams, recs
+
+    def _gather_python(self, batch: list[tuple[Any, ...]], slo: Any) -> tuple[
+            dict[Any, tuple[list[int], list[float], dict[str, list[float]]]],
+            dict[Any, tuple[list[float], list[float], list[int]]], dict[Any, tuple[list[float], list[str]]]]:
+        """Per raw ctx: outcomes, e2e seconds, stage seconds by name; streamed stages' TTFTs and gaps (seconds)
         and the requests that met every SLO; confidences and predictions."""
         # The fourth member of a ctx's entry is its stage lists by raw name (see below), dropped on return.
         reqs: dict[Any, tuple[list[int], list[float], dict[str, list[float]], dict[Any, list[float]]]] = {}
@@ -224,6 +256,46 @@ class CanaryComponent(StagedComponent):
             except Exception:
                 self.dropped["error"] += 1
         return {k: v[:3] for k, v in reqs.items()}, streams, recs
+
+    def _gather_one(self, ev: tuple[Any, ...], reqs: dict[Any, Any], streams: dict[Any, Any],
+                    recs: dict[Any, Any]) -> None:
+        """One event as :meth:`_gather`'s loop reads it with no SLO set: what the compiled pass does not read."""
+        try:
+            if ev[0] == EV_REQUEST:
+                outcome, e2e = ev[4], ev[3] * 1e-9
+                if outcome.__class__ is not int or not 0 <= outcome < N_OUTCOMES or e2e != e2e:
+                    raise ValueError("bad request event")
+                ctx = ev[1]
+                r: Any = reqs.get(ctx)
+                if r is None:
+                    r = reqs[ctx] = ([], [], {}, {})
+                r[0].append(outcome)
+                r[1].append(e2e)
+                by_name = r[3]
+                for name, dur, stream in ev[8]:
+                    vals = by_name.get(name)
+                    if vals is None:
+                        label = self._lim_stage.get(name)
+                        vals = r[2].setdefault(label, [])
+                        if label != OVERFLOW:
+                            by_name[name] = vals
+                    vals.append(dur * 1e-9)
+                    if stream is not None:
+                        self._stream(streams, ctx, stream, None, True)
+            elif ev[4] is not None or ev[5] is not None:
+                ctx = ev[1]
+                c: Any = recs.get(ctx)
+                if c is None:
+                    c = recs[ctx] = ([], [])
+                conf = ev[5]
+                if conf is not None and math.isfinite(conf):
+                    c[0].append(conf)
+                pred = ev[4]
+                pred = pred if pred.__class__ is str else canon(pred)
+                if pred is not None:
+                    c[1].append(pred)
+        except Exception:
+            self.dropped["error"] += 1
 
     @staticmethod
     def _stream(streams: dict[Any, tuple[list[float], list[float], list[int]]], ctx: Any, stream: Any, slo: Any,
