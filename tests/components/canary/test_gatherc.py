@@ -51,8 +51,15 @@ def _stage(rng: random.Random) -> Any:
     dur: Any = rng.choice([rng.randrange(0, 10**9), rng.randrange(0, 10**9), rng.random() * 1e6, math.nan,
                            math.inf, True, "5", 2**1100, np.int64(4)]) if rng.random() < 0.2 else rng.randrange(10**8)
     stream: Any = None
-    if rng.random() < 0.1:
-        stream = (rng.randrange(10**7), rng.randrange(0, 3), tuple(rng.randrange(10**5) for _ in range(rng.randrange(4))))
+    if rng.random() < 0.25:  # a streamed stage: (ttft ns, items, gaps us[, undelivered]), and odd ones
+        gaps: Any = tuple(rng.randrange(10**5) for _ in range(rng.randrange(4)))
+        stream = (rng.randrange(10**7), rng.randrange(0, 3), gaps)
+        if rng.random() < 0.2:
+            stream = (*stream, rng.randrange(5))
+        if rng.random() < 0.15:
+            stream = rng.choice([(1.5e6, 1, gaps), (math.nan, 1, gaps), (5, 1, list(gaps)), (5, 1.0, gaps),
+                                 (5, True, gaps), (5, 1, (1.5, 2)), (5, 1, (2**1100,)), (5, 1), [5, 1, gaps],
+                                 (5, 1, gaps, 0, 0), ("5", 1, gaps), None])
     return (name, dur, stream)
 
 
@@ -125,22 +132,29 @@ def test_the_compiled_pass_reads_random_batches_as_the_python_loop_does(seed: in
 
 
 def test_plain_traffic_never_reaches_the_fallback() -> None:
+    """Requests with plain and streamed stages (an LLM server's) and records are all read in C."""
     rng = random.Random(3)
     batch = []
     for i in range(500):
         ctx = CTXS[i % 2]
+        stream = (rng.randrange(10**7), i % 3, tuple(rng.randrange(10**5) for _ in range(i % 4)))
         batch.append((EV_REQUEST, ctx, 1, rng.randrange(10**9), i % N_OUTCOMES, None, f"r{i}", None,
-                      (("queue", rng.randrange(10**6), None), ("inference", rng.randrange(10**8), None))))
+                      (("queue", rng.randrange(10**6), None), ("inference", rng.randrange(10**8), None),
+                       ("decode", rng.randrange(10**8), stream if i % 5 else (*stream, 1)))))
         batch.append((EV_RECORD, ctx, 1, f"r{i}", "cat", rng.random(), None, None))
     c = _component(50)
     called: list[Any] = []
-    c._gather_one = lambda ev, *rest: called.append(ev)  # type: ignore[method-assign]
+    c._gather_into = lambda events, *rest: called.extend(events)  # type: ignore[method-assign]
     reqs, streams, recs = c._gather_compiled(batch)
     assert called == []
     assert sum(len(v[0]) for v in reqs.values()) == 500 and sum(len(v[1]) for v in recs.values()) == 500
-    assert streams == {}
+    assert sum(len(v[1]) for v in streams.values()) == sum(i % 4 for i in range(500))
     want = _component(50)._gather_python(batch, None)
     assert repr((reqs, streams, recs)) == repr(want)
+    # The fallback is what reads the rest: an odd event reaches it, alone and in its turn.
+    odd = (EV_REQUEST, CTXS[0], 1, 5, 0, None, None, None, (["queue", 1, None],))  # a stage as a list
+    c._gather_compiled([batch[0], odd, batch[1]])
+    assert called == [odd]
 
 
 class _Limiter:

@@ -1,13 +1,16 @@
 /* The canary component's pass over a staged batch (issue 23, item 8), in C: what
  * ``CanaryComponent._gather`` does in Python for the common events, with the same dictionaries.
  *
- * gather(batch, reqs, recs, limit, overflow, fallback, ev_request, n_outcomes) -> int
+ * gather(batch, reqs, streams, recs, limit, overflow, fallback, ev_request, n_outcomes) -> int
  *
  *   reqs: ctx -> (outcomes, e2e seconds, {stage label: seconds}, {raw stage name: that list})
+ *   streams: ctx -> (times to first token, inter-token gaps (seconds), [0])
  *   recs: ctx -> (confidences, predictions)
  *
  * It reads a REQUEST whose outcome is an int in range, whose duration is an int or a float that is not NaN
- * and whose stages are (str, int or float, None) tuples, and any other event's prediction (a str or None)
+ * and whose stages are (str, int or float, stream) tuples, a stream None or (ttft, items, gaps[, undelivered])
+ * with an int or float ttft, an int item count and a tuple of int gaps (microseconds), and any other event's
+ * prediction (a str or None)
  * and confidence (a float or None). Every other event (a streamed stage, a prediction that needs ``canon``,
  * an int confidence, a tuple too short, an unhashable ctx...) goes, whole and in its turn, to ``fallback``,
  * the Python reading of one event, so the lists, the label limiter's calls and the first-seen orders are the
@@ -87,6 +90,29 @@ static int as_seconds(PyObject *v, double *out) {
     return 1;
 }
 
+/* Whether a stage's stream is one this loop reads: (ttft, items, gaps) or (ttft, items, gaps, undelivered). */
+static int plain_stream(PyObject *st) {
+    double t;
+    if (!PyTuple_CheckExact(st) || PyTuple_GET_SIZE(st) < 3 || PyTuple_GET_SIZE(st) > 4
+            || !as_seconds(PyTuple_GET_ITEM(st, 0), &t) || !PyLong_CheckExact(PyTuple_GET_ITEM(st, 1))
+            || !PyTuple_CheckExact(PyTuple_GET_ITEM(st, 2))) {
+        return 0;
+    }
+    PyObject *gaps = PyTuple_GET_ITEM(st, 2);
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(gaps); i++) {
+        PyObject *g = PyTuple_GET_ITEM(gaps, i);
+        if (!PyLong_CheckExact(g)) {
+            return 0;
+        }
+        double x = PyLong_AsDouble(g);
+        if (x == -1.0 && PyErr_Occurred()) {
+            PyErr_Clear();
+            return 0;
+        }
+    }
+    return 1;
+}
+
 /* Whether a REQUEST event is one this loop reads: outcome, duration and every stage checked first. */
 static int plain_request(PyObject *ev, long n_outcomes) {
     if (PyTuple_GET_SIZE(ev) < 9) {
@@ -115,7 +141,8 @@ static int plain_request(PyObject *ev, long n_outcomes) {
         PyObject *s = items[i];
         double d = 0.0;
         if (!PyTuple_CheckExact(s) || PyTuple_GET_SIZE(s) != 3 || !PyUnicode_CheckExact(PyTuple_GET_ITEM(s, 0))
-                || PyTuple_GET_ITEM(s, 2) != Py_None || !as_seconds(PyTuple_GET_ITEM(s, 1), &d)) {
+                || !as_seconds(PyTuple_GET_ITEM(s, 1), &d)
+                || (PyTuple_GET_ITEM(s, 2) != Py_None && !plain_stream(PyTuple_GET_ITEM(s, 2)))) {
             return 0;
         }
     }
@@ -132,7 +159,46 @@ static int append_float(PyObject *list, double v) {
     return rc;
 }
 
+static PyObject *new_stream_entry(void) {
+    PyObject *a = PyList_New(0), *b = PyList_New(0), *zero = PyLong_FromLong(0);
+    PyObject *c = zero == NULL ? NULL : PyList_New(1);
+    if (a == NULL || b == NULL || c == NULL) {
+        Py_XDECREF(a);
+        Py_XDECREF(b);
+        Py_XDECREF(zero);
+        return NULL;
+    }
+    PyList_SET_ITEM(c, 0, zero);
+    PyObject *t = PyTuple_Pack(3, a, b, c);
+    Py_DECREF(a);
+    Py_DECREF(b);
+    Py_DECREF(c);
+    return t;
+}
+
+/* A checked stream into ``streams[ctx]``: its TTFT when it delivered items, its gaps in seconds. -1: no memory. */
+static int add_stream(PyObject *streams, PyObject *ctx, PyObject *stream) {
+    PyObject *e = entry(streams, ctx, new_stream_entry); /* the ctx was a key of reqs already */
+    if (e == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    double ttft = 0.0;
+    as_seconds(PyTuple_GET_ITEM(stream, 0), &ttft);
+    if (PyObject_IsTrue(PyTuple_GET_ITEM(stream, 1)) && append_float(PyTuple_GET_ITEM(e, 0), ttft) < 0) {
+        return -1;
+    }
+    PyObject *gaps = PyTuple_GET_ITEM(stream, 2), *out = PyTuple_GET_ITEM(e, 1);
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(gaps); i++) {
+        if (append_float(out, PyLong_AsDouble(PyTuple_GET_ITEM(gaps, i)) * 1e-6) < 0) {
+            return -1;
+        }
+    }
+    return 0;
+}
+
 typedef struct {
+    PyObject *streams;
     PyObject *limit, *overflow;
     PyObject *last_ctx; /* borrowed; identity only */
     PyObject *entry;    /* borrowed from reqs */
@@ -190,6 +256,10 @@ static int add_request(ReqState *st, PyObject *r, PyObject *ev) {
         if (append_float(vals, d) < 0) {
             return -1;
         }
+        PyObject *stream = PyTuple_GET_ITEM(items[i], 2);
+        if (stream != Py_None && add_stream(st->streams, PyTuple_GET_ITEM(ev, 1), stream) < 0) {
+            return -1;
+        }
     }
     return 0;
 }
@@ -215,18 +285,18 @@ static int add_record(PyObject *c, PyObject *ev) {
 }
 
 static PyObject *gather(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
-    if (nargs != 8 || !PyList_Check(args[0]) || !PyDict_CheckExact(args[1]) || !PyDict_CheckExact(args[2])
-            || !PyLong_CheckExact(args[6]) || !PyLong_CheckExact(args[7])) {
-        PyErr_SetString(PyExc_TypeError, "gather(batch: list, reqs: dict, recs: dict, limit, overflow, fallback, "
-                                         "ev_request: int, n_outcomes: int)");
+    if (nargs != 9 || !PyList_Check(args[0]) || !PyDict_CheckExact(args[1]) || !PyDict_CheckExact(args[2])
+            || !PyDict_CheckExact(args[3]) || !PyLong_CheckExact(args[7]) || !PyLong_CheckExact(args[8])) {
+        PyErr_SetString(PyExc_TypeError, "gather(batch: list, reqs: dict, streams: dict, recs: dict, limit, overflow, "
+                                         "fallback, ev_request: int, n_outcomes: int)");
         return NULL;
     }
-    long ev_request = PyLong_AsLong(args[6]), n_outcomes = PyLong_AsLong(args[7]);
+    long ev_request = PyLong_AsLong(args[7]), n_outcomes = PyLong_AsLong(args[8]);
     if (PyErr_Occurred()) {
         return NULL;
     }
-    PyObject *batch = args[0], *reqs = args[1], *recs = args[2], *fallback = args[5];
-    ReqState st = {args[3], args[4], NULL, NULL, 0};
+    PyObject *batch = args[0], *reqs = args[1], *recs = args[3], *fallback = args[6];
+    ReqState st = {args[2], args[4], args[5], NULL, NULL, 0};
     PyObject *last_rec = NULL, *c = NULL;
     for (Py_ssize_t i = 0; i < PyList_GET_SIZE(batch); i++) {
         PyObject *ev = PyList_GET_ITEM(batch, i);
@@ -283,7 +353,7 @@ static PyObject *gather(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 
 static PyMethodDef methods[] = {
     {"gather", (PyCFunction)(void (*)(void))gather, METH_FASTCALL,
-     "gather(batch, reqs, recs, limit, overflow, fallback, ev_request, n_outcomes) -> errors: the canary's "
+     "gather(batch, reqs, streams, recs, limit, overflow, fallback, ev_request, n_outcomes) -> errors: the canary's "
      "pass over a batch."},
     {NULL, NULL, 0, NULL},
 };

@@ -176,14 +176,15 @@ class CanaryComponent(StagedComponent):
     def _gather_compiled(self, batch: list[tuple[Any, ...]]) -> tuple[
             dict[Any, tuple[list[int], list[float], dict[str, list[float]]]],
             dict[Any, tuple[list[float], list[float], list[int]]], dict[Any, tuple[list[float], list[str]]]]:
-        """:meth:`_gather_python` with no SLO, in C (_gatherc.c): each event it does not read goes to
-        :meth:`_gather_one` in its turn, so the lists and the limiter's calls come in the same order."""
+        """:meth:`_gather_python` with no SLO, in C (_gatherc.c): each event it does not read goes to the Python
+        loop alone, in its turn, so the lists and the limiter's calls come in the same order."""
         reqs: dict[Any, tuple[list[int], list[float], dict[str, list[float]], dict[Any, list[float]]]] = {}
         streams: dict[Any, tuple[list[float], list[float], list[int]]] = {}
         recs: dict[Any, tuple[list[float], list[str]]] = {}
         assert self.compiled_gather is not None
-        errors = self.compiled_gather(batch, reqs, recs, self._lim_stage.get, OVERFLOW,
-                                      lambda ev: self._gather_one(ev, reqs, streams, recs), EV_REQUEST, N_OUTCOMES)
+        errors = self.compiled_gather(batch, reqs, streams, recs, self._lim_stage.get, OVERFLOW,
+                                      lambda ev: self._gather_into([ev], None, reqs, streams, recs),
+                                      EV_REQUEST, N_OUTCOMES)
         if errors:
             self.dropped["error"] += errors
         return {k: v[:3] for k, v in reqs.items()}, streams, recs
@@ -197,6 +198,12 @@ class CanaryComponent(StagedComponent):
         reqs: dict[Any, tuple[list[int], list[float], dict[str, list[float]], dict[Any, list[float]]]] = {}
         streams: dict[Any, tuple[list[float], list[float], list[int]]] = {}
         recs: dict[Any, tuple[list[float], list[str]]] = {}
+        self._gather_into(batch, slo, reqs, streams, recs)
+        return {k: v[:3] for k, v in reqs.items()}, streams, recs
+
+    def _gather_into(self, batch: list[tuple[Any, ...]], slo: Any, reqs: dict[Any, Any], streams: dict[Any, Any],
+                     recs: dict[Any, Any]) -> None:
+        """The Python loop of :meth:`_gather_python`, into the caller's dicts (also the compiled pass's fallback)."""
         # The events of a frame share one ctx tuple object, so its lists are looked up again only when the
         # object changes; a stage's list is found by its raw name (``by_name``, per ctx), the label limiter
         # asked once per name, except a name it refuses (each refusal is counted, as before).
@@ -255,47 +262,6 @@ class CanaryComponent(StagedComponent):
                         c[1].append(pred)
             except Exception:
                 self.dropped["error"] += 1
-        return {k: v[:3] for k, v in reqs.items()}, streams, recs
-
-    def _gather_one(self, ev: tuple[Any, ...], reqs: dict[Any, Any], streams: dict[Any, Any],
-                    recs: dict[Any, Any]) -> None:
-        """One event as :meth:`_gather`'s loop reads it with no SLO set: what the compiled pass does not read."""
-        try:
-            if ev[0] == EV_REQUEST:
-                outcome, e2e = ev[4], ev[3] * 1e-9
-                if outcome.__class__ is not int or not 0 <= outcome < N_OUTCOMES or e2e != e2e:
-                    raise ValueError("bad request event")
-                ctx = ev[1]
-                r: Any = reqs.get(ctx)
-                if r is None:
-                    r = reqs[ctx] = ([], [], {}, {})
-                r[0].append(outcome)
-                r[1].append(e2e)
-                by_name = r[3]
-                for name, dur, stream in ev[8]:
-                    vals = by_name.get(name)
-                    if vals is None:
-                        label = self._lim_stage.get(name)
-                        vals = r[2].setdefault(label, [])
-                        if label != OVERFLOW:
-                            by_name[name] = vals
-                    vals.append(dur * 1e-9)
-                    if stream is not None:
-                        self._stream(streams, ctx, stream, None, True)
-            elif ev[4] is not None or ev[5] is not None:
-                ctx = ev[1]
-                c: Any = recs.get(ctx)
-                if c is None:
-                    c = recs[ctx] = ([], [])
-                conf = ev[5]
-                if conf is not None and math.isfinite(conf):
-                    c[0].append(conf)
-                pred = ev[4]
-                pred = pred if pred.__class__ is str else canon(pred)
-                if pred is not None:
-                    c[1].append(pred)
-        except Exception:
-            self.dropped["error"] += 1
 
     @staticmethod
     def _stream(streams: dict[Any, tuple[list[float], list[float], list[int]]], ctx: Any, stream: Any, slo: Any,
