@@ -339,7 +339,7 @@ static PyObject *read_record(WireFrame *f, Py_ssize_t start, Py_ssize_t end) {
     return flat(pack(8, it));
 }
 
-/* Plain stages (no flag set) as [(name, dur, None), ...]; Py_None returned (new ref) when a flag is set. */
+/* Plain stages (no flag set) as ((name, dur, None), ...), untracked; Py_None returned (new ref) when a flag is set. */
 static PyObject *plain_stages(WireFrame *f, Py_ssize_t p, Py_ssize_t end, unsigned n) {
     const unsigned char *buf = f->buf;
     if (p + (Py_ssize_t)n * STAGE_SIZE > end) {
