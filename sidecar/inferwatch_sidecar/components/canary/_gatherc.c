@@ -18,13 +18,14 @@
  * the one thing that can fail after that is the limiter's call, and then the event is counted as the
  * Python loop counts it: the returned int is the number of such errors.
  *
- * Returns -1 with an exception set only for a bad call (wrong argument types) or a failing fallback.
+ * It raises (returns NULL) only for a bad call (wrong argument types), no memory, or a fallback that raises.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <math.h>
 
-/* A new list of three empty lists and two dicts as reqs' value: (outcomes, e2e, stages by label, by name). */
+/* A new value for reqs: (outcomes, e2e seconds, stage lists by label, the same lists by raw name): two empty
+ * lists and two empty dicts. */
 static PyObject *new_req_entry(void) {
     PyObject *a = PyList_New(0), *b = PyList_New(0), *c = PyDict_New(), *d = PyDict_New();
     if (a == NULL || b == NULL || c == NULL || d == NULL) {
