@@ -81,6 +81,7 @@ from inferwatch_sidecar.components.gpu.trend import (
     _release_floors,
     _Scale,
     _slope,
+    _slope_ols,
     floor_share,
     sen_mann_kendall,
 )
@@ -119,15 +120,6 @@ class Episode:
     rate: float
     rate_ci: tuple[float, float]
     end: str | None
-
-
-def _slope_ols(t: np.ndarray, y: np.ndarray, sigma: float) -> tuple[float, float]:
-    """Least-squares slope of ``y`` over ``t`` and its standard error for independent noise of SD ``sigma``."""
-    tc = t - t.mean()
-    sxx = float((tc * tc).sum())
-    if sxx <= 0:
-        return 0.0, math.inf
-    return float((tc * (y - y.mean())).sum()) / sxx, sigma / math.sqrt(sxx)
 
 
 class LeakDetector:
@@ -174,6 +166,7 @@ class LeakDetector:
         #: the highest floor level of the last episode that ended (a floor that climbs past it again is a
         #: leak again, whatever its fitted onset: an end that was noise must not hide the leak for good)
         self._released_top: float | None = None
+        self._loads: deque[float] = deque(maxlen=8)  # level shifts de-stepping found (glr.remember)
         # Episodes: the open one is the last, with its raw floor at onset ("base") and highest since ("top").
         self._episodes: deque[dict[str, Any]] = deque(maxlen=self.cfg.max_episodes)
         self._base: float | None = None
@@ -298,7 +291,7 @@ class LeakDetector:
             fb = _floor_blocks(sc, rw, cfg.min_blocks)
         if fb is None:
             return None
-        jump, g, sigma = _destep(fb.fy, cfg.method == "glr", cfg.step_k, self._sigma, floor_share(fb, self._dts))
+        jump, g, sigma = _destep(fb.fy, cfg.method == "glr", cfg.step_k, self._sigma, floor_share(fb, self._dts), fb.ft)
         ft, fy, win = fb.ft, fb.fy, fb.win
         tw, gw = ft[win], g[win]
         slope, se = _slope(tw, gw, sigma)
@@ -311,7 +304,7 @@ class LeakDetector:
                 for run in np.split(idx, np.flatnonzero(np.diff(idx) > 1) + 1):
                     ramp[run[0] + 1: run[-1] + 1] = True
             sel = win & ~ramp
-            return self._glr_result(sc, now, ft[sel], g[sel], sigma, fb.block, int(jump.sum()), slope, se,
+            return self._glr_result(sc, now, ft[sel], g[sel], sigma, fb.block, jump, slope, se,
                                     float(fy[-1]), ft, fy, g, fb.edge, fb.aligned)
         return self._trend_result(sc, now, fb, jump, g, sigma, slope, se)
 
@@ -355,7 +348,7 @@ class LeakDetector:
                            level=float(np.median(fy[-3:])), sigma=sigma)
 
     def _glr_result(self, sc: _Scale, now: float, tw: np.ndarray, gw: np.ndarray, sigma: float, block: float,
-                    steps: int, slope: float, se: float, floor: float, ft: np.ndarray, fy: np.ndarray,
+                    jump: np.ndarray, slope: float, se: float, floor: float, ft: np.ndarray, fy: np.ndarray,
                     g: np.ndarray, edge: float, aligned: bool = False) -> TrendResult:
         """The one GLR test (``glr.statistic``) on the window's de-stepped floor blocks."""
         cfg = self.cfg
@@ -364,7 +357,7 @@ class LeakDetector:
         # holds the floor at another phase than the others (on a steep warm-up, a misfit of many SDs).
         # Release-aligned segments start at a release, after the first sample by construction.
         whole = tw - (0.0 if aligned else block / 2) >= t0 - sc.bin_s / 2
-        stat, knot = glr.statistic(tw[whole], gw[whole], t0, cfg.tau_max_s, sigma, cache=not aligned)
+        stat, knot = glr.statistic(tw[whole], gw[whole], t0, cfg.tau_max_s, sigma, not aligned, glr.remember(self._loads, glr.origins(ft, jump, fy - g), now, cfg.tau_max_s))
         thr = glr.threshold(int(whole.sum()))
         q = _norm_ppf(0.5 + cfg.confidence / 2)
         passed = stat > thr
@@ -384,7 +377,7 @@ class LeakDetector:
             base = float(fy[ft >= onset].min())
             passed = rate > 0 and r_lo > cfg.min_rate_bytes_per_s
         z = slope / se if se > 0 else 0.0
-        return TrendResult(sc.window_s, block, len(tw), slope, slope - q * se, slope + q * se, z, steps, 0.0, None,
+        return TrendResult(sc.window_s, block, len(tw), slope, slope - q * se, slope + q * se, z, int(jump.sum()), 0.0, None,
                            bool(passed), onset, rate, r_lo, r_hi, floor, base, stat, thr,
                            level=float(np.median(fy[-3:])), sigma=sigma)
 
@@ -542,7 +535,7 @@ class LeakDetector:
             "diffs": list(self._diffs), "dts": list(self._dts), "sigma": self._sigma, "peak": self._peak,
             "releases": list(self._releases), "release_log": list(self._release_log),
             "log_since": None if self._log_since == -math.inf else self._log_since,
-            "released_top": self._released_top,
+            "released_top": self._released_top, "loads": list(self._loads),
             "episodes": [dict(e) for e in self._episodes], "base": self._base, "top": self._top,
         }
 
@@ -593,6 +586,7 @@ class LeakDetector:
         else:  # a state from before the log: complete from the restore on
             self._log_since = float(state["last_t"]) if state["last_t"] is not None else -math.inf
         self._released_top = state.get("released_top")
+        self._loads.extend(float(x) for x in state.get("loads", []))
         for e in state["episodes"]:
             self._episodes.append({k: e[k] for k in ("onset_estimate", "detected_at", "cleared_at", "rate",
                                                      "rate_ci", "end")})

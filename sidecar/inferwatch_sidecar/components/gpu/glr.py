@@ -8,7 +8,8 @@ Gaussian noise of one SD and a free offset:
   a load straddling blocks); a saturating warm-up ``a (1 - exp(-(t - t0) / tau))`` (or its S-shaped form) from the
   series' start ``t0`` with ``a >= 0`` and ``tau <= tau_max`` (its slope decays at least as fast as
   ``exp(-t / tau_max)``); the shift and the warm-up together (a load at the start, a cache filled on
-  top of the warm-up);
+  top of the warm-up); and, after each of the loads the detector remembers (:func:`origins`,
+  :func:`remember`), a shift at the load with a warm-up of its own from it (:func:`_load_warm_sse`);
 - **alternative** (a leak): the null's best warm-up (or none) plus a hinge creep ``r max(0, t - c)``,
   ``r > 0``, maximised over the knot ``c`` (a rise over at least the last MIN_TAIL floor samples).
 
@@ -30,6 +31,7 @@ per-judgement ALPHA into a false-alarm rate per series-day.
 from __future__ import annotations
 
 import math
+from collections import deque
 
 import numpy as np
 
@@ -154,17 +156,19 @@ def _fixed(x: np.ndarray, ramps: int = RAMP_BLOCKS) -> dict[str, np.ndarray]:
 
 
 def statistic_batch(t: np.ndarray, ys: np.ndarray, t0: float, tau_max: float, sigma: float,
-                    d: dict[str, np.ndarray] | None = None) -> tuple[np.ndarray, np.ndarray]:
+                    d: dict[str, np.ndarray] | None = None, origins: tuple[float, ...] = ()
+                    ) -> tuple[np.ndarray, np.ndarray]:
     """(statistic, best knot time) for each row of ``ys`` (B x n) at block times ``t``.
 
-    ``sigma``: the robust SD of a block's floor; the noise SD used is at least it.
+    ``sigma``: the robust SD of a block's floor; the noise SD used is at least it. ``origins``: times of
+    level shifts (loads) after which the null also holds a warm-up of their own (:func:`_load_warm_sse`).
     """
     b, n = ys.shape
     if n < 5 or t[-1] <= t[0]:
         return np.zeros(b), np.full(b, float(t[0]) if n else 0.0)
     d = d if d is not None else designs(t, t0, tau_max)
     if d["warm"].shape[0] == 1:
-        return _no_warm(ys, sigma, d)
+        return _no_warm(ys, sigma, d, _load_warm_sse(t, _centre(ys / max(sigma, 1e-300)), None, origins, tau_max))
     y = _centre(ys / max(sigma, 1e-300))
     s0 = np.einsum("bn,bn->b", y, y)
     rows = np.arange(b)
@@ -203,6 +207,8 @@ def statistic_batch(t: np.ndarray, ys: np.ndarray, t0: float, tau_max: float, si
     top = np.unique(np.argsort(-gw, axis=1)[:, :TOP_WARM])
     sse_sw = np.minimum(sse_w - gsw.max(axis=1), s0 - _joint(d["warm"][top], d["step"], y, rising=False)[0])
     sse0 = np.minimum(np.minimum(s0, sse_w), np.minimum(sse_s, sse_sw))
+    if origins:
+        sse0 = np.minimum(sse0, _load_warm_sse(t, y, np.where(have[:, None], w, 0.0), origins, tau_max))
     # Alternative: a rising hinge, alone or with a warm-up fitted jointly with it (the null's best warm-up,
     # bent by the creep at the end, would leave the hinge a knot hours early).
     gh, bh = _fit1(d["hinge"], y)
@@ -248,13 +254,17 @@ def _joint(warm: np.ndarray, hinge: np.ndarray, y: np.ndarray, rising: bool = Tr
     return out
 
 
-def _no_warm(ys: np.ndarray, sigma: float, d: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
-    """The statistic once the warm-up is over: a rising hinge against a constant or one shift."""
+def _no_warm(ys: np.ndarray, sigma: float, d: dict[str, np.ndarray], load_sse: np.ndarray | None = None
+             ) -> tuple[np.ndarray, np.ndarray]:
+    """The statistic once the warm-up is over: a rising hinge against a constant, one shift, or a load's
+    own warm-up (``load_sse``, the SSE of that null per row)."""
     n = ys.shape[1]
     y = _centre(ys / max(sigma, 1e-300))
     s0 = np.einsum("bn,bn->b", y, y)
     gs, _ = _fit1(d["step"], y)
     sse0 = s0 - np.maximum(gs.max(axis=1), 0.0)
+    if load_sse is not None:
+        sse0 = np.minimum(sse0, load_sse)
     gh, bh = _fit1(d["hinge"], y)
     gh = np.where(bh > 0, gh, -np.inf)
     k = gh.argmax(axis=1)
@@ -266,11 +276,104 @@ def _no_warm(ys: np.ndarray, sigma: float, d: dict[str, np.ndarray]) -> tuple[np
 
 
 def statistic(t: np.ndarray, y: np.ndarray, t0: float, tau_max: float, sigma: float,
-              cache: bool = True) -> tuple[float, float]:
-    """(GLR statistic, best knot) of floors ``y`` at ``t`` for a series that started at ``t0``."""
+              cache: bool = True, origins: tuple[float, ...] = ()) -> tuple[float, float]:
+    """(GLR statistic, best knot) of floors ``y`` at ``t`` for a series that started at ``t0``; ``origins``:
+    the times of the loads whose own warm-ups the null holds too (:func:`origins`)."""
     if len(t) < 5 or t[-1] <= t[0]:
         return 0.0, float(t[0]) if len(t) else 0.0
     ta = np.asarray(t, dtype=float)
     s, k = statistic_batch(ta, np.asarray(y, dtype=float)[None, :], t0, tau_max, sigma,
-                           designs(ta, t0, tau_max, cache))
+                           designs(ta, t0, tau_max, cache), origins)
     return float(s[0]), float(k[0])
+
+
+#: The null holds the own warm-ups of at most this many of the latest loads.
+MAX_ORIGINS = 4
+
+
+#: A level shift this large at least is a load (a model's weights and buffers, a cache filled by traffic)
+#: that may bring a warm-up of its own; a smaller one is noise or a creep's change taken for a shift.
+LOAD_MIN = 256 * 2**20
+
+
+def origins(ft: np.ndarray, jump: np.ndarray, removed: np.ndarray) -> tuple[float, ...]:
+    """The times of the latest MAX_ORIGINS loads de-stepping found: the first floor sample after each.
+
+    ``jump[i]``: a shift between floor samples i and i+1 (adjacent ones are one shift); ``removed``: what
+    de-stepping took out of the floor up to each sample (the floor minus the de-stepped floor). A shift counts
+    from LOAD_MIN; the newest one, with no floor change after it yet, does not (its next change may still show
+    it a creep's, ``trend._creeps_on``, and a remembered origin stays for hours).
+    """
+    idx = np.flatnonzero(jump)
+    if not len(idx):
+        return ()
+    ends = []
+    for r in np.split(idx, np.flatnonzero(np.diff(idx) > 1) + 1):
+        lo, end = int(r[0]), int(r[-1]) + 1
+        if end < len(jump) and removed[end] - removed[lo] >= LOAD_MIN:
+            ends.append(end)
+    return tuple(float(ft[i]) for i in ends[-MAX_ORIGINS:])
+
+
+#: Two shifts found this close together (by scales with different bins) are one load.
+MERGE_S = 300.0
+
+
+def remember(log: deque[float], found: tuple[float, ...], now: float, tau_max: float) -> tuple[float, ...]:
+    """Add the shifts ``found`` by one scale to the series' ``log`` and return the latest MAX_ORIGINS of them.
+
+    A scale sees a load only while it lies within its two windows: the shortest (15 minutes) loses it well
+    before the load's warm-up is over, and would judge what is left of that warm-up as a creep. The log keeps
+    every load for as long as a warm-up from it can still rise (OLD x tau_max); shifts found within MERGE_S of
+    each other are one load, dated at the earliest (the first floor sample after it, on the finest bins).
+    """
+    for o in found:
+        near = [x for x in log if abs(x - o) <= MERGE_S]
+        if near:
+            if o < min(near):
+                for x in near:
+                    log.remove(x)
+                log.append(o)
+        else:
+            log.append(o)
+    while log and log[0] < now - OLD * tau_max:
+        log.popleft()
+    return tuple(sorted(log)[-MAX_ORIGINS:])
+
+
+def _load_warm_sse(t: np.ndarray, y: np.ndarray, w: np.ndarray | None, origins: tuple[float, ...],
+                   tau_max: float) -> np.ndarray:
+    """The null's SSE with a load at each of ``origins`` followed by a warm-up of its own (B).
+
+    A model loaded into a running process (a second model, a swap) fills its own cache and buffers as the
+    process's first one did: a shift at the load and a saturating warm-up from it, ``a >= 0`` and ``tau <=
+    tau_max`` as the process's own, fitted jointly (on the residuals of the process's best warm-up ``w``, B x
+    n, where one is given). De-stepping has taken most of the shift out; the fit takes what it left.
+    ``y``: the centred, scaled floors (B x n). Rows with no usable origin get ``inf``.
+    """
+    b, n = y.shape
+    out = np.full(b, np.inf)
+    taus = tau_max * np.exp(np.linspace(math.log(TAU_MIN_SHARE), 0.0, TAU_GRID))
+    for o in origins:
+        if o >= t[-1] or o < t[0] - OLD * tau_max:
+            continue
+        age = np.maximum(0.0, t - o)[None, :] / taus[:, None]
+        warm = _centre(np.concatenate([_rise(sh, age) for sh in SHAPES]))
+        step = _centre((t >= o).astype(float))[None, :]
+        for r in range(b):
+            yr, wr, sr = y[r: r + 1], warm, step
+            base = float(np.einsum("n,n->", y[r], y[r]))
+            if w is not None and float(np.einsum("n,n->", w[r], w[r])) > FLAT * n:
+                # Partial the process's own warm-up out of the data and of both columns.
+                u = w[r] / math.sqrt(float(np.einsum("n,n->", w[r], w[r])))
+                yr = yr - np.einsum("bn,n->b", yr, u)[:, None] * u
+                wr = warm - np.einsum("kn,n->k", warm, u)[:, None] * u
+                sr = step - np.einsum("kn,n->k", step, u)[:, None] * u
+                base = float(np.einsum("bn,bn->", yr, yr))
+            if float(np.einsum("kn,kn->", sr, sr)) > FLAT * n:
+                gain = _joint(wr, sr, yr, rising=False)[0]
+            else:  # the load lies before the data: its warm-up alone
+                g1, b1 = _fit1(wr, yr)
+                gain = np.where(b1 > 0, g1, -np.inf).max(axis=1)
+            out[r] = min(out[r], base - float(gain[0])) if np.isfinite(gain[0]) else out[r]
+    return out
