@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import math
 from collections import deque
+from collections.abc import Callable
 
 import numpy as np
 
@@ -168,7 +169,7 @@ def statistic_batch(t: np.ndarray, ys: np.ndarray, t0: float, tau_max: float, si
         return np.zeros(b), np.full(b, float(t[0]) if n else 0.0)
     d = d if d is not None else designs(t, t0, tau_max)
     if d["warm"].shape[0] == 1:
-        return _no_warm(ys, sigma, d, _load_warm_sse(t, _centre(ys / max(sigma, 1e-300)), None, origins, tau_max))
+        return _no_warm(ys, sigma, d, lambda y: _load_warm_sse(t, y, None, origins, tau_max) if origins else None)
     y = _centre(ys / max(sigma, 1e-300))
     s0 = np.einsum("bn,bn->b", y, y)
     rows = np.arange(b)
@@ -207,8 +208,6 @@ def statistic_batch(t: np.ndarray, ys: np.ndarray, t0: float, tau_max: float, si
     top = np.unique(np.argsort(-gw, axis=1)[:, :TOP_WARM])
     sse_sw = np.minimum(sse_w - gsw.max(axis=1), s0 - _joint(d["warm"][top], d["step"], y, rising=False)[0])
     sse0 = np.minimum(np.minimum(s0, sse_w), np.minimum(sse_s, sse_sw))
-    if origins:
-        sse0 = np.minimum(sse0, _load_warm_sse(t, y, np.where(have[:, None], w, 0.0), origins, tau_max))
     # Alternative: a rising hinge, alone or with a warm-up fitted jointly with it (the null's best warm-up,
     # bent by the creep at the end, would leave the hinge a knot hours early).
     gh, bh = _fit1(d["hinge"], y)
@@ -225,6 +224,11 @@ def statistic_batch(t: np.ndarray, ys: np.ndarray, t0: float, tau_max: float, si
     # noise is profiled out (an F-like ratio), so a floor that wanders is judged at its own scale.
     v = np.maximum(1.0, sse1 / max(1, n - 4))
     stat = np.where(finite, np.maximum(0.0, sse0 - sse1) / v, 0.0)
+    if origins and (stat > 0).any():
+        # The loads' own warm-ups only lower the null's SSE, so a statistic of 0 stays 0: they are fitted
+        # only where the statistic is above it (most judgements are at 0, and these fits cost the most).
+        sse0 = np.minimum(sse0, _load_warm_sse(t, y, np.where(have[:, None], w, 0.0), origins, tau_max))
+        stat = np.where(finite, np.maximum(0.0, sse0 - sse1) / v, 0.0)
     return stat, d["knots"][k]
 
 
@@ -254,17 +258,15 @@ def _joint(warm: np.ndarray, hinge: np.ndarray, y: np.ndarray, rising: bool = Tr
     return out
 
 
-def _no_warm(ys: np.ndarray, sigma: float, d: dict[str, np.ndarray], load_sse: np.ndarray | None = None
-             ) -> tuple[np.ndarray, np.ndarray]:
+def _no_warm(ys: np.ndarray, sigma: float, d: dict[str, np.ndarray],
+             load_sse: Callable[[np.ndarray], np.ndarray | None] | None = None) -> tuple[np.ndarray, np.ndarray]:
     """The statistic once the warm-up is over: a rising hinge against a constant, one shift, or a load's
-    own warm-up (``load_sse``, the SSE of that null per row)."""
+    own warm-up (``load_sse(y)``: the SSE of that null per row of the centred, scaled floors, or None)."""
     n = ys.shape[1]
     y = _centre(ys / max(sigma, 1e-300))
     s0 = np.einsum("bn,bn->b", y, y)
     gs, _ = _fit1(d["step"], y)
     sse0 = s0 - np.maximum(gs.max(axis=1), 0.0)
-    if load_sse is not None:
-        sse0 = np.minimum(sse0, load_sse)
     gh, bh = _fit1(d["hinge"], y)
     gh = np.where(bh > 0, gh, -np.inf)
     k = gh.argmax(axis=1)
@@ -272,7 +274,11 @@ def _no_warm(ys: np.ndarray, sigma: float, d: dict[str, np.ndarray], load_sse: n
     finite = np.isfinite(best)
     sse1 = np.where(finite, np.maximum(s0 - best, 0.0), s0)
     v = np.maximum(1.0, sse1 / max(1, n - 4))
-    return np.where(finite, np.maximum(0.0, sse0 - sse1) / v, 0.0), d["knots"][k]
+    stat = np.where(finite, np.maximum(0.0, sse0 - sse1) / v, 0.0)
+    loads = load_sse(y) if load_sse is not None and (stat > 0).any() else None  # 0 stays 0, as above
+    if loads is not None:
+        stat = np.where(finite, np.maximum(0.0, np.minimum(sse0, loads) - sse1) / v, 0.0)
+    return stat, d["knots"][k]
 
 
 def statistic(t: np.ndarray, y: np.ndarray, t0: float, tau_max: float, sigma: float,
