@@ -291,7 +291,8 @@ class LeakDetector:
             fb = _floor_blocks(sc, rw, cfg.min_blocks)
         if fb is None:
             return None
-        jump, g, sigma = _destep(fb.fy, cfg.method == "glr", cfg.step_k, self._sigma, floor_share(fb, self._dts), fb.ft)
+        jump, g, sigma = _destep(fb.fy, cfg.method == "glr", cfg.step_k, self._sigma, floor_share(fb, self._dts),
+                                 fb.ft)
         ft, fy, win = fb.ft, fb.fy, fb.win
         tw, gw = ft[win], g[win]
         slope, se = _slope(tw, gw, sigma)
@@ -357,7 +358,9 @@ class LeakDetector:
         # holds the floor at another phase than the others (on a steep warm-up, a misfit of many SDs).
         # Release-aligned segments start at a release, after the first sample by construction.
         whole = tw - (0.0 if aligned else block / 2) >= t0 - sc.bin_s / 2
-        stat, knot = glr.statistic(tw[whole], gw[whole], t0, cfg.tau_max_s, sigma, not aligned, glr.remember(self._loads, glr.origins(ft, jump, fy - g), now, cfg.tau_max_s))
+        # The loads de-stepping found here join the series' log: a warm-up of their own is in the null.
+        loads = glr.remember(self._loads, glr.origins(ft, jump, fy - g), now, cfg.tau_max_s)
+        stat, knot = glr.statistic(tw[whole], gw[whole], t0, cfg.tau_max_s, sigma, not aligned, loads)
         thr = glr.threshold(int(whole.sum()))
         q = _norm_ppf(0.5 + cfg.confidence / 2)
         passed = stat > thr
@@ -377,8 +380,8 @@ class LeakDetector:
             base = float(fy[ft >= onset].min())
             passed = rate > 0 and r_lo > cfg.min_rate_bytes_per_s
         z = slope / se if se > 0 else 0.0
-        return TrendResult(sc.window_s, block, len(tw), slope, slope - q * se, slope + q * se, z, int(jump.sum()), 0.0, None,
-                           bool(passed), onset, rate, r_lo, r_hi, floor, base, stat, thr,
+        return TrendResult(sc.window_s, block, len(tw), slope, slope - q * se, slope + q * se, z, int(jump.sum()),
+                           0.0, None, bool(passed), onset, rate, r_lo, r_hi, floor, base, stat, thr,
                            level=float(np.median(fy[-3:])), sigma=sigma)
 
     def _change_point(self, t: np.ndarray, g: np.ndarray, sigma: float, fallback: float) -> float:

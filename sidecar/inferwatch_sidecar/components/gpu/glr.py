@@ -333,18 +333,14 @@ def remember(log: deque[float], found: tuple[float, ...], now: float, tau_max: f
     every load for as long as a warm-up from it can still rise (OLD x tau_max); shifts found within MERGE_S of
     each other are one load, dated at the earliest (the first floor sample after it, on the finest bins).
     """
+    kept = sorted(log)
     for o in found:
-        near = [x for x in log if abs(x - o) <= MERGE_S]
-        if near:
-            if o < min(near):
-                for x in near:
-                    log.remove(x)
-                log.append(o)
-        else:
-            log.append(o)
-    while log and log[0] < now - OLD * tau_max:
-        log.popleft()
-    return tuple(sorted(log)[-MAX_ORIGINS:])
+        near = [x for x in kept if abs(x - o) <= MERGE_S]
+        if not near or o < min(near):
+            kept = sorted([x for x in kept if x not in near] + [o])
+    log.clear()
+    log.extend(x for x in kept if x >= now - OLD * tau_max)  # the deque's maxlen keeps the latest
+    return tuple(log)[-MAX_ORIGINS:]
 
 
 def _load_warm_sse(t: np.ndarray, y: np.ndarray, w: np.ndarray | None, origins: tuple[float, ...],
