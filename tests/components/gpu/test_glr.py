@@ -263,13 +263,16 @@ def test_the_loads_of_a_series_are_remembered_merged_and_forgotten_with_their_wa
     # The same load seen by a coarser scale, later on its bins: one load, at the earliest date.
     assert glr.remember(log, (1200.0,), 1300.0, 1200.0) == (1000.0,)
     assert glr.remember(log, (900.0,), 1300.0, 1200.0) == (900.0,)
+    # 400 s is a load of its own (more than MERGE_S from 900 s); the log stays in time order.
+    assert glr.remember(log, (2000.0, 400.0), 2000.0, 1200.0) == (400.0, 900.0, 2000.0)
+    assert list(log) == [400.0, 900.0, 2000.0]
     for o in (3000.0, 5000.0, 7000.0, 9000.0):
         glr.remember(log, (o,), o, 1200.0)
     assert glr.remember(log, (), 9000.0, 1200.0) == (3000.0, 5000.0, 7000.0, 9000.0)[-glr.MAX_ORIGINS:]
     # A warm-up from a load more than OLD x tau_max ago is over: the load is forgotten.
     assert glr.remember(log, (), 900.0 + glr.OLD * 1200.0 + 1, 1200.0) == (3000.0, 5000.0, 7000.0, 9000.0)[
         -glr.MAX_ORIGINS:]
-    assert 900.0 not in log
+    assert 900.0 not in log and 400.0 not in log and list(log) == sorted(log)
 
 
 @pytest.mark.parametrize("seed", [41, 42, 43, 44, 45, 46])
