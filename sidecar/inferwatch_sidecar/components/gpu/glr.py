@@ -227,7 +227,7 @@ def statistic_batch(t: np.ndarray, ys: np.ndarray, t0: float, tau_max: float, si
     if origins and (stat > 0).any():
         # The loads' own warm-ups only lower the null's SSE, so a statistic of 0 stays 0: they are fitted
         # only where the statistic is above it (most judgements are at 0, and these fits cost the most).
-        sse0 = np.minimum(sse0, _load_warm_sse(t, y, d["warm"], origins, tau_max))
+        sse0 = np.minimum(sse0, _load_warm_sse(t, y, np.where(have[:, None], w, 0.0), origins, tau_max))
         stat = np.where(finite, np.maximum(0.0, sse0 - sse1) / v, 0.0)
     return stat, d["knots"][k]
 
@@ -343,19 +343,15 @@ def remember(log: deque[float], found: tuple[float, ...], now: float, tau_max: f
     return tuple(log)[-MAX_ORIGINS:]
 
 
-def _load_warm_sse(t: np.ndarray, y: np.ndarray, own: np.ndarray | None, origins: tuple[float, ...],
+def _load_warm_sse(t: np.ndarray, y: np.ndarray, w: np.ndarray | None, origins: tuple[float, ...],
                    tau_max: float) -> np.ndarray:
     """The null's SSE with a load at each of ``origins`` followed by a warm-up of its own (B).
 
     A model loaded into a running process (a second model, a swap) fills its own cache and buffers as the
     process's first one did: a shift at the load and a saturating warm-up from it, ``a >= 0`` and ``tau <=
-    tau_max`` as the process's own. Where the process's own warm-up is still in the data (``own``: its
-    centred columns, K x n), the two warm-ups are fitted together by alternating: the best load warm-up with
-    the shift and the process's warm-up held, then the best process warm-up with the shift and the load's
-    held, until the choice stays (three rounds at most; the process's warm-up fitted alone, before the load's
-    was known, bends to take the load's rise and leaves a misfit a creep "explains"). De-stepping has taken
-    most of the shift out; the fit takes what it left. ``y``: the centred, scaled floors (B x n). Rows with
-    no usable origin get ``inf``.
+    tau_max`` as the process's own, fitted jointly (on the residuals of the process's best warm-up ``w``, B x
+    n, where one is given). De-stepping has taken most of the shift out; the fit takes what it left.
+    ``y``: the centred, scaled floors (B x n). Rows with no usable origin get ``inf``.
     """
     b, n = y.shape
     out = np.full(b, np.inf)
@@ -364,45 +360,22 @@ def _load_warm_sse(t: np.ndarray, y: np.ndarray, own: np.ndarray | None, origins
         if o >= t[-1] or o < t[0] - OLD * tau_max:
             continue
         age = np.maximum(0.0, t - o)[None, :] / taus[:, None]
-        load = _centre(np.concatenate([_rise(sh, age) for sh in SHAPES]))
-        step = _centre((t >= o).astype(float))
-        shift = [step] if float(step @ step) > FLAT * n else []  # the load lies before the data: no shift
+        warm = _centre(np.concatenate([_rise(sh, age) for sh in SHAPES]))
+        step = _centre((t >= o).astype(float))[None, :]
         for r in range(b):
-            j = _best(y[r], own, [])[0] if own is not None else None
-            for _ in range(3):
-                k, sse = _best(y[r], load, shift + ([own[j]] if own is not None and j is not None else []))
-                out[r] = min(out[r], sse)
-                if own is None or k is None:
-                    break
-                j2, sse = _best(y[r], own, [*shift, load[k]])
-                out[r] = min(out[r], sse)
-                if j2 == j:
-                    break
-                j = j2
+            yr, wr, sr = y[r: r + 1], warm, step
+            base = float(np.einsum("n,n->", y[r], y[r]))
+            if w is not None and float(np.einsum("n,n->", w[r], w[r])) > FLAT * n:
+                # Partial the process's own warm-up out of the data and of both columns.
+                u = w[r] / math.sqrt(float(np.einsum("n,n->", w[r], w[r])))
+                yr = yr - np.einsum("bn,n->b", yr, u)[:, None] * u
+                wr = warm - np.einsum("kn,n->k", warm, u)[:, None] * u
+                sr = step - np.einsum("kn,n->k", step, u)[:, None] * u
+                base = float(np.einsum("bn,bn->", yr, yr))
+            if float(np.einsum("kn,kn->", sr, sr)) > FLAT * n:
+                gain = _joint(wr, sr, yr, rising=False)[0]
+            else:  # the load lies before the data: its warm-up alone
+                g1, b1 = _fit1(wr, yr)
+                gain = np.where(b1 > 0, g1, -np.inf).max(axis=1)
+            out[r] = min(out[r], base - float(gain[0])) if np.isfinite(gain[0]) else out[r]
     return out
-
-
-def _best(y: np.ndarray, cols: np.ndarray, held: list[np.ndarray]) -> tuple[int | None, float]:
-    """The column of ``cols`` (K x n) with a positive coefficient that fits ``y`` (n) best together with the
-    ``held`` ones (any sign), and the SSE: (its index, or None when none fits, with the SSE of ``held`` alone)."""
-    basis: list[np.ndarray] = []
-    for v in held:  # Gram-Schmidt: an orthonormal basis of the held columns
-        for q in basis:
-            v = v - (v @ q) * q
-        nv = float(v @ v)
-        if nv > FLAT * len(v):
-            basis.append(v / math.sqrt(nv))
-    yr = y.copy()
-    cr = cols.copy()
-    for q in basis:
-        yr = yr - (yr @ q) * q
-        cr = cr - np.einsum("kn,n->k", cr, q)[:, None] * q
-    cc = np.einsum("kn,kn->k", cr, cr)
-    cy = np.einsum("kn,n->k", cr, yr)
-    ok = cc > FLAT * len(y)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        beta = np.where(ok, cy / np.where(ok, cc, 1.0), 0.0)
-    gain = np.where(ok & (beta > 0), beta * cy, -np.inf)
-    base = float(yr @ yr)
-    k = int(np.argmax(gain))
-    return (k, base - float(gain[k])) if np.isfinite(gain[k]) else (None, base)
