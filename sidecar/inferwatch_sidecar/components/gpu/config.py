@@ -63,6 +63,11 @@ class DetectorConfig(BaseModel):
             conditions and a 22.5-minute blind period).
         tau_max_s: ``glr`` only: the prior on warm-ups: a leak-free warm-up's slope decays at least as
             fast as ``exp(-t / tau_max_s)`` from the series' start.
+        load_warmups: ``glr`` only: a level shift of at least 256 MiB is a load (a second model, a swap)
+            whose own warm-up is in the null for 10 ``tau_max_s``. A process that loads models keeps quiet;
+            a leak that starts within about ``tau_max_s`` of a load, or of a traffic burst refilling the
+            cache by that much, is found about ``tau_max_s`` later. False suits one model per process with
+            busy/idle swings.
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -83,6 +88,7 @@ class DetectorConfig(BaseModel):
     max_episodes: int = Field(16, ge=1, le=1000)
     method: Literal["trend", "glr"] = "glr"
     tau_max_s: float = Field(1200.0, gt=0)
+    load_warmups: bool = True
 
     @field_validator("scales")
     @classmethod
