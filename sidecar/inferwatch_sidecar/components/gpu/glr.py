@@ -227,7 +227,7 @@ def statistic_batch(t: np.ndarray, ys: np.ndarray, t0: float, tau_max: float, si
     if origins and (stat > 0).any():
         # The loads' own warm-ups only lower the null's SSE, so a statistic of 0 stays 0: they are fitted
         # only where the statistic is above it (most judgements are at 0, and these fits cost the most).
-        sse0 = np.minimum(sse0, _load_warm_sse(t, y, np.where(have[:, None], w, 0.0), origins, tau_max))
+        sse0 = np.minimum(sse0, _load_warm_sse(t, y, w, origins, tau_max))
         stat = np.where(finite, np.maximum(0.0, sse0 - sse1) / v, 0.0)
     return stat, d["knots"][k]
 
