@@ -123,7 +123,10 @@ def test_triton_spans_match_tritons_own_counters(triton: Any) -> None:
         assert abs(ours_us - theirs) <= N * 1.0, (stage, ours_us, theirs)
     ours_req = sample(m, "inferwatch_request_duration_seconds_sum", **lab) * 1e6
     theirs_req = sample(tm, "nv_inference_request_duration_us_total", **tl)
-    assert abs(ours_req - theirs_req) <= 0.01 * theirs_req + N * 10.0, (ours_req, theirs_req)
+    # The request span and Triton's request-duration counter are timed at different points of a request's way
+    # through the server: ours read 25 us a request longer on a quiet machine and 103 us in a CI run under load
+    # (the stages above match to 1 us), so the slack is per request, not only a share of the total.
+    assert abs(ours_req - theirs_req) <= 0.01 * theirs_req + N * 250.0, (ours_req, theirs_req)
     # The Python callable's records joined to Triton's requests by trace ID.
     assert sorted(trace_log.read_text().split()) == sorted(trace_ids)
     py = {"service": "triton-python", "model": "double", "model_version": "1"}
