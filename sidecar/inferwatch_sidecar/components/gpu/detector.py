@@ -359,7 +359,10 @@ class LeakDetector:
         # Release-aligned segments start at a release, after the first sample by construction.
         whole = tw - (0.0 if aligned else block / 2) >= t0 - sc.bin_s / 2
         # The loads de-stepping found here join the series' log: a warm-up of their own is in the null.
-        loads = glr.remember(self._loads, glr.origins(ft, jump, fy - g), now, cfg.tau_max_s) if cfg.load_warmups else ()
+        loads: tuple[float, ...] = ()
+        if cfg.load_warmups:
+            found, undone = glr.origins(ft, jump, fy - g, fy, glr.undo_window(self.release_window()))
+            loads = glr.remember(self._loads, found, now, cfg.tau_max_s, undone)
         stat, knot = glr.statistic(tw[whole], gw[whole], t0, cfg.tau_max_s, sigma, not aligned, loads)
         thr = glr.threshold(int(whole.sum()))
         q = _norm_ppf(0.5 + cfg.confidence / 2)

@@ -22,6 +22,8 @@ RELEASE_MIN = 64 * MiB
 RELEASE_K = 12.0
 #: Smallest block-to-block rise ever treated as a level shift.
 STEP_UP_MIN = 32 * MiB
+#: The GLR takes out falls from this size (trend._destep): a load's, the smallest that glr.LOAD_MIN names.
+LOAD_FALL_MIN = 256 * MiB
 #: At most this many floor blocks per window (bounds the O(n^2) Theil-Sen pass).
 MAX_BLOCKS = 60
 #: A window is judged once the series also holds this share of a window before it, so that the
@@ -419,27 +421,18 @@ def _destep(fy: np.ndarray, glr_method: bool, step_k: float, sample_sigma: float
     """
     # De-step: a rise far above the typical block-to-block change is a level shift (a load, traffic
     # filling the cache) and is removed. A shift that straddles a block boundary shows in two
-    # changes: a neighbour beyond 2.5 SDs belongs to it. Falls are kept: removing only rises can
-    # bias the floor down, never up, so a busy/idle swing cannot add up to a false leak.
+    # changes: a neighbour beyond 2.5 SDs belongs to it. The trend test keeps falls (removing only
+    # rises can bias the floor down, never up, so a busy/idle swing cannot add up to a false leak);
+    # the GLR removes them too, each shift by its own measured size.
     d = np.diff(fy)
     med = float(np.median(d))
     if glr_method and len(d) >= 3:
-        # Against the neighbouring changes (three on each side): a warm-up's changes fall smoothly and
-        # none stands out from its neighbours, while a shift is one change far above both sides.
-        pad = np.r_[np.full(3, np.nan), d, np.full(3, np.nan)]
-        nb = np.lib.stride_tricks.sliding_window_view(pad, 7).copy()
-        nb[:, 3] = np.nan
-        local = _row_nanmedian(nb)
-        dev = d - local
-        sd = 1.4826 * float(np.median(np.abs(dev - np.median(dev))))
-        # On a climbing floor a shift must also add more than the neighbours' own climb: a fast leak's
-        # block changes vary by as much as they climb (one release in a block, or two), and the flat
-        # blocks elsewhere in the windows make the spread of the changes small.
-        jump = dev > np.maximum(max(STEP_UP_MIN, step_k * sd), local)
+        jump, fall, dev, local, sd = _glr_changes(d, step_k)
     else:
         sd = 1.4826 * float(np.median(np.abs(d - med)))
         dev = d - med
         jump = dev > max(STEP_UP_MIN, step_k * sd)
+        fall = np.zeros_like(jump)
     if jump.any():
         near = np.zeros_like(jump)
         near[1:] |= jump[:-1]
@@ -447,14 +440,24 @@ def _destep(fy: np.ndarray, glr_method: bool, step_k: float, sample_sigma: float
         jump |= near & (dev > 2.5 * sd)
         if glr_method and ft is not None:
             jump &= ~_creeps_on(d, np.diff(ft), jump, max(STEP_UP_MIN, 2.5 * sd))
+    if fall.any():
+        near = np.zeros_like(fall)
+        near[1:] |= fall[:-1]
+        near[:-1] |= fall[1:]
+        jump |= fall | (near & (dev < -2.5 * sd))
     if glr_method:
         # A shift is what the change adds to the floor's own climb around it: on a flat floor the whole
         # difference of levels, on a climbing one less the climb between them; the difference of levels
         # alone would take the climb of the blocks around it too, and flatten a fast leak into a sawtooth.
-        # (A climb within the noise of its median of six changes is taken as none: on a flat floor, a
-        # correction over four blocks would add four times that noise.)
-        climb = np.where(np.abs(local) > 2 * sd, local, 0.0)
-        g = fy - np.r_[0.0, np.cumsum(_shift_sizes(fy, jump, climb=climb))]
+        # (A climb within the noise of its median of six changes is not trusted: on a flat floor, a
+        # correction over four blocks would add four times that noise. The floor's median change outside
+        # the shifts, which holds many more, is taken there: taking none left a creep of 1-4 GiB/h in every
+        # shift, and an unload no longer matched its load, below.)
+        steady = float(np.median(d[~jump])) if (~jump).any() else 0.0
+        climb = np.where(np.abs(local) > 2 * sd, local, steady)
+        sizes = _transients_out(d, jump, _shift_sizes(fy, jump, climb=climb), 3 * sd)
+        jump, sizes = _falls_that_give_back(jump, sizes, 4 * sd)
+        g = fy - np.r_[0.0, np.cumsum(sizes)]
     else:
         g = fy - np.r_[0.0, np.cumsum(_shift_sizes(fy, jump))]
     # Block noise from the changes that are not shifts (a difference of two blocks: / sqrt 2).
@@ -464,6 +467,94 @@ def _destep(fy: np.ndarray, glr_method: bool, step_k: float, sample_sigma: float
     mad = 1.4826 * float(np.median(np.abs(rest - np.median(rest)))) / math.sqrt(2) if len(rest) else 0.0
     sigma = max(2 * MiB, floor_share * sample_sigma, mad)
     return jump, g, sigma
+
+
+def _neighbour_median(d: np.ndarray, skip: np.ndarray | None = None) -> np.ndarray:
+    """Per change, the median of the three on each side (without those ``skip`` marks; 0 where none is left)."""
+    x = d if skip is None else np.where(skip, np.nan, d)
+    nb = np.lib.stride_tricks.sliding_window_view(np.r_[np.full(3, np.nan), x, np.full(3, np.nan)], 7).copy()
+    nb[:, 3] = np.nan
+    out = _row_nanmedian(nb)
+    return np.where(np.isfinite(out), out, 0.0)
+
+
+def _glr_changes(d: np.ndarray, step_k: float) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, float]:
+    """The GLR's shifts among the floor changes ``d``: (rises, falls, each change less its neighbours' climb,
+    that climb, the changes' robust SD).
+
+    Against the neighbouring changes (three on each side): a warm-up's changes fall smoothly and none stands
+    out from its neighbours, while a shift is one change far above both sides. On a climbing floor a rise must
+    also add more than the neighbours' own climb: a fast leak's block changes vary by as much as they climb (one
+    release in a block, or two), and the flat blocks elsewhere in the windows make the spread small.
+
+    Falls too (an unload, a cache emptied when traffic stops): the GLR's alternative holds no level shift, so
+    a fall kept in the floor left every window that held one unable to show a creep. Only falls the size of a
+    load: a small one is as likely a floor sample read high falling back (the rise to it too small to be a
+    shift), and taking it out alone would leave a climb.
+
+    The climb is measured twice: the second time without the neighbours the first found to be shifts. A flat
+    change beside a fall of GiBs, measured against it, read as a rise of GiBs (de-stepped as a load that never
+    happened), and a shift beside another made a climb of hundreds of MiB a block of a flat floor.
+    """
+    local = _neighbour_median(d)
+    dev = d - local
+    sd = 1.4826 * float(np.median(np.abs(dev - np.median(dev))))
+    up_min, fall_min = max(STEP_UP_MIN, step_k * sd), max(LOAD_FALL_MIN, step_k * sd)
+    first = (dev > np.maximum(up_min, local)) | (dev < -fall_min)
+    if first.any():
+        local = _neighbour_median(d, first)
+        dev = d - local
+    return dev > np.maximum(up_min, local), dev < -fall_min, dev, local, sd
+
+
+def _falls_that_give_back(jump: np.ndarray, sizes: np.ndarray, noise: float) -> tuple[np.ndarray, np.ndarray]:
+    """The shifts with only the falls kept that give back a rise taken out before them: (jump, sizes).
+
+    An unload after its load, a cache emptied when traffic stops after it filled: taken out with the rise,
+    the floor goes on at its level. Any other fall stays in the floor: a sawtooth's release after a climb read
+    as floor (the first teeth after an idle spell, before the releases are logged again), a leak's memory
+    freed. Taken out, those turned each tooth into a step of a staircase, a creep. A fall gives back a rise
+    when it is within a quarter of its size (or ``noise``); the latest rise not yet given back is matched
+    first.
+    """
+    jump, sizes = jump.copy(), sizes.copy()
+    idx = np.flatnonzero(jump)
+    if not len(idx):
+        return jump, sizes
+    open_rises: list[float] = []
+    for run in np.split(idx, np.flatnonzero(np.diff(idx) > 1) + 1):
+        lo, hi = int(run[0]), int(run[-1])
+        size = float(sizes[lo])
+        if size >= 0:
+            if size > 0:
+                open_rises.append(size)
+            continue
+        match = next((k for k in range(len(open_rises) - 1, -1, -1)
+                      if abs(size + open_rises[k]) <= max(0.25 * open_rises[k], noise)), None)
+        if match is None:
+            jump[lo: hi + 1] = False
+            sizes[lo] = 0.0
+        else:
+            open_rises.pop(match)
+    return jump, sizes
+
+
+def _transients_out(d: np.ndarray, jump: np.ndarray, sizes: np.ndarray, noise: float) -> np.ndarray:
+    """``sizes`` with the runs of shifts that go both ways and net less than ``noise`` set to 0.
+
+    A floor sample read far off and the next one back (a dip or a spike over a block or two) is no level
+    shift: the level difference around it is noise, and taken out it stays in the de-stepped floor for good.
+    """
+    out = sizes.copy()
+    idx = np.flatnonzero(jump)
+    if not len(idx):
+        return out
+    for run in np.split(idx, np.flatnonzero(np.diff(idx) > 1) + 1):
+        lo, hi = int(run[0]), int(run[-1])
+        ch = d[lo: hi + 1]
+        if (ch > 0).any() and (ch < 0).any() and abs(out[lo]) < noise:
+            out[lo] = 0.0
+    return out
 
 
 def _creeps_on(d: np.ndarray, dt: np.ndarray, jump: np.ndarray, small: float) -> np.ndarray:
