@@ -450,11 +450,12 @@ def _destep(fy: np.ndarray, glr_method: bool, step_k: float, sample_sigma: float
         # difference of levels, on a climbing one less the climb between them; the difference of levels
         # alone would take the climb of the blocks around it too, and flatten a fast leak into a sawtooth.
         # (A climb within the noise of its median of six changes is not trusted: on a flat floor, a
-        # correction over four blocks would add four times that noise. The floor's median change outside
-        # the shifts, which holds many more, is taken there: taking none left a creep of 1-4 GiB/h in every
-        # shift, and an unload no longer matched its load, below.)
-        steady = float(np.median(d[~jump])) if (~jump).any() else 0.0
-        climb = np.where(np.abs(local) > 2 * sd, local, steady)
+        # correction over four blocks would add four times that noise. The median of the sixteen changes
+        # around, shifts left out, is taken there where it is beyond its own noise: taking none left a creep
+        # of 1-4 GiB/h in every shift, and an unload no longer matched its load, below; the floor's median
+        # change over the whole window took a warm-up's early climb for its late one.)
+        wide = _neighbour_median(d, jump, 8)
+        climb = np.where(np.abs(local) > 2 * sd, local, np.where(np.abs(wide) > 0.75 * sd, wide, 0.0))
         sizes = _transients_out(d, jump, _shift_sizes(fy, jump, climb=climb), 3 * sd)
         jump, sizes = _falls_that_give_back(jump, sizes, 4 * sd)
         g = fy - np.r_[0.0, np.cumsum(sizes)]
@@ -469,11 +470,11 @@ def _destep(fy: np.ndarray, glr_method: bool, step_k: float, sample_sigma: float
     return jump, g, sigma
 
 
-def _neighbour_median(d: np.ndarray, skip: np.ndarray | None = None) -> np.ndarray:
-    """Per change, the median of the three on each side (without those ``skip`` marks; 0 where none is left)."""
+def _neighbour_median(d: np.ndarray, skip: np.ndarray | None = None, k: int = 3) -> np.ndarray:
+    """Per change, the median of the ``k`` on each side (without those ``skip`` marks; 0 where none is left)."""
     x = d if skip is None else np.where(skip, np.nan, d)
-    nb = np.lib.stride_tricks.sliding_window_view(np.r_[np.full(3, np.nan), x, np.full(3, np.nan)], 7).copy()
-    nb[:, 3] = np.nan
+    nb = np.lib.stride_tricks.sliding_window_view(np.r_[np.full(k, np.nan), x, np.full(k, np.nan)], 2 * k + 1).copy()
+    nb[:, k] = np.nan
     out = _row_nanmedian(nb)
     return np.where(np.isfinite(out), out, 0.0)
 
@@ -514,8 +515,9 @@ def _falls_that_give_back(jump: np.ndarray, sizes: np.ndarray, noise: float) -> 
     the floor goes on at its level. Any other fall stays in the floor: a sawtooth's release after a climb read
     as floor (the first teeth after an idle spell, before the releases are logged again), a leak's memory
     freed. Taken out, those turned each tooth into a step of a staircase, a creep. A fall gives back a rise
-    when it is within a quarter of its size (or ``noise``); the latest rise not yet given back is matched
-    first.
+    when it is within a quarter of its size (or ``noise``), the latest rise not yet given back first, and
+    then takes out exactly that rise: each size measured alone left its error in the floor, and a day of
+    busy/idle swings added them up to a creep.
     """
     jump, sizes = jump.copy(), sizes.copy()
     idx = np.flatnonzero(jump)
@@ -535,7 +537,7 @@ def _falls_that_give_back(jump: np.ndarray, sizes: np.ndarray, noise: float) -> 
             jump[lo: hi + 1] = False
             sizes[lo] = 0.0
         else:
-            open_rises.pop(match)
+            sizes[lo] = -open_rises.pop(match)  # exactly: the two estimates' errors would stay in the floor
     return jump, sizes
 
 
