@@ -449,11 +449,10 @@ def _destep(fy: np.ndarray, glr_method: bool, step_k: float, sample_sigma: float
         # A shift is what the change adds to the floor's own climb around it: on a flat floor the whole
         # difference of levels, on a climbing one less the climb between them; the difference of levels
         # alone would take the climb of the blocks around it too, and flatten a fast leak into a sawtooth.
-        # (A climb within the noise of its median of six changes is not trusted: on a flat floor, a
-        # correction over four blocks would add four times that noise. The median of the sixteen changes
-        # around, shifts left out, is taken there where it is beyond its own noise: taking none left a creep
-        # of 1-4 GiB/h in every shift, and an unload no longer matched its load, below; the floor's median
-        # change over the whole window took a warm-up's early climb for its late one.)
+        # (A climb within the noise of its median of six changes is not trusted: on a flat floor, a correction
+        # over four blocks would add four times that noise. The median of the sixteen around, shifts left out,
+        # is taken where beyond its own noise: none left a creep of 1-4 GiB/h in every shift, and an unload no
+        # longer matched its load; the window's median change took a warm-up's early climb for its late one.)
         wide = _neighbour_median(d, jump, 8)
         climb = np.where(np.abs(local) > 2 * sd, local, np.where(np.abs(wide) > 0.75 * sd, wide, 0.0))
         sizes = _transients_out(d, jump, _shift_sizes(fy, jump, climb=climb), 3 * sd)
@@ -542,11 +541,9 @@ def _falls_that_give_back(jump: np.ndarray, sizes: np.ndarray, noise: float) -> 
 
 
 def _transients_out(d: np.ndarray, jump: np.ndarray, sizes: np.ndarray, noise: float) -> np.ndarray:
-    """``sizes`` with the runs of shifts that go both ways and net less than ``noise`` set to 0.
-
-    A floor sample read far off and the next one back (a dip or a spike over a block or two) is no level
-    shift: the level difference around it is noise, and taken out it stays in the de-stepped floor for good.
-    """
+    """``sizes`` with the runs of shifts that go both ways and net less than ``noise`` set to 0: a floor
+    sample read far off and the next one back (a dip or a spike over a block or two) is no level shift; the
+    level difference around it is noise, and taken out it stays in the de-stepped floor for good."""
     out = sizes.copy()
     idx = np.flatnonzero(jump)
     if not len(idx):
