@@ -361,7 +361,7 @@ def test_falls_are_de_stepped_and_a_creep_across_a_load_and_its_unload_is_found(
     ramp[1:-1] = jump[:-1] & jump[1:]
     resid = ((g - g[0]) - (creep - creep[0]))[~ramp]
     # Each shift is the change of levels over four blocks each side less the climb between them (measured
-    # over six changes, or over the whole floor where those are too noisy to trust).
+    # over six changes, or over the sixteen around where those are too noisy to trust).
     assert np.abs(resid).max() < 8 * noise + 2 * 4.5 * rate * 120, np.round(resid / MiB)
     stat, _ = glr.statistic(t[~ramp], g[~ramp], -1e9, 1200.0, sigma)
     assert stat > glr.threshold(int((~ramp).sum())), stat
