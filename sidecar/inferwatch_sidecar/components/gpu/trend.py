@@ -423,7 +423,7 @@ def _destep(fy: np.ndarray, glr_method: bool, step_k: float, sample_sigma: float
     # filling the cache) and is removed. A shift that straddles a block boundary shows in two
     # changes: a neighbour beyond 2.5 SDs belongs to it. The trend test keeps falls (removing only
     # rises can bias the floor down, never up, so a busy/idle swing cannot add up to a false leak);
-    # the GLR removes them too, each shift by its own measured size.
+    # the GLR removes those that give back a rise it removed, by that rise's size.
     d = np.diff(fy)
     med = float(np.median(d))
     if glr_method and len(d) >= 3:
@@ -434,17 +434,11 @@ def _destep(fy: np.ndarray, glr_method: bool, step_k: float, sample_sigma: float
         jump = dev > max(STEP_UP_MIN, step_k * sd)
         fall = np.zeros_like(jump)
     if jump.any():
-        near = np.zeros_like(jump)
-        near[1:] |= jump[:-1]
-        near[:-1] |= jump[1:]
-        jump |= near & (dev > 2.5 * sd)
+        jump = _with_neighbours(jump, dev > 2.5 * sd)
         if glr_method and ft is not None:
             jump &= ~_creeps_on(d, np.diff(ft), jump, max(STEP_UP_MIN, 2.5 * sd))
     if fall.any():
-        near = np.zeros_like(fall)
-        near[1:] |= fall[:-1]
-        near[:-1] |= fall[1:]
-        jump |= fall | (near & (dev < -2.5 * sd))
+        jump |= _with_neighbours(fall, dev < -2.5 * sd)
     if glr_method:
         # A shift is what the change adds to the floor's own climb around it: on a flat floor the whole
         # difference of levels, on a climbing one less the climb between them; the difference of levels
@@ -467,6 +461,14 @@ def _destep(fy: np.ndarray, glr_method: bool, step_k: float, sample_sigma: float
     mad = 1.4826 * float(np.median(np.abs(rest - np.median(rest)))) / math.sqrt(2) if len(rest) else 0.0
     sigma = max(2 * MiB, floor_share * sample_sigma, mad)
     return jump, g, sigma
+
+
+def _with_neighbours(mask: np.ndarray, also: np.ndarray) -> np.ndarray:
+    """``mask`` with the changes next to a marked one added where ``also`` holds (one shift over two)."""
+    near = np.zeros_like(mask)
+    near[1:] |= mask[:-1]
+    near[:-1] |= mask[1:]
+    return mask | (near & also)
 
 
 def _neighbour_median(d: np.ndarray, skip: np.ndarray | None = None, k: int = 3) -> np.ndarray:
