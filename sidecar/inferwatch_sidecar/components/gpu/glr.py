@@ -310,7 +310,7 @@ def origins(ft: np.ndarray, jump: np.ndarray, removed: np.ndarray, fy: np.ndarra
     ``jump[i]``: a shift between floor samples i and i+1 (adjacent ones are one shift); ``removed``: what
     de-stepping took out of the floor up to each sample (the floor minus the de-stepped floor). A shift counts
     from LOAD_MIN; the newest one, with no floor change after it yet, does not (its next change may still show
-    it a creep's, ``trend._creeps_on``, and a remembered origin stays for hours).
+    it a creep's, ``shifts._creeps_on``, and a remembered origin stays for hours).
 
     A rise that the floor ``fy`` gives back (half of it at least) within ``undo_s`` seconds is no load: it is a
     floor sample misread (a random sawtooth's flat top taken for its trough after a release that was a free) or
