@@ -56,6 +56,7 @@ from inferwatch_sidecar.components.gpu import glr
 from inferwatch_sidecar.components.gpu.config import DetectorConfig
 
 # The floor's statistics live in trend.py (issue 23); every name stays importable from here.
+from inferwatch_sidecar.components.gpu.shifts import STEP_UP_MIN
 from inferwatch_sidecar.components.gpu.trend import (
     HIST_MIN_FALLS,
     HIST_MIN_WINDOWS,
@@ -66,7 +67,6 @@ from inferwatch_sidecar.components.gpu.trend import (
     PRE_WINDOW,
     RELEASE_K,
     RELEASE_MIN,
-    STEP_UP_MIN,
     MiB,
     TrendResult,
     _ar1_inflation,
