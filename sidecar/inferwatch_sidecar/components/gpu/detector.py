@@ -81,7 +81,6 @@ from inferwatch_sidecar.components.gpu.trend import (
     _release_floors,
     _Scale,
     _slope,
-    _slope_ols,
     floor_share,
     sen_mann_kendall,
 )
@@ -376,7 +375,7 @@ class LeakDetector:
             onset = self._change_point(ft, g, sigma, knot)
             after = tk >= onset
             if int(after.sum()) >= 3:
-                rate, se_r = _slope_ols(tk[after], gk[after], sigma)
+                rate, se_r = glr.creep_rate(tk, gk, t0, cfg.tau_max_s, sigma, onset)
                 r_lo, r_hi = rate - q * se_r, rate + q * se_r
             else:
                 _, rate, r_lo, r_hi = _hinge(tk, gk, sigma, q, edge - (edge - float(tk[0])) / 4)

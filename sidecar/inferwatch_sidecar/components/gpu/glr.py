@@ -405,3 +405,53 @@ def _load_warm_sse(t: np.ndarray, y: np.ndarray, w: np.ndarray | None, origins: 
                 gain = np.where(b1 > 0, g1, -np.inf).max(axis=1)
             out[r] = min(out[r], base - float(gain[0])) if np.isfinite(gain[0]) else out[r]
     return out
+
+
+def creep_rate(t: np.ndarray, y: np.ndarray, t0: float, tau_max: float, sigma: float,
+               knot: float) -> tuple[float, float]:
+    """The creep's rate after ``knot`` net of a warm-up, bytes/s, and its standard error for block noise ``sigma``.
+
+    The floor ``y`` at ``t`` is fitted with a free level before the knot and a free line after it (the least-squares
+    slope of the blocks after the knot, as alone), together with the best warm-up of the null's prior from the
+    series' start ``t0`` (``a >= 0``, ``tau <= tau_max``; none where none improves the fit). The warm-up is fitted
+    over every block, before the knot and after: a creep found while a warm-up still rises, or just after it, is
+    not also credited with the warm-up's tail (the slope after the knot alone was 2-5 times the leak's rate there).
+    """
+    n = len(t)
+    after = t >= knot
+    m = int(after.sum())
+    if m < 2 or n - m < 1:
+        tc = t[after] - t[after].mean() if m else t - t.mean()
+        sxx = float(np.einsum("n,n->", tc, tc))
+        if sxx <= 0:
+            return 0.0, math.inf
+        ya = y[after] if m else y
+        return float(np.einsum("n,n->", tc, ya - ya.mean())) / sxx, sigma / math.sqrt(sxx)
+    # The free level after the knot (a step) is partialled out of the data, the hinge and the warm-ups.
+    step = _centre(after.astype(float))
+    u = step / math.sqrt(float(np.einsum("n,n->", step, step)))
+    hinge = _centre(np.maximum(0.0, t - knot))
+    hinge = hinge - float(np.einsum("n,n->", hinge, u)) * u
+    yc = _centre(np.asarray(y, dtype=float))
+    yc = yc - float(np.einsum("n,n->", yc, u)) * u
+    chh = float(np.einsum("n,n->", hinge, hinge))
+    if chh <= 0:
+        return 0.0, math.inf
+    cyh = float(np.einsum("n,n->", yc, hinge))
+    rate, var = cyh / chh, sigma * sigma / chh
+    warm = designs(t, t0, tau_max, cache=False)["warm"]
+    if warm.shape[0] > 1:
+        warm = warm - np.einsum("kn,n->k", warm, u)[:, None] * u
+        cww = np.einsum("kn,kn->k", warm, warm)
+        cwh = np.einsum("kn,n->k", warm, hinge)
+        cyw = np.einsum("kn,n->k", warm, yc)
+        det = cww * chh - cwh * cwh
+        ok = (cww > FLAT * n) & (det > 1e-9 * cww * chh)
+        det = np.where(ok, det, 1.0)
+        bw = (cyw * chh - cyh * cwh) / det
+        bh = (cyh * cww - cyw * cwh) / det
+        gain = np.where(ok & (bw >= 0), bw * cyw + bh * cyh, -np.inf)
+        k = int(np.argmax(gain))
+        if gain[k] > rate * cyh:
+            rate, var = float(bh[k]), sigma * sigma * float(cww[k]) / float(det[k])
+    return rate, math.sqrt(var)

@@ -142,15 +142,6 @@ class TrendResult:
     sigma: float | None = None
 
 
-def _slope_ols(t: np.ndarray, y: np.ndarray, sigma: float) -> tuple[float, float]:
-    """Least-squares slope of ``y`` over ``t`` and its standard error for independent noise of SD ``sigma``."""
-    tc = t - t.mean()
-    sxx = float((tc * tc).sum())
-    if sxx <= 0:
-        return 0.0, math.inf
-    return float((tc * (y - y.mean())).sum()) / sxx, sigma / math.sqrt(sxx)
-
-
 def _slope(t: np.ndarray, y: np.ndarray, sigma: float) -> tuple[float, float]:
     """Theil-Sen slope of ``y`` over ``t`` and its standard error for independent noise of SD ``sigma``."""
     n = len(t)
