@@ -134,14 +134,31 @@ def designs(t: np.ndarray, t0: float, tau_max: float, cache: bool = True) -> dic
         if len(_CACHE) >= CACHE_SIZE:
             _CACHE.pop(next(iter(_CACHE)))
         fixed = _CACHE[key] = _fixed(x, ramps)
-    n = len(x)
+    return {"warm": warm_columns(t, t0, tau_max), "step": fixed["step"], "hinge": fixed["hinge"],
+            "knots": t[0] + fixed["knots"] * span}
+
+
+#: The latest warm-up columns (:func:`warm_columns`): the creep's rate (:func:`creep_rate`) is fitted on the
+#: blocks the statistic was computed on just before, with the same columns.
+_WARM_LAST: list[tuple[bytes, np.ndarray]] = []
+
+
+def warm_columns(t: np.ndarray, t0: float, tau_max: float) -> np.ndarray:
+    """The null's centred warm-up columns (every shape and tau) at block times ``t`` of a series that started
+    at ``t0``: K x n, or one row of zeros where the warm-up is over (the null and the alternative hold none)."""
+    n = len(t)
     if t[0] - t0 > OLD * tau_max:
-        warm = np.zeros((1, n))  # the warm-up is over: the null and the alternative hold none
-    else:
-        age = x + (t[0] - t0) / span
-        taus = (tau_max / span) * np.exp(np.linspace(math.log(TAU_MIN_SHARE), 0.0, TAU_GRID))
-        warm = _centre(np.concatenate([_rise(sh, age[None, :] / taus[:, None]) for sh in SHAPES]))
-    return {"warm": warm, "step": fixed["step"], "hinge": fixed["hinge"], "knots": t[0] + fixed["knots"] * span}
+        return np.zeros((1, n))
+    key = np.asarray(t, dtype=float).tobytes() + np.array([t0, tau_max]).tobytes()
+    if _WARM_LAST and _WARM_LAST[0][0] == key:
+        return _WARM_LAST[0][1]
+    span = float(t[-1] - t[0]) or 1.0
+    x = np.round((t - t[0]) / span, 6)
+    age = x + (t[0] - t0) / span
+    taus = (tau_max / span) * np.exp(np.linspace(math.log(TAU_MIN_SHARE), 0.0, TAU_GRID))
+    warm = _centre(np.concatenate([_rise(sh, age[None, :] / taus[:, None]) for sh in SHAPES]))
+    _WARM_LAST[:] = [(key, warm)]
+    return warm
 
 
 def _fixed(x: np.ndarray, ramps: int = RAMP_BLOCKS) -> dict[str, np.ndarray]:
@@ -439,7 +456,7 @@ def creep_rate(t: np.ndarray, y: np.ndarray, t0: float, tau_max: float, sigma: f
         return 0.0, math.inf
     cyh = float(np.einsum("n,n->", yc, hinge))
     rate, var = cyh / chh, sigma * sigma / chh
-    warm = designs(t, t0, tau_max, cache=False)["warm"]
+    warm = warm_columns(t, t0, tau_max)
     if warm.shape[0] > 1:
         warm = warm - np.einsum("kn,n->k", warm, u)[:, None] * u
         cww = np.einsum("kn,kn->k", warm, warm)
