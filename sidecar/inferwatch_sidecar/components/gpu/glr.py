@@ -157,6 +157,7 @@ def warm_columns(t: np.ndarray, t0: float, tau_max: float) -> np.ndarray:
     age = x + (t[0] - t0) / span
     taus = (tau_max / span) * np.exp(np.linspace(math.log(TAU_MIN_SHARE), 0.0, TAU_GRID))
     warm = _centre(np.concatenate([_rise(sh, age[None, :] / taus[:, None]) for sh in SHAPES]))
+    warm.setflags(write=False)  # shared by the callers on the same blocks
     _WARM_LAST[:] = [(key, warm)]
     return warm
 

@@ -2,7 +2,7 @@
 
 Split out of ``trend.py``: which block-to-block changes are loads, unloads and caches filled or emptied
 (rises and falls far beyond the floor's own climb around them), which of them are a creep's or a transient's
-and stay, and which falls are taken out with the rise they give back or as an unload. docs/gpu.md describes
+and stay, and which falls are taken out with the rise they give back. docs/gpu.md describes
 the rules; ``trend._destep`` sizes what they mark and takes it out.
 """
 
