@@ -417,3 +417,27 @@ def test_the_rate_of_a_creep_found_during_a_warm_up_is_net_of_the_warm_up(seed: 
     tc = t[after] - t[after].mean()
     assert est == pytest.approx(float((tc * (flat[after] - flat[after].mean())).sum() / (tc * tc).sum()), rel=1e-9)
     assert se == pytest.approx(noise / math.sqrt(float((tc * tc).sum())), rel=1e-9)
+
+
+def test_the_rate_after_a_warm_up_of_another_shape_is_not_biased_by_extrapolating_the_prior() -> None:
+    """A warm-up outside the null's prior (a ramp at a constant rate that stops; a steep logistic that starts
+    late) that is over before the creep starts: the prior's best warm-up, fitted over every block, misses its
+    shape and its extrapolation past the knot bent the rate (71 of these 100 draws off by more than 20%, up to
+    22 times the rate). It does not fit the blocks after the knot as well as their own line, so it is dropped."""
+    off = []
+    for seed in range(100):
+        rng = np.random.default_rng(seed)
+        t = np.arange(30.0, 3600.0, 60.0)
+        end = float(rng.uniform(300, 1200))
+        knot = float(rng.uniform(1.0, 1.5)) * end
+        rate = float(rng.uniform(0.5, 4)) * 2**30 / 3600
+        noise = float(rng.uniform(5, 20)) * MiB
+        ramp = np.minimum(1.0, t / end)
+        w = ramp if seed % 2 else 1 / (1 + np.exp(-(t - 0.6 * end) / (0.4 * end / 3)))
+        y = (20 * 2**30 + float(rng.uniform(1, 6)) * 2**30 * w + rate * np.maximum(0.0, t - knot)
+             + rng.normal(0, noise, len(t)))
+        keep = t <= knot + 1800
+        est, se = glr.creep_rate(t[keep], y[keep], 0.0, 1200.0, noise, knot)
+        if not (abs(est / rate - 1) < 0.2 and 0 < se < 0.2 * rate):
+            off.append((seed, round(est / rate, 2)))
+    assert not off, off

@@ -59,6 +59,12 @@ FLAT = 1e-9
 #: The null's shift is fitted jointly with this many of the best-fitting warm-ups (per series).
 TOP_WARM = 6
 
+#: The creep's rate is taken net of a warm-up (:func:`creep_rate`) only where the warm-up, fitted over every block,
+#: leaves the blocks after the knot fitted no worse than their own line by more than this many noise variances:
+#: the 99th percentile of chi-squared with two degrees of freedom (the warm-up's amplitude and tau). A warm-up of
+#: another shape than the prior's (a logistic, a ramp that stops) is extrapolated past the knot wrongly, and the
+#: rate net of it was worse than the slope after the knot alone (bench/leak_rate_shapes.py).
+POST_MISFIT = 9.21
 #: Per-judgement false-alarm probability of the threshold table.
 ALPHA = 1e-6
 #: Monte Carlo thresholds ``(n blocks, threshold)`` at ALPHA, from ``python bench/leak_glr_threshold.py
@@ -434,6 +440,8 @@ def creep_rate(t: np.ndarray, y: np.ndarray, t0: float, tau_max: float, sigma: f
     series' start ``t0`` (``a >= 0``, ``tau <= tau_max``; none where none improves the fit). The warm-up is fitted
     over every block, before the knot and after: a creep found while a warm-up still rises, or just after it, is
     not also credited with the warm-up's tail (the slope after the knot alone was 2-5 times the leak's rate there).
+    The warm-up is kept only where it fits the blocks after the knot about as well as their own line
+    (POST_MISFIT); a warm-up of another shape, extrapolated past the knot, would bias the rate more than it removes.
     """
     n = len(t)
     after = t >= knot
@@ -470,6 +478,17 @@ def creep_rate(t: np.ndarray, y: np.ndarray, t0: float, tau_max: float, sigma: f
         bh = (cyh * cww - cyw * cwh) / det
         gain = np.where(ok & (bw >= 0), bw * cyw + bh * cyh, -np.inf)
         k = int(np.argmax(gain))
-        if gain[k] > rate * cyh:
+        if gain[k] > rate * cyh and _fits_after(t, y, after, yc - bw[k] * warm[k] - bh[k] * hinge, sigma):
             rate, var = float(bh[k]), sigma * sigma * float(cww[k]) / float(det[k])
     return rate, math.sqrt(var)
+
+
+def _fits_after(t: np.ndarray, y: np.ndarray, after: np.ndarray, resid: np.ndarray, sigma: float) -> bool:
+    """Whether the fit with a warm-up (its residuals ``resid``) explains the blocks ``after`` the knot about as
+    well as their own least-squares line does (within POST_MISFIT noise variances): where it does not, the
+    warm-up's shape is not the data's and its extrapolation past the knot would bias the rate."""
+    ta, ya = t[after], np.asarray(y, dtype=float)[after]
+    tc, yc = ta - ta.mean(), ya - ya.mean()
+    line = float(np.einsum("n,n->", yc, yc)) - float(np.einsum("n,n->", tc, yc)) ** 2 / float(np.einsum("n,n->", tc, tc))
+    ra = resid[after]
+    return float(np.einsum("n,n->", ra, ra)) <= line + POST_MISFIT * sigma * sigma
