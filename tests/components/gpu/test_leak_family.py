@@ -268,3 +268,39 @@ def test_the_added_shapes_draw_what_they_document() -> None:
     assert 24 / 3 - 1 <= loads <= 24 / 1.5 + 1
     with pytest.raises(ValueError, match="unknown trace shape"):
         fam.make_trace(rng, 0.0, shape="nope")
+
+
+def test_the_rate_shape_check_compares_both_estimates_on_every_shape(capsys: pytest.CaptureFixture[str]) -> None:
+    """bench/leak_rate_shapes.py: the creep's rate on warm-ups in the null's prior and outside it."""
+    shapes = _load("leak_rate_shapes")
+    res = shapes.measure(20, 3)
+    assert sorted(res) == sorted((s, r) for s in shapes.SHAPES for r in shapes.REGIMES)
+    # In the prior, the rate net of the warm-up is the better one: the slope after the knot takes its tail.
+    net, slope = np.abs(res["prior", "during"]["net"]), np.abs(res["prior", "during"]["slope"])
+    assert (net > 0.2).sum() <= 3 < 15 <= (slope > 0.2).sum()
+    # A ramp (mostly) over before the knot: the slope after it is about unbiased, and the net rate no worse.
+    ramp = res["ramp", "after"]  # 9 of 20 off before the net rate was checked after the knot (the slope 3)
+    assert (np.abs(ramp["net"]) > 0.2).sum() <= (np.abs(ramp["slope"]) > 0.2).sum() + 2
+    assert shapes.main(["--n", "5"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert [line.split()[:2] for line in out[2:-1]] == [[s, r] for s in shapes.SHAPES for r in shapes.REGIMES]
+    assert out[-1].startswith("creep_rate worse than the slope after the knot")
+    with pytest.raises(SystemExit):
+        shapes.main(["--n", "0"])
+    assert "--n must be at least 1" in capsys.readouterr().err
+
+
+def test_the_benchmark_records_the_rate_and_its_standard_error_at_detection() -> None:
+    """The rate target is judged at the sample that opened the episode; its standard error there bounds the
+    share an unbiased estimate could have within 20%."""
+    rng = np.random.default_rng(5)
+    t = np.arange(0.0, 4 * 3600.0, 5.0)
+    rate = 2 * fam.GiB / 3600
+    y = 20 * fam.GiB + rate * np.maximum(0.0, t - 3600) + rng.normal(0, 20 * fam.MiB, len(t))
+    det = bench.LeakDetector(DetectorConfig())
+    rates = bench.feed_tracking_rates(det, t.tolist(), y.tolist())
+    assert len(rates) == 1
+    (at, (r_det, r_later, se)), = rates.items()
+    assert at == det.episodes[0].detected_at and 3600 < at < 3600 + 15 * 60
+    assert abs(r_det / rate - 1) < 0.3 and abs(r_later / rate - 1) < 0.2  # type: ignore[operator]
+    assert se is not None and 0 < se < 0.2 * rate
