@@ -441,3 +441,21 @@ def test_the_rate_after_a_warm_up_of_another_shape_is_not_biased_by_extrapolatin
         if not (abs(est / rate - 1) < 0.2 and 0 < se < 0.2 * rate):
             off.append((seed, round(est / rate, 2)))
     assert not off, off
+
+
+@pytest.mark.parametrize("seed", [101, 102, 103, 104])
+def test_a_creep_from_the_window_s_start_is_net_of_the_warm_up_too(seed: int) -> None:
+    """A knot at or before the first block (a leak from the process start, judged on a window that starts
+    at the series' start): no level before the knot to free, but the warm-up from the start is still fitted
+    (the slope over the window took the warm-up's rise: twice a 2 GiB/h leak's rate in the benchmark)."""
+    rng = np.random.default_rng(seed)
+    t = np.arange(30.0, 2400.0, 60.0)
+    tau = float(rng.uniform(60, 200))
+    rate = float(rng.uniform(1, 4)) * 2**30 / 3600
+    noise = float(rng.uniform(5, 20)) * MiB
+    y = (20 * 2**30 + float(rng.uniform(2, 5)) * 2**30 * glr._rise(str(rng.choice(glr.SHAPES)), t / tau)
+         + rate * t + rng.normal(0, noise, len(t)))
+    naive = np.polyfit(t, y, 1)[0]
+    est, se = glr.creep_rate(t, y, 0.0, 1200.0, noise, float(t[0]))
+    assert abs(est / rate - 1) < 0.2 < abs(naive / rate - 1), (est / rate, naive / rate)
+    assert 0 < se < 0.2 * rate

@@ -446,20 +446,22 @@ def creep_rate(t: np.ndarray, y: np.ndarray, t0: float, tau_max: float, sigma: f
     n = len(t)
     after = t >= knot
     m = int(after.sum())
-    if m < 2 or n - m < 1:
+    if m < 2:  # no block after the knot: the slope of all of them; one: none
         tc = t[after] - t[after].mean() if m else t - t.mean()
         sxx = float(np.einsum("n,n->", tc, tc))
         if sxx <= 0:
             return 0.0, math.inf
-        ya = y[after] if m else y
-        return float(np.einsum("n,n->", tc, ya - ya.mean())) / sxx, sigma / math.sqrt(sxx)
-    # The free level after the knot (a step) is partialled out of the data, the hinge and the warm-ups.
-    step = _centre(after.astype(float))
-    u = step / math.sqrt(float(np.einsum("n,n->", step, step)))
+        return float(np.einsum("n,n->", tc, y - y.mean())) / sxx, sigma / math.sqrt(sxx)
     hinge = _centre(np.maximum(0.0, t - knot))
-    hinge = hinge - float(np.einsum("n,n->", hinge, u)) * u
     yc = _centre(np.asarray(y, dtype=float))
-    yc = yc - float(np.einsum("n,n->", yc, u)) * u
+    # The free level after the knot (a step) is partialled out of the data, the hinge and the warm-ups; with
+    # no block before the knot (a creep from the window's start) there is none, and the line is over all.
+    u = None
+    if n - m >= 1:
+        step = _centre(after.astype(float))
+        u = step / math.sqrt(float(np.einsum("n,n->", step, step)))
+        hinge = hinge - float(np.einsum("n,n->", hinge, u)) * u
+        yc = yc - float(np.einsum("n,n->", yc, u)) * u
     chh = float(np.einsum("n,n->", hinge, hinge))
     if chh <= 0:
         return 0.0, math.inf
@@ -467,7 +469,8 @@ def creep_rate(t: np.ndarray, y: np.ndarray, t0: float, tau_max: float, sigma: f
     rate, var = cyh / chh, sigma * sigma / chh
     warm = warm_columns(t, t0, tau_max)
     if warm.shape[0] > 1:
-        warm = warm - np.einsum("kn,n->k", warm, u)[:, None] * u
+        if u is not None:
+            warm = warm - np.einsum("kn,n->k", warm, u)[:, None] * u
         cww = np.einsum("kn,kn->k", warm, warm)
         cwh = np.einsum("kn,n->k", warm, hinge)
         cyw = np.einsum("kn,n->k", warm, yc)
