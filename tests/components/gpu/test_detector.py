@@ -9,6 +9,7 @@ import pytest
 
 from inferwatch_sidecar.components.gpu.config import DetectorConfig
 from inferwatch_sidecar.components.gpu.detector import LeakDetector, _ar1_inflation, _hinge, _norm_ppf, sen_mann_kendall
+from inferwatch_sidecar.components.gpu.trend import TrendResult, agreed_rate
 from tests.components.gpu.traces import GiB, MiB, creep, noise, quantised
 
 N = 3 * 3600
@@ -253,3 +254,22 @@ def test_hinge_finds_the_onset_and_rate_of_a_flat_then_rising_floor() -> None:
     g = 5 * GiB + 2 * MiB * np.maximum(0.0, t - 600.0)
     c, r, lo, hi = _hinge(t, g, 1 * MiB, 1.96, 1350.0)
     assert c == 600.0 and r == pytest.approx(2 * MiB) and lo < r < hi
+
+
+def _passing(window: float, rate: float, half: float) -> TrendResult:
+    return TrendResult(window, window / 60, 60, rate, rate - half, rate + half, 9.0, 0, 0.0, None, True, 0.0,
+                       rate, rate - half, rate + half, 0.0, 0.0)
+
+
+def test_an_episode_reports_the_narrowest_rate_among_the_passing_windows_that_agree() -> None:
+    """A longer window's interval is narrower, but a fill or a warm-up it does not model biases it: where its
+    interval misses a shorter window's, the shorter one's rate stands."""
+    short, mid, long_ = _passing(900, 1.00, 0.10), _passing(1800, 1.05, 0.05), _passing(3600, 2.00, 0.01)
+    assert agreed_rate([short, mid, long_]) is mid
+    assert agreed_rate([short, mid, _passing(3600, 1.06, 0.01)]).window_s == 3600  # agreeing: the narrowest
+    assert agreed_rate([short, long_]) is short
+    # A shorter passing scale without a rate is passed over; none with one is an error.
+    no_rate = TrendResult(900, 15, 60, 1.0, 0.9, 1.1, 9.0, 0, 0.0, None, True, None, None, None, None, 0.0, None)
+    assert agreed_rate([no_rate, long_]) is long_
+    with pytest.raises(ValueError, match="needs a passing scale with a rate"):
+        agreed_rate([no_rate])

@@ -24,11 +24,10 @@ in short, per series:
    own window slopes over its last 12 windows, read off the falling windows
    (a stationary background falls as often and as fast as it rises; a leak
    only adds rises), borrowed from a shorter scale until the scale has that
-   history (while no spread is known, the independent-block error is widened
-   by the lag-1 autocorrelation of the blocks around their best hinge); no quarter of the
-   window carries more than ``max_quarter_share``
-   of the rise (not concentrated in time: a fill or a step below the step
-   threshold); the slope at the end of a quadratic fit over the window and half
+   history (while no spread is known, the independent-block error is widened by the
+   lag-1 autocorrelation of the blocks around their best hinge); no quarter of the window
+   carries more than ``max_quarter_share`` of the rise (not concentrated in time: a fill
+   or a step below the step threshold); the slope at the end of a quadratic fit over the window and half
    a window before is at least ``decel`` x the slope at its start (a warm-up
    decelerates towards its plateau, a leak does not). A window is judged once
    the series is 1.5 windows old: nothing is judged in a new series' first 22.5
@@ -36,11 +35,11 @@ in short, per series:
 4. **Verdict.** Leak once some window passed for ``confirm_s``; cleared when the
    floor falls back towards where the episode started (a restart or a fix), or
    after every window failed for ``clear_s``. Every episode is kept (bounded):
-   onset estimate (hinge fit), detection, clearing, rate with its interval.
+   onset estimate (hinge fit), detection, clearing, rate with its interval (the
+   narrowest among the passing windows that agree: ``trend.agreed_rate``).
 
-Cost: O(scales) Python per sample; per closed bin one O(n^2) numpy pass over at
-most 120 floor blocks of that scale and one pass over its slope history (at most
-362 values).
+Cost: O(scales) Python per sample; per closed bin one O(n^2) numpy pass over at most
+120 floor blocks of that scale and one pass over its slope history (at most 362 values).
 """
 
 from __future__ import annotations
@@ -81,6 +80,7 @@ from inferwatch_sidecar.components.gpu.trend import (
     _release_floors,
     _Scale,
     _slope,
+    agreed_rate,
     floor_share,
     sen_mann_kendall,
 )
@@ -453,7 +453,7 @@ class LeakDetector:
                 self._released_top is not None and floor > self._released_top + 4 * noise)
             if (best is not None and after and self._pass_since is not None
                     and now - self._pass_since >= self.cfg.confirm_s):
-                self._open(now, best)
+                self._open(now, best, fired)
             else:
                 self._verdict = "no_leak"
                 self._rate, self._ci = res[0].slope, (res[0].lower, res[0].upper)
@@ -468,7 +468,8 @@ class LeakDetector:
         elif not self._still_rising(fired, res, now):
             self._close(now, "stopped")
         elif best is not None and best.rate is not None:
-            self._rate, self._ci = best.rate, (best.rate_lower or 0.0, best.rate_upper or 0.0)
+            pick = agreed_rate(fired)
+            self._rate, self._ci = pick.rate, (pick.rate_lower or 0.0, pick.rate_upper or 0.0)
             ep["rate"], ep["rate_ci"] = self._rate, list(self._ci)
 
     def _still_rising(self, fired: list[TrendResult], res: list[TrendResult], now: float) -> bool:
@@ -485,11 +486,12 @@ class LeakDetector:
             return True
         return fired != [] or self._fail_since is None or now - self._fail_since < self.cfg.clear_s
 
-    def _open(self, now: float, best: TrendResult) -> None:
+    def _open(self, now: float, best: TrendResult, fired: list[TrendResult]) -> None:
         assert best.rate is not None and best.onset is not None
         self._verdict = "leak"
         self._detected_at = now
-        self._rate, self._ci = best.rate, (best.rate_lower or 0.0, best.rate_upper or 0.0)
+        pick = agreed_rate(fired)
+        self._rate, self._ci = pick.rate, (pick.rate_lower or 0.0, pick.rate_upper or 0.0)
         self._base = best.base
         self._top = best.level if best.level is not None else best.floor
         self._released_top = None

@@ -462,3 +462,26 @@ def _quarter_share(tw: np.ndarray, gw: np.ndarray, edge: float, window_s: float,
     share = float(rises.max()) / total if total > 0 and len(rises) else 1.0
     quarter_ok = total > 0 and len(rises) > 0 and float(rises.max()) <= max_share * total + sigma
     return share, quarter_ok
+
+
+def agreed_rate(fired: list[TrendResult]) -> TrendResult:
+    """The passing scale (``fired``, shortest window first, one with a rate at least) whose rate an episode
+    reports: the narrowest interval among the scales up to the first whose interval misses a shorter one's.
+
+    A longer window's interval is narrower, but its window may hold a fill or a warm-up's rise that its fit does
+    not model; where it disagrees with a shorter window's, the shorter one stands (a busy start two windows back
+    doubled a 2 GiB/h leak's rate fifteen minutes after its detection, with an interval of +-1%).
+    """
+    pick, lo_max, hi_min = None, -math.inf, math.inf
+    for r in fired:
+        if r.rate is None:
+            continue
+        lo, hi = r.rate_lower or 0.0, r.rate_upper or 0.0
+        if lo > hi_min or hi < lo_max:
+            break
+        lo_max, hi_min = max(lo_max, lo), min(hi_min, hi)
+        if pick is None or hi - lo < (pick.rate_upper or 0.0) - (pick.rate_lower or 0.0):
+            pick = r
+    if pick is None:
+        raise ValueError("agreed_rate needs a passing scale with a rate")
+    return pick
