@@ -80,8 +80,7 @@ class Tally:
     rate_err_det: list[float] = field(default_factory=list)
     rate_err_later: list[float] = field(default_factory=list)
     rate_err_end: list[float] = field(default_factory=list)
-    # Per detection: the chance that an unbiased estimate with the rate's own standard error at detection falls
-    # within 20% of the true rate (the noise's bound on the share at the detection time).
+    # Per detection: the chance an unbiased rate with its own standard error then is within 20% (the noise's bound).
     rate_p20_det: list[float] = field(default_factory=list)
     stops: int = 0
     stops_cleared: int = 0
@@ -586,8 +585,7 @@ def report_rates(tallies: dict[str, dict[float, Tally]]) -> bool:
           f"90%), {_share(every['later']) * 100:.0f}% of {len(every['later'])} {RATE_LATER_S / 60:.0f} minutes later "
           "(target 95%)")
     if every["p20"]:
-        # An estimate no better than its own standard error allows: the share the noise at the detection time
-        # leaves within 20%, whatever the estimator (a detection as early as the test allows sees few samples).
+        # The share the noise at the detection time leaves within 20% (an early detection sees few samples).
         print(f"  an unbiased rate with each detection's own standard error would be within 20% for "
               f"{100 * sum(every['p20']) / len(every['p20']):.0f}% of the {len(every['p20'])} detections")
     print("  (time to OOM = free / rate carries the same relative error)")
