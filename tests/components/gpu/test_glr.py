@@ -14,6 +14,7 @@ from tests.helpers.imports import load_file
 from tests.helpers.paths import BENCH
 
 MiB = 2**20
+GiB = 2**30
 
 
 def _mc() -> object:
@@ -459,3 +460,28 @@ def test_a_creep_from_the_window_s_start_is_net_of_the_warm_up_too(seed: int) ->
     est, se = glr.creep_rate(t, y, 0.0, 1200.0, noise, float(t[0]))
     assert abs(est / rate - 1) < 0.2 < abs(naive / rate - 1), (est / rate, naive / rate)
     assert 0 < se < 0.2 * rate
+
+
+def test_a_statistic_over_the_threshold_is_refitted_with_every_warm_up_and_shift() -> None:
+    """The null's shift is fitted with the TOP_WARM warm-ups that fit best alone; the warm-up that fits best
+    with a shift (a busy start's fill on a process's rise) may not be among them, and the misfit counted as a
+    creep. Over ``exact_above`` the statistic is refitted with every pair: never higher, lower there."""
+    rng = np.random.default_rng(1)
+    t = np.arange(40.0, 901.0, 20.0)
+    lower = 0
+    for _ in range(12):
+        shape, tau = str(rng.choice(glr.SHAPES)), float(rng.uniform(300, 1200))
+        fill_tau, at = float(rng.uniform(30, 120)), float(rng.uniform(500, 800))
+        y = (12 * GiB + float(rng.uniform(1, 4)) * GiB * glr._rise(shape, t / tau)
+             + float(rng.uniform(1, 3)) * GiB * (1 - np.exp(-np.maximum(0.0, t - at) / fill_tau))
+             + rng.normal(0, 50 * MiB, len(t)))
+        top, _ = glr.statistic(t, y, 0.0, 1200.0, 50 * MiB, cache=False)
+        exact, _ = glr.statistic(t, y, 0.0, 1200.0, 50 * MiB, cache=False, exact_above=0.0)
+        assert 0.0 <= exact <= top + 1e-9
+        assert glr.statistic(t, y, 0.0, 1200.0, 50 * MiB, cache=False, exact_above=top)[0] == top
+        lower += exact < top - 1.0
+    assert lower >= 2, lower  # the refit matters on some of these
+    # A creep stays far above the threshold with the exact null.
+    y = 12 * GiB + 2 * GiB * glr._rise("exp", t / 200) + GiB / 3600 * 4 * np.maximum(0.0, t - 500)
+    y = y + rng.normal(0, 20 * MiB, len(t))
+    assert glr.statistic(t, y, 0.0, 1200.0, 20 * MiB, cache=False, exact_above=0.0)[0] > 5 * glr.threshold(len(t))

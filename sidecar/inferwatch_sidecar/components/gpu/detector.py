@@ -124,11 +124,9 @@ class Episode:
 class LeakDetector:
     """Leak detector for one memory series (a device or a process).
 
-    A :class:`~inferwatch_sidecar.components.detector.Detector`: call
-    ``update(t, value)`` for each sample, then read the results (``verdict``,
-    ``rate``, ``ci``, ``detected_at``, ``last``, ``results``, ``samples``,
-    ``episodes``); ``to_state()`` / ``from_state()`` round-trip the state,
-    config included, as plain JSON.
+    A :class:`~inferwatch_sidecar.components.detector.Detector`: call ``update(t, value)`` for each sample,
+    then read the results (``verdict``, ``rate``, ``ci``, ``detected_at``, ``last``, ``results``, ``samples``,
+    ``episodes``); ``to_state()`` / ``from_state()`` round-trip the state, config included, as plain JSON.
 
     Args:
         cfg: detector settings.
@@ -362,8 +360,9 @@ class LeakDetector:
         if cfg.load_warmups:
             found, undone = glr.origins(ft, jump, fy - g, fy, glr.undo_window(self.release_window()))
             loads = glr.remember(self._loads, found, now, cfg.tau_max_s, undone)
-        stat, knot = glr.statistic(tw[whole], gw[whole], t0, cfg.tau_max_s, sigma, not aligned, loads)
-        thr = glr.threshold(int(whole.sum()))
+        thr = glr.threshold(int(whole.sum()))  # over it, the null's shift is refitted exactly until an episode opens
+        stat, knot = glr.statistic(tw[whole], gw[whole], t0, cfg.tau_max_s, sigma, not aligned, loads,
+                                   thr if self._verdict != "leak" else math.inf)
         q = _norm_ppf(0.5 + cfg.confidence / 2)
         passed = stat > thr
         onset = rate = r_lo = r_hi = base = None
