@@ -9,7 +9,10 @@ Gaussian noise of one SD and a free offset:
   series' start ``t0`` with ``a >= 0`` and ``tau <= tau_max`` (its slope decays at least as fast as
   ``exp(-t / tau_max)``); the shift and the warm-up together (a load at the start, a cache filled on
   top of the warm-up); and, after each of the loads the detector remembers (:func:`origins`,
-  :func:`remember`), a shift at the load with a warm-up of its own from it (:func:`_load_warm_sse`);
+  :func:`remember`), a shift at the load with a warm-up of its own from it (:func:`_load_warm_sse`).
+  The shift with the warm-up is fitted over the TOP_WARM warm-ups that fit best alone, and, where the
+  statistic passes ``exact_above`` (the threshold, until an episode opens), over every one of them with
+  ramps up to RAMP_MAX_S whatever the block spacing;
 - **alternative** (a leak): the null's best warm-up (or none) plus a hinge creep ``r max(0, t - c)``,
   ``r > 0``, maximised over the knot ``c`` (a rise over at least the last MIN_TAIL floor samples).
 
