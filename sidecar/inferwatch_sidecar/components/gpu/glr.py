@@ -12,7 +12,7 @@ Gaussian noise of one SD and a free offset:
   :func:`remember`), a shift at the load with a warm-up of its own from it (:func:`_load_warm_sse`).
   The shift with the warm-up is fitted over the TOP_WARM warm-ups that fit best alone, and, where the
   statistic passes ``exact_above`` (the threshold, until an episode opens), over every one of them with
-  ramps up to RAMP_MAX_S whatever the block spacing;
+  ramps up to RAMP_MAX_S whatever the block spacing (while the warm-up prior is live);
 - **alternative** (a leak): the null's best warm-up (or none) plus a hinge creep ``r max(0, t - c)``,
   ``r > 0``, maximised over the knot ``c`` (a rise over at least the last MIN_TAIL floor samples).
 
@@ -202,7 +202,9 @@ def statistic_batch(t: np.ndarray, ys: np.ndarray, t0: float, tau_max: float, si
     ``sigma``: the robust SD of a block's floor; the noise SD used is at least it. ``origins``: times of
     level shifts (loads) after which the null also holds a warm-up of their own (:func:`_load_warm_sse`).
     ``exact_above``: where the statistic exceeds it, the null's shift is fitted with every warm-up, not only
-    the TOP_WARM that fit best alone (the statistic can only fall, so one below it is unchanged by this).
+    the TOP_WARM that fit best alone, and with ramps up to RAMP_MAX_S whatever the block spacing (the
+    statistic can only fall, so one below it is unchanged by this). Only while the warm-up prior is live:
+    an older series' null (:func:`_no_warm`) keeps its RAMP_BLOCKS ramps.
     """
     b, n = ys.shape
     if n < 5 or t[-1] <= t[0]:
@@ -266,8 +268,9 @@ def statistic_batch(t: np.ndarray, ys: np.ndarray, t0: float, tau_max: float, si
     stat = np.where(finite, np.maximum(0.0, sse0 - sse1) / v, 0.0)
     high = np.flatnonzero(stat > exact_above)
     if high.size:
-        # The warm-ups that fit best alone need not be those that fit best with a shift: a busy start's fill
-        # on a warm-up's rise scored 415 against the top six, 33 against them all (threshold 5.5).
+        # The warm-ups that fit best alone need not be those that fit best with a shift, and a busy start fills
+        # its cache over up to RAMP_MAX_S: seed 14's leak-free day 26 scored 415 against the top six and
+        # three-block ramps, 33 against every warm-up, under the threshold (5.5) with longer ramps too.
         steps = _long_steps(t)
         if steps is None:
             steps = d["step"]
