@@ -490,3 +490,16 @@ def test_a_statistic_over_the_threshold_is_refitted_with_every_warm_up_and_shift
     y = 12 * GiB + 2 * GiB * glr._rise("exp", t / 200) + GiB / 3600 * 4 * np.maximum(0.0, t - 700)
     y = y + rng.normal(0, 20 * MiB, len(t))
     assert glr.statistic(t, y, 0.0, 1200.0, 20 * MiB, cache=False, exact_above=0.0)[0] < glr.threshold(len(t))
+
+
+def test_the_exact_null_s_long_ramps_scale_with_a_prior_scaled_for_windows_of_seconds() -> None:
+    """The demo judges 8 s windows with tau_max 2 s: ramps of 240 s in its exact null would hold every creep of
+    its run (its 64 MiB/s leak was found 18.6 s after the injection instead of 4.7 s); a fifth of tau_max."""
+    rng = np.random.default_rng(3)
+    t = np.arange(4.25, 12.0, 0.5)  # a window of 8 s, 4 s after the series' start: the warm-up prior is live
+    y = 20 * GiB + 64 * MiB * np.maximum(0.0, t - 8.0) + rng.normal(0, 2 * MiB, len(t))
+    stat, knot = glr.statistic(t, y, 0.0, 2.0, 2 * MiB, cache=False, exact_above=0.0)
+    assert stat > 10 * glr.threshold(len(t)) and 7.0 <= knot <= 9.0
+    assert glr._long_steps(t, 2.0) is None  # 0.4 s of ramp: no longer than RAMP_BLOCKS blocks
+    assert glr._long_steps(np.arange(0.0, 900.0, 20.0), 1200.0).shape[0] == glr._fixed(
+        np.linspace(0, 1, 45), 12)["step"].shape[0]  # 240 s at 20 s blocks: 12-block ramps

@@ -147,12 +147,15 @@ def designs(t: np.ndarray, t0: float, tau_max: float, cache: bool = True) -> dic
             "knots": t[0] + fixed["knots"] * span}
 
 
-def _long_steps(t: np.ndarray) -> np.ndarray | None:
+def _long_steps(t: np.ndarray, tau_max: float) -> np.ndarray | None:
     """The shift columns with ramps up to RAMP_MAX_S whatever the block spacing (None where RAMP_BLOCKS
-    already reaches it): the exact null's (a busy start fills its cache over up to four minutes)."""
+    already reaches it): the exact null's (a busy start fills its cache over up to four minutes). A prior
+    scaled down for windows of seconds (a demo, a test: ``tau_max`` under 20 minutes) scales them too, to a
+    fifth of ``tau_max``: at 240 s they would hold a whole demo's creep."""
     span = float(t[-1] - t[0])
     spacing = float(np.median(np.diff(t)))
-    ramps = int(RAMP_MAX_S / spacing) if spacing > 0 else 0
+    longest = min(RAMP_MAX_S, tau_max / 5)
+    ramps = int(longest / spacing) if spacing > 0 else 0
     if ramps <= RAMP_BLOCKS:
         return None
     return _fixed(np.round((t - t[0]) / span, 6), ramps)["step"]
@@ -271,7 +274,7 @@ def statistic_batch(t: np.ndarray, ys: np.ndarray, t0: float, tau_max: float, si
         # The warm-ups that fit best alone need not be those that fit best with a shift, and a busy start fills
         # its cache over up to RAMP_MAX_S: seed 14's leak-free day 26 scored 415 against the top six and
         # three-block ramps, 33 against every warm-up, under the threshold (5.5) with longer ramps too.
-        steps = _long_steps(t)
+        steps = _long_steps(t, tau_max)
         if steps is None:
             steps = d["step"]
         else:
