@@ -112,8 +112,8 @@ RATE_LATER_S = 900.0
 class Device:
     """The detectors of one trace: one per process row, and ``residual`` for the unaccounted memory.
 
-    ``rates[row]``: per episode (by its detection time) the detector's rate at that detection, RATE_LATER_S
-    after it (None where the episode had cleared by then), and the rate's standard error at detection. An episode's own ``rate`` is its latest estimate.
+    ``rates[row]``: per episode (by detection time) its rate at detection, RATE_LATER_S later (None where it had
+    cleared by then) and the rate's standard error at detection; an episode's own ``rate`` is its latest estimate.
     """
 
     procs: list[LeakDetector]

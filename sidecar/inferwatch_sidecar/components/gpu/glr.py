@@ -527,6 +527,7 @@ def _fits_after(t: np.ndarray, y: np.ndarray, after: np.ndarray, resid: np.ndarr
     warm-up's shape is not the data's and its extrapolation past the knot would bias the rate."""
     ta, ya = t[after], np.asarray(y, dtype=float)[after]
     tc, yc = ta - ta.mean(), ya - ya.mean()
-    line = float(np.einsum("n,n->", yc, yc)) - float(np.einsum("n,n->", tc, yc)) ** 2 / float(np.einsum("n,n->", tc, tc))
+    sxy = float(np.einsum("n,n->", tc, yc))
+    line = float(np.einsum("n,n->", yc, yc)) - sxy * sxy / float(np.einsum("n,n->", tc, tc))
     ra = resid[after]
     return float(np.einsum("n,n->", ra, ra)) <= line + POST_MISFIT * sigma * sigma
