@@ -271,15 +271,7 @@ def statistic_batch(t: np.ndarray, ys: np.ndarray, t0: float, tau_max: float, si
     stat = np.where(finite, np.maximum(0.0, sse0 - sse1) / v, 0.0)
     high = np.flatnonzero(stat > exact_above)
     if high.size:
-        # The warm-ups that fit best alone need not be those that fit best with a shift, and a busy start fills
-        # its cache over up to RAMP_MAX_S: seed 14's leak-free day 26 scored 415 against the top six and
-        # three-block ramps, 33 against every warm-up, under the threshold (5.5) with longer ramps too.
-        steps = _long_steps(t, tau_max)
-        if steps is None:
-            steps = d["step"]
-        else:
-            sse0[high] = np.minimum(sse0[high], s0[high] - _fit1(steps, y[high])[0].max(axis=1))
-        sse0[high] = np.minimum(sse0[high], s0[high] - _joint(d["warm"], steps, y[high], rising=False)[0])
+        sse0[high] = np.minimum(sse0[high], _exact_shift_sse(t, y[high], s0[high], d, tau_max))
         stat = np.where(finite, np.maximum(0.0, sse0 - sse1) / v, 0.0)
     if origins and (stat > 0).any():
         # The loads' own warm-ups only lower the null's SSE, so a statistic of 0 stays 0: they are fitted
@@ -287,6 +279,22 @@ def statistic_batch(t: np.ndarray, ys: np.ndarray, t0: float, tau_max: float, si
         sse0 = np.minimum(sse0, _load_warm_sse(t, y, w, origins, tau_max))
         stat = np.where(finite, np.maximum(0.0, sse0 - sse1) / v, 0.0)
     return stat, d["knots"][k]
+
+
+def _exact_shift_sse(t: np.ndarray, y: np.ndarray, s0: np.ndarray, d: dict[str, np.ndarray], tau_max: float
+                     ) -> np.ndarray:
+    """The null's SSE (B) for the centred, scaled floors ``y`` (B x n, sums of squares ``s0``) with one shift,
+    ramps up to RAMP_MAX_S included (:func:`_long_steps`), fitted alone and with every warm-up.
+
+    The warm-ups that fit best alone need not be those that fit best with a shift, and a busy start fills its
+    cache over up to RAMP_MAX_S: seed 14's leak-free day 26 scored 415 against the top six and three-block
+    ramps, 33 against every warm-up, under the threshold (5.5) with longer ramps too.
+    """
+    steps = _long_steps(t, tau_max)
+    sse = s0 - _joint(d["warm"], d["step"] if steps is None else steps, y, rising=False)[0]
+    if steps is not None:
+        sse = np.minimum(sse, s0 - _fit1(steps, y)[0].max(axis=1))
+    return sse
 
 
 def _joint(warm: np.ndarray, hinge: np.ndarray, y: np.ndarray, rising: bool = True) -> tuple[np.ndarray, np.ndarray]:
