@@ -503,3 +503,29 @@ def test_the_exact_null_s_long_ramps_scale_with_a_prior_scaled_for_windows_of_se
     assert glr._long_steps(t, 2.0) is None  # 0.4 s of ramp: no longer than RAMP_BLOCKS blocks
     assert glr._long_steps(np.arange(0.0, 900.0, 20.0), 1200.0).shape[0] == glr._fixed(
         np.linspace(0, 1, 45), 12)["step"].shape[0]  # 240 s at 20 s blocks: 12-block ramps
+
+
+def test_a_window_judged_again_on_the_same_blocks_is_served_from_memory() -> None:
+    """glr.Recent: the statistic of inputs seen among the last few, unchanged; anything else computed anew."""
+    rng = np.random.default_rng(7)
+    rec = glr.Recent(size=2)
+    series = []
+    for _ in range(3):
+        n = int(rng.integers(10, 40))
+        t = np.sort(rng.uniform(0, 3600, n))
+        y = rng.normal(0, 1, n) + float(rng.uniform(0, 5)) * np.maximum(0, t - 1800) / 600
+        series.append((t, y))
+    want = [glr.statistic(t, y, -1e9, 1200.0, 1.0) for t, y in series]
+    assert [rec.statistic(t, y, -1e9, 1200.0, 1.0) for t, y in series[:2]] == want[:2] and rec.hits == 0
+    assert rec.statistic(*series[0], -1e9, 1200.0, 1.0) == want[0] and rec.hits == 1
+    # Another argument is another input, and it pushes out the least recently used (the second series).
+    assert rec.statistic(*series[0], -1e9, 1200.0, 2.0) == glr.statistic(*series[0], -1e9, 1200.0, 2.0)
+    assert rec.hits == 1
+    assert rec.statistic(*series[2], -1e9, 1200.0, 1.0) == want[2]
+    assert rec.statistic(*series[1], -1e9, 1200.0, 1.0) == want[1] and rec.hits == 1
+    # A copy of the same values hits; a changed block misses.
+    t, y = series[1]
+    assert rec.statistic(t.copy(), y.copy(), -1e9, 1200.0, 1.0) == want[1] and rec.hits == 2
+    y2 = y.copy()
+    y2[-1] += 1.0
+    assert rec.statistic(t, y2, -1e9, 1200.0, 1.0) == glr.statistic(t, y2, -1e9, 1200.0, 1.0) and rec.hits == 2

@@ -164,6 +164,7 @@ class LeakDetector:
         #: leak again, whatever its fitted onset: an end that was noise must not hide the leak for good)
         self._released_top: float | None = None
         self._loads: deque[float] = deque(maxlen=8)  # level shifts de-stepping found (glr.remember)
+        self._glr = glr.Recent()  # the statistic of a window judged again on the same blocks
         # Episodes: the open one is the last, with its raw floor at onset ("base") and highest since ("top").
         self._episodes: deque[dict[str, Any]] = deque(maxlen=self.cfg.max_episodes)
         self._base: float | None = None
@@ -361,7 +362,7 @@ class LeakDetector:
             found, undone = glr.origins(ft, jump, fy - g, fy, glr.undo_window(self.release_window()))
             loads = glr.remember(self._loads, found, now, cfg.tau_max_s, undone)
         thr = glr.threshold(int(whole.sum()))  # over it, the null's shift is refitted exactly until an episode opens
-        stat, knot = glr.statistic(tw[whole], gw[whole], t0, cfg.tau_max_s, sigma, not aligned, loads,
+        stat, knot = self._glr.statistic(tw[whole], gw[whole], t0, cfg.tau_max_s, sigma, not aligned, loads,
                                    thr if self._verdict != "leak" else math.inf)
         q = _norm_ppf(0.5 + cfg.confidence / 2)
         passed = stat > thr
@@ -395,7 +396,7 @@ class LeakDetector:
         whole = t >= t0
         if int(whole.sum()) < 5:
             return fallback
-        stat, knot = glr.statistic(t[whole], g[whole], t0, self.cfg.tau_max_s, sigma, cache=False)
+        stat, knot = self._glr.statistic(t[whole], g[whole], t0, self.cfg.tau_max_s, sigma, cache=False)
         return knot if stat > 0 else fallback
 
     def _null_spread(self, sc: _Scale, now: float) -> float:
