@@ -285,7 +285,8 @@ def statistic_batch(t: np.ndarray, ys: np.ndarray, t0: float, tau_max: float, si
 def _exact_shift_sse(t: np.ndarray, y: np.ndarray, s0: np.ndarray, d: dict[str, np.ndarray], tau_max: float
                      ) -> np.ndarray:
     """The null's SSE (B) for the centred, scaled floors ``y`` (B x n, sums of squares ``s0``) with one shift,
-    ramps up to RAMP_MAX_S included (:func:`_long_steps`), fitted alone and with every warm-up.
+    ramps up to RAMP_MAX_S and a fifth of ``tau_max`` included (:func:`_long_steps`), fitted alone and with
+    every warm-up.
 
     The warm-ups that fit best alone need not be those that fit best with a shift, and a busy start fills its
     cache over up to RAMP_MAX_S: seed 14's leak-free day 26 scored 415 against the top six and three-block
