@@ -273,3 +273,28 @@ def test_an_episode_reports_the_narrowest_rate_among_the_passing_windows_that_ag
     assert agreed_rate([no_rate, long_]) is long_
     with pytest.raises(ValueError, match="needs a passing scale with a rate"):
         agreed_rate([no_rate])
+
+
+def _stalled_sawtooth(seed: int, leak_gib_h: float, stall_at: float = 6000.0, stall_s: float = 2400.0,
+                      n: int = 9000, period: float = 500.0) -> np.ndarray:
+    """A random sawtooth (exponential gaps, a 1 GiB cache filled over the mean gap, then held at its top) that
+    does not release for ``stall_s`` from ``stall_at``, when a leak of ``leak_gib_h`` starts."""
+    rng = np.random.default_rng(seed)
+    t = np.arange(float(n))
+    rel = np.cumsum(rng.exponential(period, 200))
+    rel = np.r_[rel[rel < stall_at], stall_at, stall_at + stall_s + np.cumsum(rng.exponential(period, 50))]
+    last = np.r_[0.0, rel][np.searchsorted(rel, t, side="right")]
+    cache = GiB * np.minimum(1.0, (t - last) / period)
+    return quantised(20 * GiB + cache + leak_gib_h * GiB / 3600 * np.maximum(0.0, t - stall_at) + noise(rng, n, 20))
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_a_fast_leak_while_a_random_sawtooth_stalls_at_its_top_is_found_before_the_next_release(seed: int) -> None:
+    """The floor shows only at releases; a cache held at its top for 40 minutes shows none. Memory above the
+    trough by more than the tallest tooth bounds the floor from below (``trend._ceiling_floors``): a 4 GiB/h
+    leak is found within 30 minutes of its onset, at its rate, and the same stall without it raises nothing."""
+    det, first = run(_stalled_sawtooth(seed, 4.0))
+    assert first is not None and 6000 < first <= 6000 + 30 * 60
+    assert det.episodes[0].rate == pytest.approx(4 * GiB / 3600, rel=0.2)
+    quiet, _ = run(_stalled_sawtooth(seed, 0.0))
+    assert quiet.episodes == ()

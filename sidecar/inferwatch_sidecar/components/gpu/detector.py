@@ -280,7 +280,7 @@ class LeakDetector:
         fb, rw = None, self.release_window()
         if cfg.method == "glr" and rw > 0:
             since = self._log_since if len(self._release_log) < RELEASE_LOG else self._release_log[0]
-            fb = _release_floors(sc, np.fromiter(self._release_log, float), cfg.min_blocks, since)
+            fb = _release_floors(sc, np.fromiter(self._release_log, float), cfg.min_blocks, since, self._sigma)
         self._unsized = fb is None and cfg.method == "glr" and rw == 0 and bool(self._release_log) and (
             now - self._release_log[-1] < cfg.release_max_s)
         if self._unsized:

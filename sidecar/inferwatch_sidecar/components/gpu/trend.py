@@ -327,7 +327,8 @@ def _floor_blocks(sc: _Scale, release_window: float, min_blocks: int) -> _Blocks
     return _Blocks(ft, fy, win, block, edge)
 
 
-def _release_floors(sc: _Scale, releases: np.ndarray, min_blocks: int, since: float) -> _Blocks | None:
+def _release_floors(sc: _Scale, releases: np.ndarray, min_blocks: int, since: float,
+                    noise: float = 0.0) -> _Blocks | None:
     """Floor samples from one release to the next: each segment's minimum, at its time; None: too few.
 
     A fixed block must span the longest usual gap between releases (1.25 x the 90th percentile) to hold
@@ -335,7 +336,8 @@ def _release_floors(sc: _Scale, releases: np.ndarray, min_blocks: int, since: fl
     starts at a release holds that release's trough whatever the gaps, so the floor is seen once per
     release. Segments are merged in runs when two windows hold more than 2 x MAX_BLOCKS of them.
     ``since``: the log holds every release from then on; None (fixed blocks instead) when the scale's
-    bins reach further back (a fast sawtooth's log covers less than the longest windows).
+    bins reach further back (a fast sawtooth's log covers less than the longest windows). ``noise``: the
+    per-sample noise SD; above 0, a long open segment adds its lower bounds (:func:`_ceiling_floors`).
     """
     a = np.asarray(sc.bins, dtype=float)
     t, y = a[:, 0], a[:, 1]
@@ -368,8 +370,69 @@ def _release_floors(sc: _Scale, releases: np.ndarray, min_blocks: int, since: fl
     win = ft >= edge - sc.window_s
     if int(win.sum()) < min_blocks or len(fy) < 3:
         return None
+    if noise > 0 and merge == 1:
+        # (After the count: too few troughs leave the window to fixed blocks, which see a floor gone idle.)
+        bt, by = _ceiling_floors(t, y, seg, r, float(fy[-1]), noise)
+        ft, fy, win = np.r_[ft, bt], np.r_[fy, by], np.r_[win, np.ones(len(bt), dtype=bool)]
     block = float(np.median(np.diff(r))) * merge if len(r) > 1 else sc.window_s
     return _Blocks(ft, fy, win, block, edge, True)
+
+
+#: A sawtooth's cache may be taller now than any tooth closed in the scale's two windows (traffic rising over
+#: the day scales it): a bound on the floor counts where it clears the trough by this share of the tallest tooth
+CEILING_GROWTH = 0.25
+#: ... and this many per-sample noise SDs (the bins are minima of noisy samples, the tooth's top one of them).
+CEILING_K = 4.0
+#: Fewest closed teeth in the scale's bins for the tallest to stand for the cache's height.
+CEILING_TEETH = 3
+#: The open segment's parts are this share of the median gap long.
+CEILING_PART = 0.5
+
+
+def _ceiling_floors(t: np.ndarray, y: np.ndarray, seg: np.ndarray, r: np.ndarray, trough: float,
+                    noise: float) -> tuple[np.ndarray, np.ndarray]:
+    """Lower bounds on the floor inside the open segment (no release since ``r[-1]``) once it outlasts two
+    median gaps: (times, floors), empty where none clears the segment's ``trough`` by the margin below.
+
+    Between releases a sawtooth's memory is the floor plus its cache, and the cache is never taller than the
+    teeth it has shown: so each half median gap of a long open segment, after its first gap, bounds the floor
+    from below by its lowest bin less the tallest closed tooth, and a bound is a floor sample where it clears
+    the trough by CEILING_GROWTH of that tooth and CEILING_K noise SDs. A cache that stalls at its top leaves
+    every bound near the trough, and none is added; a leak lifts the stalled top with the floor, and once it
+    has climbed past the tooth's height and the margin the bounds rise with it. Without them
+    the floor was seen only at the next release: a 4 GiB/h leak whose random sawtooth (580 s mean gap) did not
+    release for 32 minutes went unseen for the hour its trace lasted.
+    """
+    empty = (np.zeros(0), np.zeros(0))
+    if len(r) < CEILING_TEETH + 2:
+        return empty
+    gap = float(np.median(np.diff(r)))
+    last = len(r) - 1
+    opened = seg == last
+    if gap <= 0 or t[-1] - r[-1] < 2 * gap or not opened.any():
+        return empty
+    closed = seg < last
+    counts = np.bincount(seg[closed], minlength=last)
+    if int((counts > 0).sum()) < CEILING_TEETH:
+        return empty
+    top = np.full(last, -np.inf)
+    low = np.full(last, np.inf)
+    np.maximum.at(top, seg[closed], y[closed])
+    np.minimum.at(low, seg[closed], y[closed])
+    tooth = float(np.max(np.where(counts > 0, top - low, 0.0)))
+    margin = CEILING_GROWTH * tooth + CEILING_K * noise
+    to, yo = t[opened], y[opened]
+    part = np.floor((to - r[-1]) / (CEILING_PART * gap)).astype(np.int64)
+    later = part >= 1 / CEILING_PART
+    to, yo, part = to[later], yo[later], part[later]
+    if not len(part):
+        return empty
+    starts = np.flatnonzero(np.r_[True, part[1:] != part[:-1]])
+    ends = np.r_[starts[1:], len(part)]
+    lows = np.array([s0 + int(np.argmin(yo[s0:e0])) for s0, e0 in zip(starts, ends, strict=True)])
+    bound = yo[lows] - tooth
+    keep = bound > trough + margin
+    return to[lows][keep], bound[keep]
 
 
 #: SD of the minimum of m independent standard normal samples, (m, SD): order statistics (numerical
@@ -398,6 +461,26 @@ def floor_share(fb: _Blocks, dts: Iterable[float]) -> float:
     return max(0.3, min_sd(fb.block / d[len(d) // 2]))
 
 
+def _net_of_climb(d: np.ndarray, gaps: np.ndarray, jump: np.ndarray) -> np.ndarray:
+    """The floor changes ``d`` over ``gaps`` that are not shifts (``jump``), each less the floor's own climb over
+    its gap: the rate of the three changes on each side (their rise over their time, shifts left out), where it is
+    beyond twice its noise (on a flat floor, subtracting a climb that is noise added a sixth to its variance; a
+    median of the changes' rates per second, each a noise over a gap, 2.4 times the noise)."""
+    ok = ~jump & (gaps > 0)
+    rest = d[~jump]
+    if not ok.any():
+        return rest
+    n, side = len(d), np.r_[np.ones(3), 0.0, np.ones(3)]
+    rise = np.convolve(np.where(ok, d, 0.0), side)[3: 3 + n]
+    span = np.convolve(np.where(ok, gaps, 0.0), side)[3: 3 + n]
+    count = np.convolve(ok.astype(float), side)[3: 3 + n]
+    rate = np.divide(rise, span, out=np.zeros(n), where=span > 0)
+    spread = 1.4826 * float(np.median(np.abs(rest - np.median(rest))))
+    noise = np.divide(spread * np.sqrt(count), span, out=np.full(n, np.inf), where=span > 0)
+    out: np.ndarray = (d - np.where(np.abs(rate) > 2 * noise, rate, 0.0) * gaps)[~jump]
+    return out
+
+
 def _destep(fy: np.ndarray, glr_method: bool, step_k: float, sample_sigma: float, floor_share: float = 0.3,
             ft: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, float]:
     """The level shifts among the floor blocks, the de-stepped floor, and the block noise.
@@ -424,7 +507,12 @@ def _destep(fy: np.ndarray, glr_method: bool, step_k: float, sample_sigma: float
     if jump.any():
         jump = _with_neighbours(jump, dev > 2.5 * sd)
         if glr_method and ft is not None:
-            jump &= ~_creeps_on(d, np.diff(ft), jump, max(STEP_UP_MIN, 2.5 * sd))
+            # (The bar: the smaller of the deviations' spread and the changes' spread net of their climb. A
+            # creep's own changes, counted as noise, held a 4 GiB/h leak's next change under it, and its
+            # first one stayed a load.)
+            net = _net_of_climb(d, np.diff(ft), jump)
+            spread = 1.4826 * float(np.median(np.abs(net - np.median(net)))) if len(net) else sd
+            jump &= ~_creeps_on(d, np.diff(ft), jump, max(STEP_UP_MIN, 2.5 * min(sd, spread)))
     if fall.any():
         jump |= _with_neighbours(fall, dev < -2.5 * sd)
     if glr_method:
@@ -442,7 +530,9 @@ def _destep(fy: np.ndarray, glr_method: bool, step_k: float, sample_sigma: float
         g = fy - np.r_[0.0, np.cumsum(sizes)]
     else:
         g = fy - np.r_[0.0, np.cumsum(_shift_sizes(fy, jump))]
-    # Block noise from the changes that are not shifts (a difference of two blocks: / sqrt 2).
+    # Block noise from the changes that are not shifts (a difference of two blocks: / sqrt 2). (Each net of the
+    # floor's climb, as the creep check's bar above, it raised three alarms on warm-ups whose shape the null
+    # misfits by less than their climb's spread: docs/benchmarks.md, "Fourteenth pass".)
     rest = d[~jump]
     # Quantised floors (2 MiB granules) often repeat exactly: the MAD can be 0. A block minimum of
     # Gaussian samples has an SD of at least 0.3 of theirs, and never less than one granule.
