@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from inferwatch_sidecar.components.gpu import glr
+from inferwatch_sidecar.components.gpu import glr, loadlog
 from inferwatch_sidecar.components.gpu.config import DetectorConfig
 from inferwatch_sidecar.components.gpu.detector import LeakDetector
 from tests.helpers.imports import load_file
@@ -251,41 +251,41 @@ def test_the_loads_of_a_series_are_remembered_merged_and_forgotten_with_their_wa
     jump[[2, 3, 6]] = True  # one shift over two changes (ends at sample 4), another at sample 7
     gib = 2.0**30
     removed = np.array([0, 0, 0, 0.5, 1, 1, 1, 2, 2, 2]) * gib  # what de-stepping took out, up to each sample
-    assert glr.origins(t, jump, removed) == ((240.0, 420.0), ())
-    assert glr.origins(t, np.zeros(9, dtype=bool), removed) == ((), ())
+    assert loadlog.origins(t, jump, removed) == ((240.0, 420.0), ())
+    assert loadlog.origins(t, np.zeros(9, dtype=bool), removed) == ((), ())
     # A shift under LOAD_MIN is no load; the newest shift (no change after it yet) is not one either.
-    small = np.where(t >= 420, 1 * gib + glr.LOAD_MIN / 2, np.minimum(removed, 1 * gib))
-    assert glr.origins(t, jump, small) == ((240.0,), ())
+    small = np.where(t >= 420, 1 * gib + loadlog.LOAD_MIN / 2, np.minimum(removed, 1 * gib))
+    assert loadlog.origins(t, jump, small) == ((240.0,), ())
     newest = jump.copy()
     newest[8] = True
-    assert glr.origins(t, newest, np.r_[removed[:-1], 3 * gib]) == ((240.0, 420.0), ())
+    assert loadlog.origins(t, newest, np.r_[removed[:-1], 3 * gib]) == ((240.0, 420.0), ())
     # A rise the floor gives back (half of it) within the undo window is no load, and is named for the log to
     # forget; given back later, it stays a load.
     fy = 30 * gib + removed
     back = fy.copy()
     back[9:] -= 0.6 * gib  # 120 s after the second shift's first sample (420 s) it falls by more than half of it
-    assert glr.origins(t, jump, removed, back, 300.0) == ((240.0,), (420.0,))
-    assert glr.origins(t, jump, removed, back, 100.0) == ((240.0, 420.0), ())
-    assert glr.origins(t, jump, removed, fy, 600.0) == ((240.0, 420.0), ())
-    assert glr.undo_window(10.0) == glr.MERGE_S and glr.undo_window(400.0) == 800.0
-    assert glr.undo_window(1e4) == glr.UNDO_MAX_S
+    assert loadlog.origins(t, jump, removed, back, 300.0) == ((240.0,), (420.0,))
+    assert loadlog.origins(t, jump, removed, back, 100.0) == ((240.0, 420.0), ())
+    assert loadlog.origins(t, jump, removed, fy, 600.0) == ((240.0, 420.0), ())
+    assert loadlog.undo_window(10.0) == loadlog.MERGE_S and loadlog.undo_window(400.0) == 800.0
+    assert loadlog.undo_window(1e4) == loadlog.UNDO_MAX_S
     log: deque[float] = deque(maxlen=8)
-    assert glr.remember(log, (1000.0,), 1000.0, 1200.0) == (1000.0,)
+    assert loadlog.remember(log, (1000.0,), 1000.0, 1200.0) == (1000.0,)
     # The same load seen by a coarser scale, later on its bins: one load, at the earliest date.
-    assert glr.remember(log, (1200.0,), 1300.0, 1200.0) == (1000.0,)
-    assert glr.remember(log, (900.0,), 1300.0, 1200.0) == (900.0,)
+    assert loadlog.remember(log, (1200.0,), 1300.0, 1200.0) == (1000.0,)
+    assert loadlog.remember(log, (900.0,), 1300.0, 1200.0) == (900.0,)
     # 400 s is a load of its own (more than MERGE_S from 900 s); the log stays in time order.
-    assert glr.remember(log, (2000.0, 400.0), 2000.0, 1200.0) == (400.0, 900.0, 2000.0)
+    assert loadlog.remember(log, (2000.0, 400.0), 2000.0, 1200.0) == (400.0, 900.0, 2000.0)
     assert list(log) == [400.0, 900.0, 2000.0]
     for o in (3000.0, 5000.0, 7000.0, 9000.0):
-        glr.remember(log, (o,), o, 1200.0)
-    assert glr.remember(log, (), 9000.0, 1200.0) == (3000.0, 5000.0, 7000.0, 9000.0)[-glr.MAX_ORIGINS:]
+        loadlog.remember(log, (o,), o, 1200.0)
+    assert loadlog.remember(log, (), 9000.0, 1200.0) == (3000.0, 5000.0, 7000.0, 9000.0)[-loadlog.MAX_ORIGINS:]
     # A warm-up from a load more than OLD x tau_max ago is over: the load is forgotten.
-    assert glr.remember(log, (), 900.0 + glr.OLD * 1200.0 + 1, 1200.0) == (3000.0, 5000.0, 7000.0, 9000.0)[
-        -glr.MAX_ORIGINS:]
+    assert loadlog.remember(log, (), 900.0 + glr.OLD * 1200.0 + 1, 1200.0) == (3000.0, 5000.0, 7000.0, 9000.0)[
+        -loadlog.MAX_ORIGINS:]
     assert 900.0 not in log and 400.0 not in log and list(log) == sorted(log)
     # A rise found undone by one scale leaves the log that another scale's sighting had put it in.
-    assert glr.remember(log, (), 9000.0, 1200.0, forget=(5100.0,)) == (2000.0, 3000.0, 7000.0, 9000.0)
+    assert loadlog.remember(log, (), 9000.0, 1200.0, forget=(5100.0,)) == (2000.0, 3000.0, 7000.0, 9000.0)
     assert 5000.0 not in log
 
 

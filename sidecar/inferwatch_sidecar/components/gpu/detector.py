@@ -51,7 +51,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from inferwatch_sidecar.components.gpu import glr
+from inferwatch_sidecar.components.gpu import glr, loadlog
 from inferwatch_sidecar.components.gpu.config import DetectorConfig
 
 # The floor's statistics live in trend.py (issue 23); every name stays importable from here.
@@ -163,7 +163,7 @@ class LeakDetector:
         #: the highest floor level of the last episode that ended (a floor that climbs past it again is a
         #: leak again, whatever its fitted onset: an end that was noise must not hide the leak for good)
         self._released_top: float | None = None
-        self._loads: deque[float] = deque(maxlen=8)  # level shifts de-stepping found (glr.remember)
+        self._loads: deque[float] = deque(maxlen=8)  # level shifts de-stepping found (loadlog.remember)
         self._glr = glr.Recent()  # the statistic of a window judged again on the same blocks
         # Episodes: the open one is the last, with its raw floor at onset ("base") and highest since ("top").
         self._episodes: deque[dict[str, Any]] = deque(maxlen=self.cfg.max_episodes)
@@ -359,8 +359,8 @@ class LeakDetector:
         # The loads de-stepping found here join the series' log: a warm-up of their own is in the null.
         loads: tuple[float, ...] = ()
         if cfg.load_warmups:
-            found, undone = glr.origins(ft, jump, fy - g, fy, glr.undo_window(self.release_window()))
-            loads = glr.remember(self._loads, found, now, cfg.tau_max_s, undone)
+            found, undone = loadlog.origins(ft, jump, fy - g, fy, loadlog.undo_window(self.release_window()))
+            loads = loadlog.remember(self._loads, found, now, cfg.tau_max_s, undone)
         thr = glr.threshold(int(whole.sum()))  # over it, the null's shift is refitted exactly until an episode opens
         stat, knot = self._glr.statistic(tw[whole], gw[whole], t0, cfg.tau_max_s, sigma, not aligned, loads,
                                    thr if self._verdict != "leak" else math.inf)

@@ -13,8 +13,13 @@ import numpy as np
 MiB = 2**20
 #: Smallest block-to-block rise ever treated as a level shift.
 STEP_UP_MIN = 32 * MiB
-#: The GLR takes out falls from this size (trend._destep): a load's, the smallest that glr.LOAD_MIN names.
+#: The GLR takes out falls from this size (trend._destep): a load's, the smallest that loadlog.LOAD_MIN names.
 LOAD_FALL_MIN = 256 * MiB
+
+
+def robust_sd(x: np.ndarray) -> float:
+    """1.4826 x the median absolute deviation of ``x``: the SD of Gaussian data, unmoved by a few outliers."""
+    return 1.4826 * float(np.median(np.abs(x - np.median(x))))
 
 
 def _row_nanmedian(m: np.ndarray) -> np.ndarray:
@@ -63,7 +68,7 @@ def _glr_changes(d: np.ndarray, step_k: float) -> tuple[np.ndarray, np.ndarray, 
     """
     local = _neighbour_median(d)
     dev = d - local
-    sd = 1.4826 * float(np.median(np.abs(dev - np.median(dev))))
+    sd = robust_sd(dev)
     up_min, fall_min = max(STEP_UP_MIN, step_k * sd), max(LOAD_FALL_MIN, step_k * sd)
     first = (dev > np.maximum(up_min, local)) | (dev < -fall_min)
     if first.any():

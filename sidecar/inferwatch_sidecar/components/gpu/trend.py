@@ -23,6 +23,7 @@ from inferwatch_sidecar.components.gpu.shifts import (
     _neighbour_median,
     _transients_out,
     _with_neighbours,
+    robust_sd,
 )
 
 MiB = 2**20
@@ -475,7 +476,7 @@ def _net_of_climb(d: np.ndarray, gaps: np.ndarray, jump: np.ndarray) -> np.ndarr
     span = np.convolve(np.where(ok, gaps, 0.0), side)[3: 3 + n]
     count = np.convolve(ok.astype(float), side)[3: 3 + n]
     rate = np.divide(rise, span, out=np.zeros(n), where=span > 0)
-    spread = 1.4826 * float(np.median(np.abs(rest - np.median(rest))))
+    spread = robust_sd(rest)
     noise = np.divide(spread * np.sqrt(count), span, out=np.full(n, np.inf), where=span > 0)
     out: np.ndarray = (d - np.where(np.abs(rate) > 2 * noise, rate, 0.0) * gaps)[~jump]
     return out
@@ -500,7 +501,7 @@ def _destep(fy: np.ndarray, glr_method: bool, step_k: float, sample_sigma: float
     if glr_method and len(d) >= 3:
         jump, fall, dev, local, sd = _glr_changes(d, step_k)
     else:
-        sd = 1.4826 * float(np.median(np.abs(d - med)))
+        sd = robust_sd(d)
         dev = d - med
         jump = dev > max(STEP_UP_MIN, step_k * sd)
         fall = np.zeros_like(jump)
@@ -511,7 +512,7 @@ def _destep(fy: np.ndarray, glr_method: bool, step_k: float, sample_sigma: float
             # creep's own changes, counted as noise, held a 4 GiB/h leak's next change under it, and its
             # first one stayed a load.)
             net = _net_of_climb(d, np.diff(ft), jump)
-            spread = 1.4826 * float(np.median(np.abs(net - np.median(net)))) if len(net) else sd
+            spread = robust_sd(net) if len(net) else sd
             jump &= ~_creeps_on(d, np.diff(ft), jump, max(STEP_UP_MIN, 2.5 * min(sd, spread)))
     if fall.any():
         jump |= _with_neighbours(fall, dev < -2.5 * sd)
@@ -536,7 +537,7 @@ def _destep(fy: np.ndarray, glr_method: bool, step_k: float, sample_sigma: float
     rest = d[~jump]
     # Quantised floors (2 MiB granules) often repeat exactly: the MAD can be 0. A block minimum of
     # Gaussian samples has an SD of at least 0.3 of theirs, and never less than one granule.
-    mad = 1.4826 * float(np.median(np.abs(rest - np.median(rest)))) / math.sqrt(2) if len(rest) else 0.0
+    mad = robust_sd(rest) / math.sqrt(2) if len(rest) else 0.0
     sigma = max(2 * MiB, floor_share * sample_sigma, mad)
     return jump, g, sigma
 
