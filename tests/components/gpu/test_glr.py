@@ -465,7 +465,8 @@ def test_a_creep_from_the_window_s_start_is_net_of_the_warm_up_too(seed: int) ->
 def test_a_statistic_over_the_threshold_is_refitted_with_every_warm_up_and_shift() -> None:
     """The null's shift is fitted with the TOP_WARM warm-ups that fit best alone; the warm-up that fits best
     with a shift (a busy start's fill on a process's rise) may not be among them, and the misfit counted as a
-    creep. Over ``exact_above`` the statistic is refitted with every pair: never higher, lower there."""
+    creep. Over ``exact_above`` the statistic is refitted with every pair (and both hypotheses' best warm-ups on
+    a finer grid, ``test_glr_warmups.py``): on these fills it is lower there, and never higher."""
     rng = np.random.default_rng(1)
     t = np.arange(40.0, 901.0, 20.0)
     lower = 0

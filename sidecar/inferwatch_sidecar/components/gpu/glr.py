@@ -16,6 +16,9 @@ Gaussian noise of one SD and a free offset:
 - **alternative** (a leak): the null's best warm-up (or none) plus a hinge creep ``r max(0, t - c)``,
   ``r > 0``, maximised over the knot ``c`` (a rise over at least the last MIN_TAIL floor samples).
 
+The warm-up's tau is continuous; the fits take it on a log grid (TAU_GRID points), and where the statistic
+passes ``exact_above`` both hypotheses refit their best warm-ups on a grid FINE times finer around them.
+
 The products are ``np.einsum`` (numpy's own loops), never ``@``: a matrix product goes to BLAS, whose
 worker threads, for matrices this small, burned more CPU than the product itself (process time 1.7x the
 wall time; 22x the trend test's instructions under callgrind, where idle threads spin).
@@ -41,6 +44,15 @@ import numpy as np
 #: Warm-up time constants: a log grid of TAU_GRID points from TAU_MIN_SHARE x tau_max to tau_max.
 TAU_MIN_SHARE = 1 / 64
 TAU_GRID = 49
+#: Where the statistic passes its threshold, the TOP_FINE best warm-ups of each hypothesis are refitted on a
+#: grid this much finer between their two neighbours (:func:`_near`). 9% apart in tau, a warm-up of several GiB
+#: with a few MiB of noise misfits by many SDs, which the hinge took up (seed 14's trace 117: a 2.1 GiB root
+#: warm-up, tau 435 s, 15 MiB of block noise, scored 7.4 against 5.5; refitted, 4.1); 8 times finer still scored
+#: 11.0 on a 4.9 GiB exponential one (tau 630 s, 3 MiB of noise), 16 times 0.0 (tests/.../test_glr_warmups.py).
+FINE = 16
+TOP_FINE = 3
+#: ... each with the shifts (or knots) that fit best with it on the grid, this many of them.
+TOP_COLS = 8
 #: At most this many level-shift positions (a grid over the block boundaries).
 MAX_STEPS = 32
 #: A level shift of the null may take up to this many block spacings, and no longer than RAMP_MAX_S: a load and
@@ -205,9 +217,10 @@ def statistic_batch(t: np.ndarray, ys: np.ndarray, t0: float, tau_max: float, si
     ``sigma``: the robust SD of a block's floor; the noise SD used is at least it. ``origins``: times of
     level shifts (loads) after which the null also holds a warm-up of their own (:func:`_load_warm_sse`).
     ``exact_above``: where the statistic exceeds it, the null's shift is fitted with every warm-up, not only
-    the TOP_WARM that fit best alone, and with ramps up to RAMP_MAX_S whatever the block spacing (the
-    statistic can only fall, so one below it is unchanged by this). Only while the warm-up prior is live:
-    an older series' null (:func:`_no_warm`) keeps its RAMP_BLOCKS ramps.
+    the TOP_WARM that fit best alone, and with ramps up to RAMP_MAX_S whatever the block spacing, and both
+    hypotheses refit their best warm-ups on a finer grid of taus (:func:`_refined`): a statistic under it
+    is left as it is. Only while the warm-up prior is live: an older series' null (:func:`_no_warm`) keeps
+    its RAMP_BLOCKS ramps.
     """
     b, n = ys.shape
     if n < 5 or t[-1] <= t[0]:
@@ -271,7 +284,14 @@ def statistic_batch(t: np.ndarray, ys: np.ndarray, t0: float, tau_max: float, si
     stat = np.where(finite, np.maximum(0.0, sse0 - sse1) / v, 0.0)
     high = np.flatnonzero(stat > exact_above)
     if high.size:
-        sse0[high] = np.minimum(sse0[high], _exact_shift_sse(t, y[high], s0[high], d, tau_max))
+        sse0[high] = np.minimum(sse0[high], _exact_shift_sse(t, y[high], s0[high], d, t0, tau_max))
+        # The creep's warm-up refitted on the finer grid too: the null's alone would count the grid's misfit
+        # of the alternative as evidence against the creep.
+        gf, kf = _refined(t, t0, tau_max, d["warm"], d["hinge"], y[high], True)
+        better = finite[high] & (s0[high] - gf < sse1[high])
+        sse1[high] = np.where(better, np.maximum(s0[high] - gf, 0.0), sse1[high])
+        k[high] = np.where(better, kf, k[high])
+        v = np.maximum(1.0, sse1 / max(1, n - 4))
         stat = np.where(finite, np.maximum(0.0, sse0 - sse1) / v, 0.0)
     if origins and (stat > 0).any():
         # The loads' own warm-ups only lower the null's SSE, so a statistic of 0 stays 0: they are fitted
@@ -281,31 +301,68 @@ def statistic_batch(t: np.ndarray, ys: np.ndarray, t0: float, tau_max: float, si
     return stat, d["knots"][k]
 
 
-def _exact_shift_sse(t: np.ndarray, y: np.ndarray, s0: np.ndarray, d: dict[str, np.ndarray], tau_max: float
-                     ) -> np.ndarray:
+def _exact_shift_sse(t: np.ndarray, y: np.ndarray, s0: np.ndarray, d: dict[str, np.ndarray], t0: float,
+                     tau_max: float) -> np.ndarray:
     """The null's SSE (B) for the centred, scaled floors ``y`` (B x n, sums of squares ``s0``) with one shift,
     ramps up to RAMP_MAX_S and a fifth of ``tau_max`` included (:func:`_long_steps`), fitted alone and with
-    every warm-up.
+    every warm-up, the best of them refitted on a finer grid (:func:`_refined`).
 
     The warm-ups that fit best alone need not be those that fit best with a shift, and a busy start fills its
     cache over up to RAMP_MAX_S: seed 14's leak-free day 26 scored 415 against the top six and three-block
     ramps, 33 against every warm-up, under the threshold (5.5) with longer ramps too.
     """
     steps = _long_steps(t, tau_max)
-    sse = s0 - _joint(d["warm"], d["step"] if steps is None else steps, y, rising=False)[0]
+    sse = s0 - _refined(t, t0, tau_max, d["warm"], d["step"] if steps is None else steps, y, False)[0]
     if steps is not None:
         sse = np.minimum(sse, s0 - _fit1(steps, y)[0].max(axis=1))
     return sse
 
 
-def _joint(warm: np.ndarray, hinge: np.ndarray, y: np.ndarray, rising: bool = True) -> tuple[np.ndarray, np.ndarray]:
+def _refined(t: np.ndarray, t0: float, tau_max: float, warm: np.ndarray, cols: np.ndarray, y: np.ndarray,
+             rising: bool) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`_joint` of ``y`` on the grid's warm-ups ``warm`` and ``cols``, with the TOP_FINE best warm-ups
+    of each row refitted on a finer grid around them (:func:`_near`), each with the TOP_COLS columns that fit
+    best with it on the grid: the best gain and its column, B each."""
+    gain, idx, per = _joint(warm, cols, y, rising, per_warm=True)
+    for r in range(len(y)):
+        # One warm-up of each run of equal fits (a root whose plateau lies past the data fits alike at every
+        # longer tau: its shortest is the one whose neighbours bend inside the data). In noise variances: equal
+        # fits tie, and a stable sort keeps the shortest tau.
+        fit = np.round(per[r].max(axis=1), 4)
+        picks: list[int] = []
+        for k in np.argsort(-fit, kind="stable"):
+            if not np.isfinite(fit[k]) or len(picks) == TOP_FINE:
+                break
+            if not picks or fit[picks[-1]] > fit[k]:
+                picks.append(int(k))
+        if picks:
+            sub = np.unique(np.argsort(-per[r, picks], axis=1)[:, :TOP_COLS])
+            g, j = _joint(np.concatenate([_near(t, t0, tau_max, k) for k in picks]), cols[sub], y[r: r + 1], rising)
+            if g[0] > gain[r]:
+                gain[r], idx[r] = g[0], sub[j[0]]
+    return gain, idx
+
+
+def _near(t: np.ndarray, t0: float, tau_max: float, k: int) -> np.ndarray:
+    """Centred warm-up columns of the shape of the grid's column ``k`` (:func:`warm_columns`), at 2 FINE + 1
+    taus spanning its two neighbours on the grid's log scale (none over ``tau_max``)."""
+    shape, j = SHAPES[k // TAU_GRID], k % TAU_GRID
+    step = -math.log(TAU_MIN_SHARE) / (TAU_GRID - 1)
+    logs = math.log(tau_max) + (j - (TAU_GRID - 1) + np.linspace(-1.0, 1.0, 2 * FINE + 1)) * step
+    taus = np.exp(np.minimum(logs, math.log(tau_max)))
+    return _centre(_rise(shape, np.maximum(0.0, t - t0)[None, :] / taus[:, None]))
+
+
+def _joint(warm: np.ndarray, hinge: np.ndarray, y: np.ndarray, rising: bool = True, per_warm: bool = False
+           ) -> tuple[np.ndarray, ...]:
     """The best gain in SS of ``y`` (B x n) on a warm-up column (a >= 0) and another column (a hinge
     with r > 0, or with ``rising`` False a shift of either sign) together, over every pair, and that
-    column's index: B each (-inf where no pair qualifies). Rows go in chunks (B x K x J arrays)."""
+    column's index: B each (-inf where no pair qualifies); with ``per_warm`` also every pair's gain (B x K x J).
+    Rows go in chunks (B x K x J arrays)."""
     if len(y) * warm.shape[0] * hinge.shape[0] > 4_000_000:
         step = max(1, 4_000_000 // (warm.shape[0] * hinge.shape[0]))
-        parts = [_joint(warm, hinge, y[i: i + step], rising) for i in range(0, len(y), step)]
-        return np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts])
+        parts = [_joint(warm, hinge, y[i: i + step], rising, per_warm) for i in range(0, len(y), step)]
+        return tuple(np.concatenate([p[i] for p in parts]) for i in range(len(parts[0])))
     cww = np.einsum("kn,kn->k", warm, warm)
     chh = np.einsum("jn,jn->j", hinge, hinge)
     cwh = np.einsum("kn,jn->kj", warm, hinge)  # K x J
@@ -320,8 +377,10 @@ def _joint(warm: np.ndarray, hinge: np.ndarray, y: np.ndarray, rising: bool = Tr
     gain = np.where(fits, bw * cyw + bh * cyh, -np.inf)
     flat = gain.reshape(len(y), -1)
     best = flat.argmax(axis=1)
-    out: tuple[np.ndarray, np.ndarray] = (flat[np.arange(len(y)), best], best % hinge.shape[0])
-    return out
+    gains = flat[np.arange(len(y)), best]
+    if per_warm:
+        return gains, best % hinge.shape[0], gain
+    return gains, best % hinge.shape[0]
 
 
 def _no_warm(ys: np.ndarray, sigma: float, d: dict[str, np.ndarray],
