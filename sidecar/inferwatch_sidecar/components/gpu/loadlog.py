@@ -10,7 +10,7 @@ from collections import deque
 
 import numpy as np
 
-from .glr import OLD
+from inferwatch_sidecar.components.gpu.glr import OLD
 
 #: The null holds the own warm-ups of at most this many of the latest loads.
 MAX_ORIGINS = 4
